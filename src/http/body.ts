@@ -1,0 +1,64 @@
+import formbody from '@fastify/formbody';
+import multipart from '@fastify/multipart';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { bodyTooLarge, malformedBody } from './errors.js';
+import { ParamReader } from './params.js';
+
+const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
+
+/**
+ * Form bodies (urlencoded and multipart) are parameter sources; every other body is read (so the
+ * size limit applies) and then ignored, never an error (spec §1.5).
+ */
+export async function registerBodyParsers(app: FastifyInstance, bodyLimit: number): Promise<void> {
+  app.removeAllContentTypeParsers();
+  await app.register(formbody, { bodyLimit });
+  await app.register(multipart, {
+    limits: { fieldSize: bodyLimit, fileSize: bodyLimit, parts: 10_000, fields: 10_000 },
+  });
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_request, _body, done) => done(null, undefined));
+}
+
+/** Last occurrence wins within one source (`a=1&a=2` → `2`). */
+function lastValues(source: unknown): Map<string, string> {
+  const values = new Map<string, string>();
+  if (typeof source !== 'object' || source === null) return values;
+  for (const [name, value] of Object.entries(source)) {
+    const last = Array.isArray(value) ? value.at(-1) : value;
+    if (typeof last === 'string') values.set(name, last);
+  }
+  return values;
+}
+
+async function multipartFields(request: FastifyRequest, bodyLimit: number): Promise<Map<string, string>> {
+  const declaredLength = Number(request.headers['content-length'] ?? 0);
+  if (declaredLength > bodyLimit) throw bodyTooLarge();
+  const fields = new Map<string, string>();
+  try {
+    for await (const part of request.parts()) {
+      if (part.type === 'file') {
+        part.file.resume(); // file parts are not parameters: drain and drop them
+      } else if (typeof part.value === 'string') {
+        fields.set(part.fieldname, part.value);
+      }
+    }
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'FST_REQ_FILE_TOO_LARGE' || code === 'FST_PARTS_LIMIT' || code === 'FST_FIELDS_LIMIT') {
+      throw bodyTooLarge();
+    }
+    throw malformedBody();
+  }
+  return fields;
+}
+
+/** preValidation: collects the request's parameters for the endpoint's ParamReader. */
+export function parameterCollector(bodyLimit: number) {
+  return async (request: FastifyRequest): Promise<void> => {
+    let body = new Map<string, string>();
+    if (BODY_METHODS.has(request.method)) {
+      body = request.isMultipart() ? await multipartFields(request, bodyLimit) : lastValues(request.body);
+    }
+    request.zulipParams = new ParamReader({ body, query: lastValues(request.query) });
+  };
+}

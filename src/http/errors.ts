@@ -1,0 +1,46 @@
+/**
+ * Typed API errors. The error handler turns them into Zulip's envelope:
+ * {"result":"error","msg":...,<extra fields in order>,"code":...}.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly statusCode: number,
+    message: string,
+    /** null for the statuses Zulip sends without a code (405). */
+    readonly code: string | null = 'BAD_REQUEST',
+    /** Fields placed between msg and code, in this order. */
+    readonly extra: Record<string, unknown> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  toBody(): Record<string, unknown> {
+    const body: Record<string, unknown> = { result: 'error', msg: this.message, ...this.extra };
+    if (this.code !== null) body.code = this.code;
+    return body;
+  }
+}
+
+export const badRequest = (message: string): ApiError => new ApiError(400, message);
+
+export const missingArgument = (name: string): ApiError =>
+  new ApiError(400, `Missing '${name}' argument`, 'REQUEST_VARIABLE_MISSING', { var_name: name });
+
+export const unauthorized = (message: string): ApiError =>
+  new ApiError(401, message, 'UNAUTHORIZED', {}, { 'www-authenticate': 'Basic realm="zulip"' });
+
+export const notFound = (): ApiError => new ApiError(404, 'Not Found');
+
+export const methodNotAllowed = (methods: string[]): ApiError =>
+  new ApiError(405, 'Method Not Allowed', null, { allowed_methods: methods }, { allow: methods.join(', ') });
+
+export const serviceUnavailable = (retryAfterSeconds: number): ApiError =>
+  new ApiError(503, 'Service temporarily unavailable', 'SERVER_NOT_READY', {}, {
+    'retry-after': String(retryAfterSeconds),
+  });
+
+export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too large');
+
+export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');

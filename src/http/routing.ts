@@ -1,0 +1,42 @@
+import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
+import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import { methodNotAllowed, notFound } from './errors.js';
+
+const ALL_METHODS: HTTPMethod[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT'];
+
+/**
+ * Knows which methods each registered path answers, so that an unmatched request can be told
+ * apart as 404 (no such path) or 405 (path exists, other method), and OPTIONS can list methods.
+ */
+export function trackRoutes(app: FastifyInstance): { allowedMethods(url: string): string[] } {
+  const router = FindMyWay();
+  const noop = () => undefined;
+  app.addHook('onRoute', (route: RouteOptions) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (method !== 'OPTIONS') router.on(method.toUpperCase() as HTTPMethod, route.url, noop);
+    }
+  });
+  return {
+    allowedMethods(url: string): string[] {
+      const path = url.split('?')[0] ?? url;
+      const methods = new Set<string>();
+      for (const method of ALL_METHODS) {
+        const match = router.find(method, path);
+        if (match && Object.values(match.params).every((value) => value !== '')) methods.add(method);
+      }
+      if (methods.has('GET')) methods.add('HEAD');
+      return [...methods].sort();
+    },
+  };
+}
+
+/** Empty path parameters (`/navigation_views/`) name nothing. */
+export function rejectEmptyPathParams(request: FastifyRequest): void {
+  const params = request.params as Record<string, string> | undefined;
+  if (params && Object.values(params).some((value) => value === '')) throw notFound();
+}
+
+export function unmatchedRouteError(allowed: string[]) {
+  return allowed.length === 0 ? notFound() : methodNotAllowed(allowed);
+}

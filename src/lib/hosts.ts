@@ -1,0 +1,42 @@
+import type { Config } from '../config.js';
+
+type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
+
+/** The organization subdomain a request's host names (spec §1.4); "" is the root organization. */
+export function subdomainOfHost(host: string | undefined, config: HostConfig): string {
+  if (!host) return '';
+  const lowered = host.toLowerCase();
+  const suffix = `.${config.externalHost}`;
+  let subdomain = '';
+  if (lowered.endsWith(suffix)) {
+    subdomain = lowered.slice(0, -suffix.length);
+  } else {
+    const withPort = /^(.*):\d+$/.exec(lowered);
+    if (withPort?.[1]?.endsWith(suffix)) subdomain = withPort[1].slice(0, -suffix.length);
+  }
+  return config.rootSubdomainAliases.includes(subdomain) ? '' : subdomain;
+}
+
+export function organizationHost(subdomain: string, config: HostConfig): string {
+  return subdomain === '' ? config.externalHost : `${subdomain}.${config.externalHost}`;
+}
+
+export function realmUrl(subdomain: string, config: HostConfig): string {
+  return `${config.externalUriScheme}${organizationHost(subdomain, config)}`;
+}
+
+const LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
+
+/** Whether a host can serve as an email domain: no port; `localhost` or a dotted DNS name. */
+export function isUsableEmailDomain(host: string): boolean {
+  if (host === 'localhost') return true;
+  const labels = host.split('.');
+  const last = labels.at(-1) ?? '';
+  return labels.length >= 2 && labels.every((label) => LABEL.test(label)) && last.length >= 2 && !/^\d+$/.test(last);
+}
+
+/** Domain of dummy addresses (`user<id>@...`) and bot addresses for an organization (spec §2.3). */
+export function fakeEmailDomain(subdomain: string, config: HostConfig): string {
+  const host = organizationHost(subdomain, config);
+  return isUsableEmailDomain(host) ? host : config.fakeEmailDomain;
+}

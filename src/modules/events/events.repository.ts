@@ -1,0 +1,86 @@
+import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Database } from '../../db/database.js';
+import type { DB } from '../../db/types.js';
+
+/** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
+export interface ApiEvent {
+  type: string;
+  [key: string]: unknown;
+}
+
+export const EVENTS_CHANNEL = 'zulip_events';
+const USER_EVENT_LOCK_NAMESPACE = 7001;
+
+type Executor = Kysely<DB> | Transaction<DB>;
+
+/**
+ * Serializes a user's event-producing transactions and register (spec §2.10 "Register
+ * consistency"); held until the transaction ends.
+ */
+export async function lockUserEvents(trx: Transaction<DB>, userId: number): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(${USER_EVENT_LOCK_NAMESPACE}, ${userId})`.execute(trx);
+}
+
+/**
+ * Appends events, in order, to every queue of the user that accepts their type, numbering them
+ * per queue, and notifies waiting long polls on commit. One statement whatever the event count.
+ */
+export async function appendEvents(trx: Executor, realmId: number, userId: number, events: ApiEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  const types = events.map((event) => event.type);
+  const payloads = events.map((event) => JSON.stringify(event));
+  await sql`
+    WITH queues AS (
+      SELECT id, next_event_id, event_types FROM event_queues WHERE user_id = ${userId} FOR UPDATE
+    ), incoming AS (
+      SELECT type, payload, ord FROM unnest(${types}::text[], ${payloads}::json[]) WITH ORDINALITY AS e(type, payload, ord)
+    ), numbered AS (
+      SELECT q.id AS queue_id, q.next_event_id + row_number() OVER (PARTITION BY q.id ORDER BY i.ord) - 1 AS id, i.payload
+      FROM queues q JOIN incoming i ON q.event_types IS NULL OR i.type = ANY (q.event_types)
+    ), inserted AS (
+      INSERT INTO events (queue_id, id, realm_id, payload)
+      SELECT queue_id, id, ${realmId}, payload FROM numbered
+      RETURNING queue_id
+    ), counted AS (
+      SELECT queue_id, count(*) AS n FROM inserted GROUP BY queue_id
+    ), bumped AS (
+      UPDATE event_queues eq SET next_event_id = eq.next_event_id + counted.n
+      FROM counted WHERE eq.id = counted.queue_id
+      RETURNING eq.id
+    )
+    SELECT pg_notify(${EVENTS_CHANNEL}, id::text) FROM bumped
+  `.execute(trx);
+}
+
+export interface NewEventQueue {
+  id: string;
+  realmId: number;
+  userId: number;
+  /** null accepts every type. */
+  eventTypes: string[] | null;
+  lifespanSeconds: number;
+}
+
+export async function createEventQueue(db: Executor, queue: NewEventQueue): Promise<void> {
+  await db
+    .insertInto('event_queues')
+    .values({
+      id: queue.id,
+      realm_id: queue.realmId,
+      user_id: queue.userId,
+      event_types: queue.eventTypes,
+      lifespan_seconds: queue.lifespanSeconds,
+    })
+    .execute();
+}
+
+/** The queue's pending events in id order, each with its "id" appended last. */
+export async function listQueueEvents(db: Database, queueId: string): Promise<ApiEvent[]> {
+  const rows = await db
+    .selectFrom('events')
+    .select(['id', 'payload'])
+    .where('queue_id', '=', queueId)
+    .orderBy('id')
+    .execute();
+  return rows.map((row) => ({ ...(row.payload as ApiEvent), id: row.id }));
+}

@@ -1,0 +1,73 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { TestProject } from 'vitest/node';
+import { createDatabase } from '../src/db/database.js';
+import { startEmbeddedPostgres } from '../src/db/embedded.js';
+import { migrateToLatest } from '../src/db/migrator.js';
+
+export const TEMPLATE_DATABASE = 'zulip_test_template';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Connection URL of a maintenance database on the test server (for CREATE DATABASE). */
+    adminDatabaseUrl: string;
+    templateDatabase: string;
+  }
+}
+
+interface TestServer {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** A container when an engine answers; testcontainers is only loaded when it may be used. */
+async function startContainer(): Promise<TestServer | undefined> {
+  try {
+    const { getContainerRuntimeClient } = await import('testcontainers');
+    await Promise.race([
+      getContainerRuntimeClient(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('no container engine')), 5000)),
+    ]);
+    const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+    const container = await new PostgreSqlContainer('postgres:17-alpine').start();
+    return { url: container.getConnectionUri(), stop: async () => void (await container.stop()) };
+  } catch {
+    return undefined;
+  }
+}
+
+async function startEmbedded(): Promise<TestServer> {
+  const work = mkdtempSync(join(tmpdir(), 'zulip-test-pg-'));
+  const embedded = await startEmbeddedPostgres({ directory: join(work, 'pg'), secretsDir: work, database: 'postgres', ephemeral: true });
+  return {
+    url: embedded.url,
+    stop: async () => {
+      await embedded.stop();
+      rmSync(work, { recursive: true, force: true });
+    },
+  };
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const server: TestServer = process.env.TEST_DATABASE_URL
+    ? { url: process.env.TEST_DATABASE_URL, stop: async () => undefined }
+    : ((await startContainer()) ?? (await startEmbedded()));
+
+  const admin = new pg.Client({ connectionString: server.url });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DATABASE} WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE ${TEMPLATE_DATABASE}`);
+  await admin.end();
+
+  const templateUrl = new URL(server.url);
+  templateUrl.pathname = `/${TEMPLATE_DATABASE}`;
+  const template = createDatabase(templateUrl.toString());
+  await migrateToLatest(template.db);
+  await template.close();
+
+  project.provide('adminDatabaseUrl', server.url);
+  project.provide('templateDatabase', TEMPLATE_DATABASE);
+  return () => server.stop();
+}

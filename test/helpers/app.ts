@@ -1,0 +1,87 @@
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import { buildApp } from '../../src/app.js';
+import { type Config, loadConfig } from '../../src/config.js';
+import type { Database } from '../../src/db/database.js';
+import { createTestDatabase, type TestDatabase } from './database.js';
+import { auth, type FixtureUser, seedFixture } from './fixture.js';
+
+export const FIXTURE_ENV = {
+  EXTERNAL_HOST: 'chat.example.com',
+  AVATAR_SALT: 'test-salt',
+  RATE_LIMITING: 'false',
+  LOG_LEVEL: 'silent',
+};
+
+export interface TestContext {
+  app: FastifyInstance;
+  db: Database;
+  database: TestDatabase;
+  config: Config;
+  close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  env?: Record<string, string>;
+  /** Seed the §5.0 fixture (default true). */
+  fixture?: boolean;
+  /** Runs before app.ready(), e.g. to add a route for a test. */
+  beforeReady?: (app: FastifyInstance) => void | Promise<void>;
+}
+
+/** The real app on a fresh copy of the migrated database. */
+export async function createTestContext(options: TestAppOptions = {}): Promise<TestContext> {
+  const database = await createTestDatabase();
+  if (options.fixture !== false) await seedFixture(database.db);
+  const config = loadConfig({ ...FIXTURE_ENV, ...options.env, DATABASE_URL: database.url });
+  const app = await buildApp({ config, db: database.db });
+  await options.beforeReady?.(app);
+  await app.ready();
+  return {
+    app,
+    db: database.db,
+    database,
+    config,
+    close: async () => {
+      await app.close();
+      await database.drop();
+    },
+  };
+}
+
+export interface ApiRequest {
+  method?: InjectOptions['method'];
+  url: string;
+  /** Fixture user whose credentials are sent. */
+  as?: FixtureUser;
+  /** Sent urlencoded; values are sent as given. */
+  form?: Record<string, string> | [string, string][];
+  headers?: Record<string, string>;
+  host?: string;
+  payload?: InjectOptions['payload'];
+}
+
+export function api(app: FastifyInstance, request: ApiRequest): Promise<LightMyRequestResponse> {
+  const headers: Record<string, string> = { host: request.host ?? 'chat.example.com', ...request.headers };
+  if (request.as) headers.authorization = auth(request.as);
+  let payload = request.payload;
+  if (request.form) {
+    headers['content-type'] = 'application/x-www-form-urlencoded';
+    payload = new URLSearchParams(request.form).toString();
+  }
+  return app.inject({ method: request.method ?? 'GET', url: request.url, headers, ...(payload !== undefined && { payload }) });
+}
+
+/** Multipart body with the given text fields (and optionally a file part). */
+export function multipart(fields: Record<string, string>, file?: { name: string; filename: string; content: string }) {
+  const boundary = 'testboundary7MA4YWxkTrZu0gW';
+  let body = '';
+  for (const [name, value] of Object.entries(fields)) {
+    body += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+  }
+  if (file) {
+    body += `--${boundary}\r\nContent-Disposition: form-data; name="${file.name}"; filename="${file.filename}"\r\n` +
+      `Content-Type: application/octet-stream\r\n\r\n${file.content}\r\n`;
+  }
+  body += `--${boundary}--\r\n`;
+  return { payload: body, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } };
+}
