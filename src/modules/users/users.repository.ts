@@ -1,0 +1,122 @@
+import type { ExpressionBuilder } from 'kysely';
+import { jsonArrayFrom } from 'kysely/helpers/postgres';
+import type { Database } from '../../db/database.js';
+import type { DB } from '../../db/types.js';
+import type { UserRecord } from './users.serializers.js';
+
+/**
+ * User lookups for the user endpoints and register. Each function is ONE statement: profile values
+ * and the guest-access fact are correlated subqueries, so the cost in round trips never depends on
+ * the number of users or profile fields.
+ */
+
+export interface UserLoadOptions {
+  /** Load every custom profile field value of each user. */
+  withProfileData: boolean;
+  /**
+   * Id of a restricted viewer (spec §2.4): also load whether each user shares an active
+   * subscription with them. Omit for everyone else.
+   */
+  sharedChannelsWithUserId?: number;
+}
+
+const USER_COLUMNS = [
+  'users.id', 'users.realm_id', 'users.delivery_email', 'users.full_name', 'users.date_joined', 'users.is_active',
+  'users.role', 'users.bot_type', 'users.bot_owner_id', 'users.timezone', 'users.avatar_source', 'users.avatar_version',
+  'users.email_address_visibility', 'users.is_imported_stub', 'users.is_deleted',
+] as const;
+
+const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
+  jsonArrayFrom(
+    eb
+      .selectFrom('custom_profile_field_values as v')
+      .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
+      .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
+      .whereRef('v.user_id', '=', 'users.id')
+      .whereRef('v.realm_id', '=', 'users.realm_id')
+      .orderBy('v.field_id'),
+  );
+
+// Archived channels count too (spec §2.4 row 5), so the channel itself is not consulted.
+const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: number) =>
+  eb.exists(
+    eb
+      .selectFrom('subscriptions as mine')
+      .innerJoin('subscriptions as theirs', 'theirs.stream_id', 'mine.stream_id')
+      .select(eb.lit(1).as('one'))
+      .where('mine.user_id', '=', viewerId)
+      .where('mine.active', '=', true)
+      .whereRef('mine.realm_id', '=', 'users.realm_id')
+      .whereRef('theirs.user_id', '=', 'users.id')
+      .where('theirs.active', '=', true),
+  );
+
+function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
+  const viewerId = options.sharedChannelsWithUserId;
+  return db
+    .selectFrom('users')
+    .select(USER_COLUMNS)
+    .$if(options.withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+    .$if(viewerId !== undefined, (qb) => qb.select((eb) => sharesActiveChannel(eb, viewerId!).as('shares_channel')))
+    .where('users.realm_id', '=', realmId);
+}
+
+type UserRow = Awaited<ReturnType<ReturnType<typeof selectUsers>['executeTakeFirstOrThrow']>>;
+
+function toUserRecord(row: UserRow): UserRecord {
+  return {
+    id: row.id,
+    realmId: row.realm_id,
+    deliveryEmail: row.delivery_email,
+    fullName: row.full_name,
+    dateJoined: row.date_joined,
+    isActive: row.is_active,
+    role: row.role,
+    botType: row.bot_type,
+    botOwnerId: row.bot_owner_id,
+    timezone: row.timezone,
+    avatarSource: row.avatar_source,
+    avatarVersion: row.avatar_version,
+    emailAddressVisibility: row.email_address_visibility,
+    isImportedStub: row.is_imported_stub,
+    isDeleted: row.is_deleted,
+    ...(row.profile_values && {
+      profileValues: row.profile_values.map((value) => ({
+        fieldId: value.field_id,
+        fieldType: value.field_type,
+        value: value.value,
+        renderedValue: value.rendered_value,
+      })),
+    }),
+    ...(row.shares_channel !== undefined && { sharesActiveChannelWithViewer: row.shares_channel === true }),
+  };
+}
+
+export async function findUserById(
+  db: Database,
+  realmId: number,
+  userId: number,
+  options: UserLoadOptions,
+): Promise<UserRecord | undefined> {
+  const row = await selectUsers(db, realmId, options).where('users.id', '=', userId).executeTakeFirst();
+  return row && toUserRecord(row);
+}
+
+/** By delivery email, ignoring case (served by the users_realm_email_key index). */
+export async function findUserByDeliveryEmail(
+  db: Database,
+  realmId: number,
+  email: string,
+  options: UserLoadOptions,
+): Promise<UserRecord | undefined> {
+  const row = await selectUsers(db, realmId, options)
+    .where((eb) => eb(eb.fn('lower', ['users.delivery_email']), '=', eb.fn('lower', [eb.val(email)])))
+    .executeTakeFirst();
+  return row && toUserRecord(row);
+}
+
+/** Every user of the organization (active, deactivated, bots), ascending by id. */
+export async function listRealmUsers(db: Database, realmId: number, options: UserLoadOptions): Promise<UserRecord[]> {
+  const rows = await selectUsers(db, realmId, options).orderBy('users.id').execute();
+  return rows.map(toUserRecord);
+}

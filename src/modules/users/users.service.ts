@@ -1,0 +1,90 @@
+import type { Config } from '../../config.js';
+import type { Database } from '../../db/database.js';
+import { badRequest } from '../../http/errors.js';
+import { fakeEmailDomain } from '../../lib/hosts.js';
+import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer } from './users.access.js';
+import { findUserByDeliveryEmail, findUserById, listRealmUsers, type UserLoadOptions } from './users.repository.js';
+import {
+  type ApiUser,
+  buildInaccessibleUserPlaceholder,
+  buildUserObject,
+  type UserObjectOptions,
+  type UserRecord,
+} from './users.serializers.js';
+
+/** The lookups of GET /users/{user_id}, /users/{email} and /users (spec §3.5–§3.7). */
+
+export type UserViewerInRealm = UserViewer & { realmId: number };
+
+const MAX_USER_ID = 2147483647;
+const DIGITS = /^[0-9]+$/;
+
+const noSuchUser = () => badRequest('No such user');
+
+/** A path's digit string as a user id, or undefined when outside PostgreSQL's integer range. */
+export function parseUserId(digits: string): number | undefined {
+  const value = Number(digits);
+  return Number.isSafeInteger(value) && value >= 1 && value <= MAX_USER_ID ? value : undefined;
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** The id digits of a dummy address `user<id>@<fake domain>` (exact, case-sensitive), if it is one. */
+export function dummyAddressDigits(value: string, fakeDomain: string): string | undefined {
+  return new RegExp(`^user([0-9]+)@${escapeRegExp(fakeDomain)}$`).exec(value)?.[1];
+}
+
+function loadOptions(viewer: UserViewerInRealm, options: UserObjectOptions): UserLoadOptions {
+  return {
+    withProfileData: options.includeCustomProfileFields,
+    ...(isRestrictedViewer(viewer) && { sharedChannelsWithUserId: viewer.id }),
+  };
+}
+
+async function findTarget(
+  db: Database,
+  config: Config,
+  viewer: UserViewerInRealm,
+  pathValue: string,
+  load: UserLoadOptions,
+): Promise<UserRecord | undefined> {
+  const idDigits = DIGITS.test(pathValue) ? pathValue : dummyAddressDigits(pathValue, fakeEmailDomain(viewer.realmSubdomain, config));
+  if (idDigits !== undefined) {
+    const userId = parseUserId(idDigits);
+    return userId === undefined ? undefined : findUserById(db, viewer.realmId, userId, load);
+  }
+  // A hidden address behaves exactly like an unknown one (spec §3.6 step 2).
+  const target = await findUserByDeliveryEmail(db, viewer.realmId, pathValue.trim(), load);
+  return target && canSeeDeliveryEmail(viewer, target) ? target : undefined;
+}
+
+/** One user by id digits, dummy address or delivery email, as the path segment names it. */
+export async function getUserForViewer(
+  db: Database,
+  config: Config,
+  viewer: UserViewerInRealm,
+  pathValue: string,
+  options: UserObjectOptions,
+): Promise<ApiUser> {
+  const target = await findTarget(db, config, viewer, pathValue, loadOptions(viewer, options));
+  if (!target) throw noSuchUser();
+  if (!canAccessUser(viewer, target)) throw badRequest('Insufficient permission');
+  return buildUserObject(viewer, target, options, config);
+}
+
+/** Every user of the viewer's organization; inaccessible ones replaced in place by placeholders. */
+export async function listUsersForViewer(
+  db: Database,
+  config: Config,
+  viewer: UserViewerInRealm,
+  options: UserObjectOptions,
+): Promise<ApiUser[]> {
+  const users = await listRealmUsers(db, viewer.realmId, loadOptions(viewer, options));
+  return users.map((user) =>
+    canAccessUser(viewer, user)
+      ? buildUserObject(viewer, user, options, config)
+      : buildInaccessibleUserPlaceholder(viewer, user.id, config, options),
+  );
+}
