@@ -1,0 +1,161 @@
+import { type Kysely, sql } from 'kysely';
+import type { DB } from '../../db/types.js';
+import type { BooleanColumn, SettingColumn } from './subscriptions.validation.js';
+
+/** Kysely<DB> or a Transaction<DB> (which extends it). */
+type Executor = Kysely<DB>;
+
+/** The smallest id range of PostgreSQL `integer`; other ids must not reach the database. */
+export const MAX_ID = 2_147_483_647;
+export const isIdInRange = (id: number): boolean => Number.isSafeInteger(id) && id >= 1 && id <= MAX_ID;
+
+export interface ChannelSubscriptionState {
+  streamId: number;
+  inviteOnly: boolean;
+  isWebPublic: boolean;
+  /** The caller has an active subscription. */
+  subscribed: boolean;
+  /** The caller's current settings; null when the caller has no subscription row. */
+  settings: Record<SettingColumn, string | boolean | null> | null;
+}
+
+/**
+ * The caller's view of the given channels, in one query: the channels of the caller's
+ * organization that are not archived, with the caller's subscription state and settings.
+ * Channels absent from the result do not exist for the caller.
+ */
+export async function findChannelSubscriptionStates(
+  db: Executor,
+  caller: { id: number; realmId: number },
+  streamIds: number[],
+): Promise<Map<number, ChannelSubscriptionState>> {
+  const rows = await db
+    .selectFrom('streams as s')
+    .leftJoin('subscriptions as sub', (join) => join.onRef('sub.stream_id', '=', 's.id').on('sub.user_id', '=', caller.id))
+    .select([
+      's.id', 's.invite_only', 's.is_web_public', 'sub.active', 'sub.color', 'sub.is_muted', 'sub.pin_to_top',
+      'sub.desktop_notifications', 'sub.audible_notifications', 'sub.push_notifications', 'sub.email_notifications',
+      'sub.wildcard_mentions_notify',
+    ])
+    .where('s.realm_id', '=', caller.realmId)
+    .where('s.deactivated', '=', false)
+    .where(sql<boolean>`s.id = ANY(${streamIds}::int[])`)
+    .execute();
+  return new Map(
+    rows.map((row) => [
+      row.id,
+      {
+        streamId: row.id,
+        inviteOnly: row.invite_only,
+        isWebPublic: row.is_web_public,
+        subscribed: row.active === true,
+        settings: row.active === null ? null : {
+          color: row.color,
+          is_muted: row.is_muted,
+          pin_to_top: row.pin_to_top,
+          desktop_notifications: row.desktop_notifications,
+          audible_notifications: row.audible_notifications,
+          push_notifications: row.push_notifications,
+          email_notifications: row.email_notifications,
+          wildcard_mentions_notify: row.wildcard_mentions_notify,
+        },
+      },
+    ]),
+  );
+}
+
+/** Final values for one subscription; undefined columns stay as they are. */
+export type SettingValues = { color?: string } & { [column in BooleanColumn]?: boolean };
+
+/** Writes the final settings of every changed subscription of the user in one statement. */
+export async function updateSubscriptionSettings(
+  db: Executor,
+  caller: { id: number; realmId: number },
+  updates: Map<number, SettingValues>,
+): Promise<void> {
+  if (updates.size === 0) return;
+  const streamIds = [...updates.keys()];
+  const values = [...updates.values()];
+  const booleans = (column: BooleanColumn) => values.map((value) => value[column] ?? null);
+  // NULL in a column array means "not changed": the API can never set a setting back to NULL.
+  await sql`
+    UPDATE subscriptions AS sub SET
+      color = COALESCE(v.color, sub.color),
+      is_muted = COALESCE(v.is_muted, sub.is_muted),
+      pin_to_top = COALESCE(v.pin_to_top, sub.pin_to_top),
+      desktop_notifications = COALESCE(v.desktop_notifications, sub.desktop_notifications),
+      audible_notifications = COALESCE(v.audible_notifications, sub.audible_notifications),
+      push_notifications = COALESCE(v.push_notifications, sub.push_notifications),
+      email_notifications = COALESCE(v.email_notifications, sub.email_notifications),
+      wildcard_mentions_notify = COALESCE(v.wildcard_mentions_notify, sub.wildcard_mentions_notify)
+    FROM unnest(
+      ${streamIds}::int[], ${values.map((value) => value.color ?? null)}::text[], ${booleans('is_muted')}::boolean[],
+      ${booleans('pin_to_top')}::boolean[], ${booleans('desktop_notifications')}::boolean[],
+      ${booleans('audible_notifications')}::boolean[], ${booleans('push_notifications')}::boolean[],
+      ${booleans('email_notifications')}::boolean[], ${booleans('wildcard_mentions_notify')}::boolean[]
+    ) AS v(stream_id, color, is_muted, pin_to_top, desktop_notifications, audible_notifications, push_notifications,
+           email_notifications, wildcard_mentions_notify)
+    WHERE sub.user_id = ${caller.id} AND sub.realm_id = ${caller.realmId} AND sub.stream_id = v.stream_id
+  `.execute(db);
+}
+
+export interface AuditEntry {
+  streamId: number;
+  /** The stored setting name (is_muted for in_home_view). */
+  property: SettingColumn;
+  oldValue: string | boolean | null;
+  newValue: string | boolean;
+}
+
+/** Appends one audit row per applied change, in order, in one statement. */
+export async function insertSubscriptionAuditRows(
+  db: Executor,
+  caller: { id: number; realmId: number },
+  entries: AuditEntry[],
+): Promise<void> {
+  if (entries.length === 0) return;
+  await sql`
+    INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value)
+    SELECT ${caller.realmId}, ${caller.id}, a.stream_id, a.property, a.old_value::jsonb, a.new_value::jsonb
+    FROM unnest(
+      ${entries.map((entry) => entry.streamId)}::int[], ${entries.map((entry) => entry.property)}::text[],
+      ${entries.map((entry) => JSON.stringify(entry.oldValue))}::text[],
+      ${entries.map((entry) => JSON.stringify(entry.newValue))}::text[]
+    ) WITH ORDINALITY AS a(stream_id, property, old_value, new_value, ord)
+    ORDER BY a.ord
+  `.execute(db);
+}
+
+/**
+ * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
+ * optionally with each channel's active subscribers (active users), all in one query.
+ */
+export function listActiveSubscriptionRows(
+  db: Executor,
+  user: { id: number; realmId: number },
+  includeSubscribers: boolean,
+) {
+  return db
+    .selectFrom('subscriptions as sub')
+    .innerJoin('streams as s', 's.id', 'sub.stream_id')
+    .select([
+      's.id as stream_id', 's.name', 's.description', 's.rendered_description', 's.creator_id', 's.date_created',
+      's.invite_only', 's.is_web_public', 's.history_public_to_subscribers', 's.message_retention_days',
+      'sub.color', 'sub.is_muted', 'sub.pin_to_top', 'sub.desktop_notifications', 'sub.audible_notifications',
+      'sub.push_notifications', 'sub.email_notifications', 'sub.wildcard_mentions_notify',
+    ])
+    .select(
+      (includeSubscribers
+        ? sql<number[]>`ARRAY(
+            SELECT other.user_id FROM subscriptions other JOIN users u ON u.id = other.user_id
+            WHERE other.stream_id = s.id AND other.active AND u.is_active ORDER BY other.user_id)`
+        : sql<number[] | null>`NULL`
+      ).as('subscribers'),
+    )
+    .where('sub.user_id', '=', user.id)
+    .where('sub.realm_id', '=', user.realmId)
+    .where('sub.active', '=', true)
+    .where('s.deactivated', '=', false)
+    .orderBy(sql`s.name COLLATE "C"`)
+    .execute();
+}

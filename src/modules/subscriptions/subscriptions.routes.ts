@@ -1,0 +1,44 @@
+import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
+import type { AppDeps } from '../../app.js';
+import { success } from '../../http/envelope.js';
+import { asString, jsonBoolean, jsonList } from '../../http/params.js';
+import { applySubscriptionChanges, listSubscriptions } from './subscriptions.service.js';
+import {
+  checkBulkEntries,
+  checkSettingChange,
+  parseChannelIdSegment,
+  parseSingleValue,
+} from './subscriptions.validation.js';
+
+/** Subscription settings (spec §3.2–§3.4). */
+export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
+  app.get('/api/v1/users/me/subscriptions', async (request) => {
+    const params = request.zulipParams;
+    const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
+    const subscriptions = await listSubscriptions(db, request.caller, { includeSubscribers });
+    return success(request, { subscriptions });
+  });
+
+  app.post('/api/v1/users/me/subscriptions/properties', async (request) => {
+    const params = request.zulipParams;
+    const entries = params.required('subscription_data', jsonList);
+    const { changes, shapeError } = checkBulkEntries(entries);
+    await applySubscriptionChanges(db, request.caller, changes, shapeError);
+    return success(request);
+  });
+
+  // PATCH (Zulip) and POST (the brief) behave identically (spec §4 row 1).
+  const updateOneSetting: RouteHandlerMethod = async (request) => {
+    const { stream_id: digits } = request.params as { stream_id: string };
+    const params = request.zulipParams;
+    const property = params.required('property', asString);
+    const value = params.required('value', parseSingleValue);
+    const change = checkSettingChange(parseChannelIdSegment(digits), property, value);
+    await applySubscriptionChanges(db, request.caller, [change]);
+    return success(request);
+  };
+  // Digits only: any other segment is not this route (404 from the router).
+  const singlePath = '/api/v1/users/me/subscriptions/:stream_id(^\\d+$)';
+  app.patch(singlePath, updateOneSetting);
+  app.post(singlePath, updateOneSetting);
+};

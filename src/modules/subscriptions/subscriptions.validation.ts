@@ -1,0 +1,114 @@
+import { type ApiError, badRequest } from '../../http/errors.js';
+import { checkDict, checkInteger, checkString, keyPath, requireKey } from '../../http/params.js';
+
+/**
+ * The property/value rules of the subscription-setting endpoints (spec §2.8), shared by the bulk
+ * endpoint (§3.2 checks a–e) and the single-channel endpoint (§3.3). Pure: no database.
+ */
+
+/** Subscription columns the API can change. */
+export type SettingColumn =
+  | 'color'
+  | 'is_muted'
+  | 'pin_to_top'
+  | 'desktop_notifications'
+  | 'audible_notifications'
+  | 'push_notifications'
+  | 'email_notifications'
+  | 'wildcard_mentions_notify';
+
+/** Property names clients may send: the columns plus the legacy in_home_view. */
+export type SettingProperty = SettingColumn | 'in_home_view';
+
+export const BOOLEAN_COLUMNS = [
+  'is_muted',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
+] as const satisfies readonly SettingColumn[];
+
+export type BooleanColumn = (typeof BOOLEAN_COLUMNS)[number];
+
+const PROPERTIES = new Set<string>(['color', 'in_home_view', ...BOOLEAN_COLUMNS]);
+
+// JavaScript's `$` (without the m flag) does not match before a trailing newline, unlike Python's.
+const HEX_COLOR = /^#[0-9a-fA-F]{3,6}$/;
+
+/** One requested change, checked against the property rules. */
+export interface SettingChange {
+  streamId: number;
+  property: SettingProperty;
+  /** The value as requested (what the events carry for `property`). */
+  value: string | boolean;
+  /** The stored column and value (in_home_view is stored as is_muted = !value). */
+  column: SettingColumn;
+  stored: string | boolean;
+}
+
+/**
+ * Applies the value rule of `property` (spec §2.8). `colorErrorPrefix` is the bulk endpoint's
+ * `Invalid subscription_data[i]: Value error, `; the single-channel endpoint has none.
+ */
+export function checkSettingChange(streamId: number, property: string, value: unknown, colorErrorPrefix = ''): SettingChange {
+  if (!PROPERTIES.has(property)) throw badRequest(`Unknown subscription property: ${property}`);
+  if (property === 'color') {
+    if (typeof value !== 'string' || !HEX_COLOR.test(value)) {
+      throw badRequest(`${colorErrorPrefix}color is not a valid hex color code`);
+    }
+    return { streamId, property, value, column: 'color', stored: value };
+  }
+  if (typeof value !== 'boolean') throw badRequest(`${property} is not a boolean`);
+  if (property === 'in_home_view') return { streamId, property, value, column: 'is_muted', stored: !value };
+  const column = property as BooleanColumn;
+  return { streamId, property: column, value, column, stored: value };
+}
+
+/** Checks a–e of one bulk entry (spec §3.2), in order; throws the entry's first failure. */
+function checkBulkEntry(entry: unknown, index: number): SettingChange {
+  const name = `subscription_data[${index}]`;
+  const object = checkDict(entry, name);
+  const streamId = checkInteger(requireKey(object, 'stream_id', name), keyPath(name, 'stream_id'));
+  const property = checkString(requireKey(object, 'property', name), keyPath(name, 'property'));
+  const value = requireKey(object, 'value', name);
+  return checkSettingChange(streamId, property, value, `Invalid ${name}: Value error, `);
+}
+
+export interface CheckedBulkEntries {
+  /** The entries before the first structurally invalid one, all of them when none is. */
+  changes: SettingChange[];
+  /** The error of entry `changes.length`, if that entry failed checks a–e. */
+  shapeError?: ApiError;
+}
+
+/**
+ * Runs checks a–e over the list up to the first failing entry. Entries before it may still fail
+ * the channel checks f–g, which take precedence because their index is lower.
+ */
+export function checkBulkEntries(entries: unknown[]): CheckedBulkEntries {
+  const changes: SettingChange[] = [];
+  for (const [index, entry] of entries.entries()) {
+    try {
+      changes.push(checkBulkEntry(entry, index));
+    } catch (error) {
+      return { changes, shapeError: error as ApiError };
+    }
+  }
+  return { changes };
+}
+
+/** Single-channel `value` (spec §3.3): JSON true/false is a boolean, anything else the raw text. */
+export function parseSingleValue(raw: string): string | boolean {
+  try {
+    const parsed: unknown = JSON.parse(raw);
+    if (typeof parsed === 'boolean') return parsed;
+  } catch {
+    // not JSON: a string value
+  }
+  return raw;
+}
+
+/** The path's digit string as a number; values beyond the id range simply match no channel. */
+export const parseChannelIdSegment = (digits: string): number => Number(digits);

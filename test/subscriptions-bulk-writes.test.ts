@@ -1,0 +1,157 @@
+import { sql } from 'kysely';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { createQueue, ids, queueEvents } from './helpers/fixture.js';
+import { auditRows, bulk, OK, PROPERTIES_URL, subscriptionOf, writableState } from './subscriptions-helpers.js';
+
+/** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
+
+const { U, P, Q, W } = ids;
+
+let ctx: TestContext;
+beforeEach(async () => {
+  ctx = await createTestContext();
+  // More than one subscription, so that entries touch several rows.
+  await ctx.db.insertInto('subscriptions').values([
+    { realm_id: 1, user_id: U, stream_id: Q },
+    { realm_id: 1, user_id: U, stream_id: W },
+  ]).execute();
+});
+afterEach(() => ctx.close());
+
+const PROPERTY_CYCLE = [
+  (i: number) => ({ property: 'color', value: `#${(i % 4096).toString(16).padStart(3, '0')}` }),
+  (i: number) => ({ property: 'is_muted', value: i % 3 === 0 }),
+  (i: number) => ({ property: 'in_home_view', value: i % 5 === 0 }),
+  (i: number) => ({ property: 'pin_to_top', value: i % 2 === 0 }),
+  (i: number) => ({ property: 'desktop_notifications', value: i % 7 === 0 }),
+  (i: number) => ({ property: 'wildcard_mentions_notify', value: i % 2 === 1 }),
+];
+
+/** n valid entries spread over U's three subscriptions and every kind of property. */
+function entries(n: number) {
+  const streams = [P, Q, W];
+  return Array.from({ length: n }, (_, i) => ({ stream_id: streams[i % streams.length]!, ...PROPERTY_CYCLE[i % PROPERTY_CYCLE.length]!(i) }));
+}
+
+/** What the entries should leave behind: the last value per (stream, stored column). */
+function expectedFinal(list: ReturnType<typeof entries>) {
+  const final = new Map<number, Record<string, unknown>>();
+  for (const entry of list) {
+    const row = final.get(entry.stream_id) ?? {};
+    if (entry.property === 'in_home_view') row.is_muted = !entry.value;
+    else row[entry.property] = entry.value;
+    final.set(entry.stream_id, row);
+  }
+  return final;
+}
+
+const eventCount = (list: ReturnType<typeof entries>) =>
+  list.reduce((sum, entry) => sum + (entry.property === 'is_muted' || entry.property === 'in_home_view' ? 2 : 1), 0);
+
+describe('bulk update cost and scale', () => {
+  it('runs the same number of statements for 1 and for 500 entries', async () => {
+    await createQueue(ctx.db, 'U');
+    await createQueue(ctx.db, 'U');
+    const count = async (n: number) => {
+      ctx.database.statements.length = 0;
+      const res = await bulk(ctx, entries(n));
+      expect(res.body).toBe(OK);
+      return ctx.database.statements.length;
+    };
+    const one = await count(1);
+    const many = await count(500);
+    expect(many).toBe(one);
+    // authentication, begin, lock, validation, settings, audit, events, commit
+    expect(one).toBe(8);
+  });
+
+  it('a failing request costs no more than a successful one, and a shape error at index 0 needs no query', async () => {
+    ctx.database.statements.length = 0;
+    await bulk(ctx, [...entries(300), { stream_id: 999999, property: 'pin_to_top', value: true }]);
+    // authentication, begin, lock, validation, rollback: nothing is written
+    expect(ctx.database.statements).toHaveLength(5);
+    expect(ctx.database.statements.at(-1)).toBe('rollback');
+    ctx.database.statements.length = 0;
+    await bulk(ctx, [5, ...entries(300)]);
+    expect(ctx.database.statements).toHaveLength(1); // authentication only
+  });
+
+  it('applies 10,000 entries in one request', async () => {
+    const queue = await createQueue(ctx.db, 'U');
+    const list = entries(10_000);
+    const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(list) }) });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    for (const [streamId, values] of expectedFinal(list)) {
+      expect(await subscriptionOf(ctx, U, streamId)).toMatchObject(values);
+    }
+    const events = await queueEvents(ctx.db, queue);
+    expect(events).toHaveLength(eventCount(list));
+    expect(events.map((e) => e.id)).toEqual(events.map((_, index) => index));
+    expect(events.at(-1)).toMatchObject({ property: list.at(-1)!.property, value: list.at(-1)!.value, stream_id: list.at(-1)!.stream_id });
+    expect(await auditRows(ctx)).toHaveLength(10_000);
+  });
+});
+
+describe('bulk update atomicity', () => {
+  it('a failure after the writes rolls back the settings, the audit rows and the events', async () => {
+    const queue = await createQueue(ctx.db, 'U');
+    // Make the last statement of the transaction (appending events) fail.
+    await sql`CREATE FUNCTION fail_events() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'injected failure'; END $$`.execute(ctx.db);
+    await sql`CREATE TRIGGER fail_events BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION fail_events()`.execute(ctx.db);
+    const before = await writableState(ctx);
+    const res = await bulk(ctx, [{ stream_id: P, property: 'color', value: '#ffffff' }]);
+    expect(res.statusCode).toBe(500);
+    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(await writableState(ctx)).toEqual(before);
+    expect(await queueEvents(ctx.db, queue)).toEqual([]);
+  });
+});
+
+describe('bulk update concurrency', () => {
+  it('20 simultaneous requests by U serialize: each one whole, events contiguous and numbered', async () => {
+    const queue = await createQueue(ctx.db, 'U');
+    const requests = Array.from({ length: 20 }, (_, i) => ({
+      color: `#${(0x100000 + i).toString(16)}`,
+      pin: i % 2 === 0,
+      data: [
+        { stream_id: P, property: 'color', value: `#${(0x100000 + i).toString(16)}` },
+        { stream_id: P, property: 'pin_to_top', value: i % 2 === 0 },
+        { stream_id: Q, property: 'is_muted', value: i % 2 === 1 },
+      ],
+    }));
+    const responses = await Promise.all(requests.map((request) => bulk(ctx, request.data)));
+    for (const res of responses) expect(res.body).toBe(OK);
+
+    const events = await queueEvents(ctx.db, queue);
+    expect(events).toHaveLength(20 * 4);
+    expect(events.map((e) => e.id)).toEqual(events.map((_, index) => index));
+    const seen = new Set<number>();
+    for (let set = 0; set < 20; set++) {
+      const [color, pin, inHomeView, muted] = events.slice(set * 4, set * 4 + 4);
+      const index = requests.findIndex((request) => request.color === color!.value);
+      expect(index).toBeGreaterThanOrEqual(0);
+      seen.add(index);
+      const request = requests[index]!;
+      expect([color!.property, pin!.property, inHomeView!.property, muted!.property]).toEqual(['color', 'pin_to_top', 'in_home_view', 'is_muted']);
+      expect(pin!.value).toBe(request.pin);
+      expect(muted!.value).toBe(request.data[2]!.value);
+      expect(inHomeView!.value).toBe(!request.data[2]!.value);
+    }
+    expect(seen.size).toBe(20);
+
+    // The final state is that of the request whose events came last.
+    const last = requests.find((request) => request.color === events.at(-4)!.value)!;
+    expect(await subscriptionOf(ctx, U, P)).toMatchObject({ color: last.color, pin_to_top: last.pin });
+    expect((await subscriptionOf(ctx, U, Q)).is_muted).toBe(last.data[2]!.value);
+    // Each request read the values the previous one left: the audit rows form one chain.
+    const audit = await auditRows(ctx);
+    expect(audit).toHaveLength(60);
+    const colors = audit.filter((row) => row.property === 'color');
+    expect(colors[0]!.old_value).toBe('#76ce90');
+    for (let i = 1; i < colors.length; i++) expect(colors[i]!.old_value).toBe(colors[i - 1]!.new_value);
+    expect(colors.map((row) => row.new_value)).toEqual(events.filter((e) => e.property === 'color').map((e) => e.value));
+  });
+});
