@@ -1,0 +1,53 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { AppDeps } from '../../app.js';
+import { success } from '../../http/envelope.js';
+import { badRequest } from '../../http/errors.js';
+import { jsonBoolean, trimmedString } from '../../http/params.js';
+import { listNavigationViews } from './navigation-views.repository.js';
+import { addNavigationView, changeNavigationView, removeNavigationView } from './navigation-views.service.js';
+
+const withinLimit = trimmedString(500);
+
+/** A trimmed, non-blank fragment or name of at most 500 characters that PostgreSQL text can store. */
+function viewText(raw: string, name: string): string {
+  const value = withinLimit(raw, name);
+  if (value.includes('\0')) throw badRequest(`${name} cannot contain NUL characters`);
+  return value;
+}
+
+/** The path's fragment: the router's percent-decoded rest of the path, used verbatim (spec §3.10). */
+const pathFragment = (request: FastifyRequest): string => (request.params as { '*': string })['*'];
+
+/** Navigation views of the caller (spec §3.8–§3.11). */
+export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
+  app.get('/api/v1/navigation_views', async (request) => {
+    const { caller } = request;
+    const views = await listNavigationViews(db, caller.realmId, caller.id);
+    return success(request, { navigation_views: views });
+  });
+
+  app.post('/api/v1/navigation_views', async (request) => {
+    const params = request.zulipParams;
+    const fragment = params.required('fragment', viewText);
+    const isPinned = params.required('is_pinned', jsonBoolean);
+    const name = params.optional('name', viewText);
+    await addNavigationView(db, request.caller, { fragment, is_pinned: isPinned, name });
+    return success(request);
+  });
+
+  app.patch('/api/v1/navigation_views/*', async (request) => {
+    const params = request.zulipParams;
+    const isPinned = params.optional('is_pinned', jsonBoolean);
+    const name = params.optional('name', viewText);
+    await changeNavigationView(db, request.caller, pathFragment(request), {
+      ...(name !== undefined && { name }),
+      ...(isPinned !== undefined && { is_pinned: isPinned }),
+    });
+    return success(request);
+  });
+
+  app.delete('/api/v1/navigation_views/*', async (request) => {
+    await removeNavigationView(db, request.caller, pathFragment(request));
+    return success(request);
+  });
+};
