@@ -1,4 +1,4 @@
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
@@ -7,7 +7,10 @@ import { isDatabaseUnavailable } from './http/db-errors.js';
 import { registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
+import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
+import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
+import { userRoutes } from './modules/users/users.routes.js';
 
 export interface AppDeps {
   config: Config;
@@ -22,14 +25,15 @@ declare module 'fastify' {
 }
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [navigationViewRoutes, subscriptionRoutes, userRoutes];
 
 function toApiError(error: FastifyError | Error, config: Config): ApiError | undefined {
   if (error instanceof ApiError) return error;
   if (isDatabaseUnavailable(error)) return serviceUnavailable(config.retryAfterSeconds);
   const code = (error as FastifyError).code;
   if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return bodyTooLarge();
-  if (code === 'FST_ERR_BAD_URL') return notFound();
+  // Undecodable paths and over-long path parameters name no resource.
+  if (code === 'FST_ERR_BAD_URL' || code === 'FST_ERR_MAX_PARAM_LENGTH') return notFound();
   if (code?.startsWith('FST_ERR_CTP_')) return malformedBody();
   return undefined;
 }
@@ -42,6 +46,11 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy,
     routerOptions: { maxParamLength: 8000 },
+    // Errors Fastify raises before routing (bad percent-encoding) go through the same envelope.
+    frameworkErrors: (error, _request, reply) => {
+      const apiError = toApiError(error, config) ?? new ApiError(400, 'Malformed request');
+      void (reply as FastifyReply).code(apiError.statusCode).headers(apiError.headers).send(apiError.toBody());
+    },
   });
 
   const routes = trackRoutes(app);

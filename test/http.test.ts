@@ -1,0 +1,158 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+
+let ctx: TestContext;
+beforeAll(async () => {
+  ctx = await createTestContext({
+    beforeReady: (app) => {
+      // A handler failing unexpectedly (spec case 17).
+      app.get('/api/v1/test-fault', async () => {
+        throw new Error('secret detail');
+      });
+    },
+  });
+});
+afterAll(() => ctx.close());
+
+const NOT_FOUND = JSON.stringify({ result: 'error', msg: 'Not Found', code: 'BAD_REQUEST' });
+
+describe('routing (spec §1.1, cases 1–7)', () => {
+  it('case 1: unknown paths are 404, with or without credentials, and touch no database', async () => {
+    ctx.database.statements.length = 0;
+    for (const as of ['U', undefined] as const) {
+      for (const url of ['/api/v1/nope', '/api/v2/users', '/nope', '/api/v1//users', '/api/v1/users/%E0%A4%A']) {
+        const res = await api(ctx.app, { url, ...(as && { as }) });
+        expect(res.statusCode, url).toBe(404);
+        expect(res.body).toBe(NOT_FOUND);
+        expect(res.headers['content-type']).toMatch(/^application\/json/);
+      }
+    }
+    expect(ctx.database.statements).toEqual([]);
+  });
+
+  it('case 2: a wrong method is 405 with Allow, with or without credentials', async () => {
+    for (const as of ['U', undefined] as const) {
+      const res = await api(ctx.app, { url: '/api/v1/users/me/subscriptions/properties', ...(as && { as }) });
+      expect(res.statusCode).toBe(405);
+      expect(res.headers.allow).toBe('POST');
+      expect(res.headers['content-type']).toMatch(/^application\/json/);
+      expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['POST'] }));
+    }
+  });
+
+  it('case 3: method lists are sorted, with HEAD wherever GET is', async () => {
+    const cases: [string, string, string[]][] = [
+      ['GET', '/api/v1/users/me/subscriptions/100', ['PATCH', 'POST']],
+      ['DELETE', '/api/v1/users/14', ['GET', 'HEAD']],
+      ['DELETE', '/api/v1/navigation_views', ['GET', 'HEAD', 'POST']],
+      ['POST', '/api/v1/users/me/subscriptions', ['GET', 'HEAD']],
+    ];
+    for (const [method, url, allowed] of cases) {
+      const res = await api(ctx.app, { method: method as 'GET', url });
+      expect(res.statusCode, `${method} ${url}`).toBe(405);
+      expect(res.json().allowed_methods).toEqual(allowed);
+      expect(res.headers.allow).toBe(allowed.join(', '));
+    }
+  });
+
+  it('case 4: OPTIONS lists the methods without credentials; unknown paths stay 404', async () => {
+    const res = await api(ctx.app, { method: 'OPTIONS', url: '/api/v1/navigation_views/inbox' });
+    expect(res.statusCode).toBe(204);
+    expect(res.headers.allow).toBe('DELETE, PATCH');
+    expect(res.body).toBe('');
+    const unknown = await api(ctx.app, { method: 'OPTIONS', url: '/api/v1/nope' });
+    expect(unknown.statusCode).toBe(404);
+  });
+
+  it('case 5: /users/me and /users/ are not routes', async () => {
+    for (const url of ['/api/v1/users/me', '/api/v1/users/', '/api/v1/users/me/nope', '/api/v1/navigation_views/']) {
+      const res = await api(ctx.app, { url, as: 'U' });
+      expect(res.statusCode, url).toBe(404);
+      expect(res.body).toBe(NOT_FOUND);
+    }
+    const deleteMe = await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'U' });
+    expect(deleteMe.statusCode).toBe(404);
+  });
+
+  it('case 6: a non-numeric channel id is not a route', async () => {
+    const res = await api(ctx.app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/abc', as: 'U' });
+    expect(res.statusCode).toBe(404);
+    expect(res.body).toBe(NOT_FOUND);
+  });
+
+  it('case 7: HEAD answers like GET without a body; authentication applies', async () => {
+    const ok = await api(ctx.app, { method: 'HEAD', url: '/api/v1/users/14', as: 'U' });
+    expect(ok.statusCode).toBe(200);
+    expect(ok.body).toBe('');
+    const denied = await api(ctx.app, { method: 'HEAD', url: '/api/v1/users/14' });
+    expect(denied.statusCode).toBe(401);
+    expect(denied.headers['www-authenticate']).toBe('Basic realm="zulip"');
+    expect(denied.body).toBe('');
+  });
+});
+
+describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
+  it('case 15: a body over the limit is 413, before authentication', async () => {
+    const big = `subscription_data=${'x'.repeat(2 * 1024 * 1024)}`;
+    for (const headers of [
+      { 'content-type': 'application/x-www-form-urlencoded' },
+      { 'content-type': 'application/json' },
+      { 'content-type': 'multipart/form-data; boundary=abc' },
+    ]) {
+      const res = await api(ctx.app, { method: 'POST', url: '/api/v1/users/me/subscriptions/properties', headers, payload: big });
+      expect(res.statusCode, headers['content-type']).toBe(413);
+      expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' }));
+    }
+  });
+
+  it('case 16: a multipart body without its boundary is malformed', async () => {
+    const res = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      headers: { 'content-type': 'multipart/form-data; boundary=xyz' },
+      payload: 'this body never contains the boundary',
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Malformed request body', code: 'BAD_REQUEST' }));
+    const noBoundary = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      headers: { 'content-type': 'multipart/form-data' },
+      payload: 'x',
+    });
+    expect(noBoundary.statusCode).toBe(400);
+    expect(noBoundary.json().msg).toBe('Malformed request body');
+  });
+
+  it('file parts of a multipart body are neither parameters nor ignored parameters', async () => {
+    const { payload, headers } = multipart({ foo: '1' }, { name: 'upload', filename: 'a.txt', content: 'data' });
+    const res = await api(ctx.app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', headers, payload });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({ result: 'error', msg: "Missing 'fragment' argument", var_name: 'fragment', code: 'REQUEST_VARIABLE_MISSING' });
+  });
+
+  it('case 17: an unexpected failure is a masked 500, logged', async () => {
+    const res = await api(ctx.app, { url: '/api/v1/test-fault', as: 'U' });
+    expect(res.statusCode).toBe(500);
+    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(res.body).not.toContain('secret');
+  });
+
+  it('case 19: every error body begins with result then msg', async () => {
+    const responses = await Promise.all([
+      api(ctx.app, { url: '/api/v1/nope' }),
+      api(ctx.app, { method: 'POST', url: '/api/v1/users/14' }),
+      api(ctx.app, { url: '/api/v1/users/14' }),
+      api(ctx.app, { url: '/api/v1/test-fault', as: 'U' }),
+      api(ctx.app, { url: '/api/v1/server_settings' }),
+    ]);
+    for (const res of responses) expect(Object.keys(res.json()).slice(0, 2)).toEqual(['result', 'msg']);
+  });
+
+  it('operational endpoints answer without credentials', async () => {
+    expect((await api(ctx.app, { url: '/health' })).json()).toEqual({ status: 'ok' });
+    expect((await api(ctx.app, { url: '/ready' })).json()).toEqual({ status: 'ready' });
+  });
+});
