@@ -94,6 +94,8 @@ describe('GET /api/v1/users/{email}', () => {
       'nobody@example.com', 'x@example.com', 'user999999@chat.example.com', 'USER14@chat.example.com',
       'user30@chat.example.com', 'user99999999999999999999@chat.example.com', 'user14@CHAT.EXAMPLE.COM',
       'user14@other.chat.example.com', 'user@chat.example.com', 'user14@chat.example.com.evil',
+      // PostgreSQL text cannot hold NUL: no address has one, and the lookup must not fail.
+      'v%00@example.com', 'v@example.com%00',
     ]) {
       await expectError(path, 'No such user');
     }

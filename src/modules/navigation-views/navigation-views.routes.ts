@@ -3,6 +3,7 @@ import type { AppDeps } from '../../app.js';
 import { success } from '../../http/envelope.js';
 import { badRequest } from '../../http/errors.js';
 import { jsonBoolean, trimmedString } from '../../http/params.js';
+import { isStorableText } from '../../lib/text.js';
 import { listNavigationViews } from './navigation-views.repository.js';
 import { addNavigationView, changeNavigationView, removeNavigationView } from './navigation-views.service.js';
 
@@ -11,7 +12,7 @@ const withinLimit = trimmedString(500);
 /** A trimmed, non-blank fragment or name of at most 500 characters that PostgreSQL text can store. */
 function viewText(raw: string, name: string): string {
   const value = withinLimit(raw, name);
-  if (value.includes('\0')) throw badRequest(`${name} cannot contain NUL characters`);
+  if (!isStorableText(value)) throw badRequest(`${name} cannot contain NUL characters`);
   return value;
 }
 

@@ -3,6 +3,7 @@ import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
 import type { Caller } from '../../http/auth.js';
 import { ApiError, badRequest } from '../../http/errors.js';
+import { isStorableText } from '../../lib/text.js';
 import { type ApiEvent, appendEvents, lockUserEvents } from '../events/events.repository.js';
 import {
   deleteNavigationView,
@@ -33,11 +34,6 @@ const updateMissing = (): ApiError => new ApiError(404, VIEW_MISSING, 'NOT_FOUND
 const removeMissing = (): ApiError => new ApiError(404, VIEW_MISSING, 'BAD_REQUEST');
 const UNIQUE_VIOLATION = '23505';
 
-/**
- * PostgreSQL text cannot hold NUL, so no stored view has such a fragment; a path fragment with one
- * names nothing and is never sent to the database. (Body parameters with NUL are refused earlier.)
- */
-const isStorable = (text: string): boolean => !text.includes('\0');
 
 export interface NewNavigationView {
   fragment: string;
@@ -76,7 +72,7 @@ export async function changeNavigationView(
     ...(changes.is_pinned !== undefined && { is_pinned: changes.is_pinned }),
   };
   await inUserTransaction(db, caller, async (trx) => {
-    const lookup = isStorable(fragment) ? fragment : null;
+    const lookup = isStorableText(fragment) ? fragment : null;
     const matches = await findViewsWithFragmentOrName(trx, caller.realmId, caller.id, lookup, changes.name);
     // A clash with the view's own current name counts too (spec §3.10 check 2).
     if (changes.name !== undefined && matches.some((view) => view.name === changes.name)) throw badRequest(VIEW_EXISTS);
@@ -88,7 +84,7 @@ export async function changeNavigationView(
 
 /** DELETE /navigation_views/{fragment} (spec §3.11). */
 export async function removeNavigationView(db: Database, caller: Caller, fragment: string): Promise<void> {
-  if (!isStorable(fragment)) throw removeMissing();
+  if (!isStorableText(fragment)) throw removeMissing();
   await inUserTransaction(db, caller, async (trx) => {
     const deleted = await deleteNavigationView(trx, caller.realmId, caller.id, fragment);
     if (!deleted) throw removeMissing();

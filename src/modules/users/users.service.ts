@@ -2,6 +2,7 @@ import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import { badRequest } from '../../http/errors.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
+import { isStorableText } from '../../lib/text.js';
 import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer } from './users.access.js';
 import { findUserByDeliveryEmail, findUserById, listRealmUsers, type UserLoadOptions } from './users.repository.js';
 import {
@@ -55,6 +56,7 @@ async function findTarget(
     const userId = parseUserId(idDigits);
     return userId === undefined ? undefined : findUserById(db, viewer.realmId, userId, load);
   }
+  if (!isStorableText(pathValue)) return undefined;
   // A hidden address behaves exactly like an unknown one (spec §3.6 step 2).
   const target = await findUserByDeliveryEmail(db, viewer.realmId, pathValue.trim(), load);
   return target && canSeeDeliveryEmail(viewer, target) ? target : undefined;
