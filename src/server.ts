@@ -22,7 +22,8 @@ async function main(): Promise<void> {
     onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
   });
   await migrateToLatest(handle.db);
-  const app = await buildApp({ config, db: handle.db }, true);
+  // The events listener opens its own LISTEN connection: it needs the URL, embedded or not.
+  const app = await buildApp({ config: { ...config, databaseUrl: url }, db: handle.db }, true);
 
   if (embedded) {
     const demo = await createDemoOrganization(handle.db, config);

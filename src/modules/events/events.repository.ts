@@ -84,3 +84,28 @@ export async function listQueueEvents(db: Database, queueId: string): Promise<Ap
     .execute();
   return rows.map((row) => ({ ...(row.payload as ApiEvent), id: row.id }));
 }
+
+/** Deletes one of the user's queues (its events go with it) and wakes a poll waiting on it. */
+export async function deleteEventQueue(db: Database, owner: { realmId: number; id: number }, queueId: string): Promise<boolean> {
+  const { rows } = await sql`
+    WITH deleted AS (
+      DELETE FROM event_queues WHERE id = ${queueId}::uuid AND user_id = ${owner.id} AND realm_id = ${owner.realmId}
+      RETURNING id
+    )
+    SELECT pg_notify(${EVENTS_CHANNEL}, id::text) FROM deleted
+  `.execute(db);
+  return rows.length > 0;
+}
+
+/**
+ * Deletes the queues idle longer than their lifespan that no live poll holds (spec §2.10 Expiry);
+ * a lease left by a crashed instance runs out by itself.
+ */
+export async function deleteExpiredQueues(db: Database): Promise<number> {
+  const result = await db
+    .deleteFrom('event_queues')
+    .where(sql<boolean>`last_active_at + make_interval(secs => lifespan_seconds) < now()`)
+    .where((eb) => eb.or([eb('poll_lease_until', 'is', null), eb('poll_lease_until', '<', sql<Date>`now()`)]))
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}

@@ -1,0 +1,106 @@
+import type { FastifyBaseLogger } from 'fastify';
+import pg from 'pg';
+import { EVENTS_CHANNEL } from './events.repository.js';
+
+/** Name of the listening session in pg_stat_activity (tests and operators can find it). */
+export const LISTENER_APPLICATION_NAME = 'zulip-events-listener';
+
+const FIRST_RETRY_MS = 250;
+const MAX_RETRY_MS = 5000;
+
+export interface EventListenerOptions {
+  connectionString: string | undefined;
+  connectTimeoutMs: number;
+  log: FastifyBaseLogger;
+  /** A transaction that touched this queue committed (on any instance). */
+  onQueueNotified(queueId: string): void;
+  /** Notifications may have been missed (the connection was lost, or it just came back). */
+  onGap(): void;
+}
+
+/**
+ * One dedicated connection per app instance that LISTENs on the events channel (spec §2.10
+ * Wake-up), reconnecting with backoff when lost. Waiting polls also re-check on their own, so
+ * a lost connection delays answers by at most the re-check interval; it never loses events.
+ */
+export class EventListener {
+  private client: pg.Client | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private retryMs = FIRST_RETRY_MS;
+  private closed = false;
+
+  constructor(private readonly options: EventListenerOptions) {}
+
+  get connected(): boolean {
+    return this.client !== undefined;
+  }
+
+  /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
+  }
+
+  private async connect(): Promise<void> {
+    const { connectionString, log } = this.options;
+    if (this.closed) return;
+    if (connectionString === undefined) {
+      log.warn('no database URL for the events listener: long polls rely on periodic re-checks');
+      return;
+    }
+    const client = new pg.Client({
+      connectionString,
+      connectionTimeoutMillis: this.options.connectTimeoutMs,
+      application_name: LISTENER_APPLICATION_NAME,
+      keepAlive: true,
+    });
+    client.on('notification', (message) => {
+      if (message.channel === EVENTS_CHANNEL && message.payload) this.options.onQueueNotified(message.payload);
+    });
+    client.on('error', (error) => this.lost(client, error));
+    client.on('end', () => this.lost(client));
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${EVENTS_CHANNEL}`);
+    } catch (error) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => undefined);
+      if (!this.closed) log.warn({ err: error }, 'events listener could not connect; retrying');
+      this.scheduleRetry();
+      return;
+    }
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
+    this.client = client;
+    this.retryMs = FIRST_RETRY_MS;
+    // Whatever committed while we were not listening is only found by re-checking.
+    this.options.onGap();
+  }
+
+  private lost(client: pg.Client, error?: Error): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    client.end().catch(() => undefined);
+    if (this.closed) return;
+    this.options.log.warn({ err: error }, 'events listener connection lost; reconnecting');
+    this.options.onGap();
+    this.scheduleRetry();
+  }
+
+  private scheduleRetry(): void {
+    if (this.closed) return;
+    const delay = this.retryMs;
+    this.retryMs = Math.min(this.retryMs * 2, MAX_RETRY_MS);
+    this.retryTimer = setTimeout(() => void this.connect(), delay);
+    this.retryTimer.unref();
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * In-process wake-ups of waiting long polls. A poll subscribes to its queue before it checks the
+ * database, so a notification arriving at any moment after that is never lost: it is kept until
+ * the poll next waits.
+ */
+
+export class PollWaiter {
+  private notified = false;
+  private release: (() => void) | undefined;
+
+  notify(): void {
+    this.notified = true;
+    this.release?.();
+  }
+
+  /** Resolves when notified (now, if a notification came since the last wait) or after `ms`. */
+  wait(ms: number): Promise<void> {
+    if (this.notified) {
+      this.notified = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      const self = this;
+      function done(): void {
+        clearTimeout(timer);
+        self.release = undefined;
+        self.notified = false;
+        resolve();
+      }
+      this.release = done;
+    });
+  }
+}
+
+export class QueueWakeups {
+  private readonly waiters = new Map<string, Set<PollWaiter>>();
+  private readonly polls = new Set<Promise<unknown>>();
+  private closingFlag = false;
+
+  /** True once the instance shuts down: polls answer at once with what is pending. */
+  get closing(): boolean {
+    return this.closingFlag;
+  }
+
+  subscribe(queueId: string): PollWaiter {
+    const waiter = new PollWaiter();
+    let set = this.waiters.get(queueId);
+    if (!set) this.waiters.set(queueId, (set = new Set()));
+    set.add(waiter);
+    return waiter;
+  }
+
+  unsubscribe(queueId: string, waiter: PollWaiter): void {
+    const set = this.waiters.get(queueId);
+    set?.delete(waiter);
+    if (set?.size === 0) this.waiters.delete(queueId);
+  }
+
+  /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */
+  wake(queueId: string, except?: PollWaiter): void {
+    for (const waiter of this.waiters.get(queueId) ?? []) if (waiter !== except) waiter.notify();
+  }
+
+  /** After notifications may have been missed (the listener reconnected): every poll re-checks. */
+  wakeAll(): void {
+    for (const set of this.waiters.values()) for (const waiter of set) waiter.notify();
+  }
+
+  /** Runs a poll, remembered until it settles so that shutdown can wait for it. */
+  track<T>(poll: Promise<T>): Promise<T> {
+    this.polls.add(poll);
+    const forget = () => this.polls.delete(poll);
+    poll.then(forget, forget);
+    return poll;
+  }
+
+  /** Ends every waiting poll (each answers with what is pending) and waits until all have answered. */
+  async close(): Promise<void> {
+    this.closingFlag = true;
+    this.wakeAll();
+    await Promise.allSettled([...this.polls]);
+  }
+}

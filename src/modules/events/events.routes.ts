@@ -1,0 +1,107 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppDeps } from '../../app.js';
+import { success } from '../../http/envelope.js';
+import { badRequest } from '../../http/errors.js';
+import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringList, keyPath } from '../../http/params.js';
+import { FEATURE_LEVEL } from '../server-settings/server-settings.routes.js';
+import { EventListener } from './event-listener.js';
+import { QueueWakeups } from './event-wakeups.js';
+import { deleteExpiredQueues } from './events.repository.js';
+import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
+import { deleteQueue, pollEvents } from './events.service.js';
+import { registerEventQueue } from './register.service.js';
+
+/** Client capabilities register understands; other keys are accepted and ignored. */
+function parseCapabilities(raw: string, name: string): Record<string, boolean> {
+  const capabilities = jsonDict(raw, name);
+  for (const [key, value] of Object.entries(capabilities)) checkBoolean(value, keyPath(name, key));
+  return capabilities as Record<string, boolean>;
+}
+
+/**
+ * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
+ * across instances: the LISTEN connection, the expiry sweep, and answering every waiting poll on
+ * shutdown.
+ */
+export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
+  const wakeups = new QueueWakeups();
+  const listener = new EventListener({
+    connectionString: config.databaseUrl,
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    log: app.log,
+    onQueueNotified: (queueId) => wakeups.wake(queueId),
+    onGap: () => wakeups.wakeAll(),
+  });
+  let sweepTimer: NodeJS.Timeout | undefined;
+
+  app.addHook('onReady', async () => {
+    await listener.start();
+    sweepTimer = setInterval(() => {
+      deleteExpiredQueues(db).catch((error: unknown) => app.log.warn({ err: error }, 'event queue sweep failed'));
+    }, config.queueSweepIntervalSeconds * 1000);
+    sweepTimer.unref();
+  });
+  // preClose runs before the HTTP server waits for in-flight requests: waiting polls answer now.
+  app.addHook('preClose', async () => {
+    await wakeups.close();
+  });
+  app.addHook('onClose', async () => {
+    clearInterval(sweepTimer);
+    await wakeups.close();
+    await listener.close();
+  });
+
+  app.post('/api/v1/register', { schema: registerSchema }, async (request) => {
+    const params = request.zulipParams;
+    const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
+    const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
+    const capabilities = params.optional('client_capabilities', parseCapabilities, {});
+    const eventTypes = params.optional('event_types', jsonStringList);
+    const fetchEventTypes = params.optional('fetch_event_types', jsonStringList);
+    const queueLifespanSecs = params.optional('queue_lifespan_secs', jsonInteger, 0);
+    const { queueId, state } = await registerEventQueue(db, config, request.caller, {
+      clientGravatar,
+      includeSubscribers,
+      notificationSettingsNull: capabilities.notification_settings_null === true,
+      userListIncomplete: capabilities.user_list_incomplete === true,
+      eventTypes,
+      fetchEventTypes,
+      queueLifespanSecs,
+    });
+    return success(request, {
+      queue_id: queueId,
+      zulip_version: config.zulipVersion,
+      zulip_feature_level: FEATURE_LEVEL,
+      zulip_merge_base: config.zulipVersion,
+      event_queue_longpoll_timeout_seconds: config.eventQueueLongpollTimeoutSeconds,
+      ...state,
+      last_event_id: -1,
+    });
+  });
+
+  app.get('/api/v1/events', { schema: getEventsSchema }, async (request, reply) => {
+    const params = request.zulipParams;
+    const lastEventId = params.optional('last_event_id', jsonInteger);
+    const queueId = params.optional('queue_id', asString);
+    const dontBlock = params.optional('dont_block', jsonBoolean, false);
+    // Zulip reports these two without var_name, after every type error (spec §3.13 steps 2–3).
+    if (queueId === undefined) throw badRequest("Missing 'queue_id' argument");
+    if (lastEventId === undefined) throw badRequest("Missing 'last_event_id' argument");
+
+    const clientGone = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) clientGone.abort();
+    });
+    const answer = await pollEvents({ db, config, wakeups }, request.caller, {
+      queueId, lastEventId, dontBlock, clientGone: clientGone.signal,
+    });
+    if (answer === null) return reply.hijack();
+    return success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events });
+  });
+
+  app.delete('/api/v1/events', { schema: deleteQueueSchema }, async (request) => {
+    const queueId = request.zulipParams.required('queue_id', asString);
+    await deleteQueue({ db, wakeups }, request.caller, queueId);
+    return success(request);
+  });
+};

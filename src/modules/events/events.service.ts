@@ -1,0 +1,104 @@
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../../config.js';
+import type { Database } from '../../db/database.js';
+import { ApiError, badRequest } from '../../http/errors.js';
+import { appendHeartbeat, finishPoll, type QueueOwner, refreshPoll, startPoll } from './event-polls.repository.js';
+import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
+import { type ApiEvent, deleteEventQueue } from './events.repository.js';
+
+/** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
+
+/** Waiting polls look at the database at least this often, in case a notification was missed. */
+export const RECHECK_INTERVAL_MS = 5000;
+
+// Queue ids are the lowercase UUIDs register hands out; anything else names no queue.
+const QUEUE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export const badEventQueueId = (queueId: string): ApiError =>
+  new ApiError(400, `Bad event queue ID: ${queueId}`, 'BAD_EVENT_QUEUE_ID', { queue_id: queueId });
+
+export interface EventsDeps {
+  db: Database;
+  config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>;
+  wakeups: QueueWakeups;
+}
+
+export interface PollRequest {
+  queueId: string;
+  lastEventId: number;
+  dontBlock: boolean;
+  /** Aborted when the client goes away. */
+  clientGone: AbortSignal;
+}
+
+/** `waited` answers carry queue_id; null means the client left and nothing is to be sent. */
+export type PollAnswer = { events: ApiEvent[]; waited: boolean } | null;
+
+export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
+  return deps.wakeups.track(runPoll(deps, caller, request));
+}
+
+async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
+  const { db, wakeups } = deps;
+  const { queueId, lastEventId } = request;
+  if (!QUEUE_ID.test(queueId)) throw badEventQueueId(queueId);
+  const pollId = randomUUID();
+  // Subscribed before the first look at the queue: no notification can fall in between.
+  const waiter = wakeups.subscribe(queueId);
+  try {
+    const start = await startPoll(db, caller, queueId, lastEventId, {
+      pollId,
+      answerNow: request.dontBlock || wakeups.closing,
+    });
+    if (start.outcome === 'missing') throw badEventQueueId(queueId);
+    if (start.outcome === 'pruned') throw badRequest(`An event newer than ${lastEventId} has already been pruned!`);
+    if (start.outcome === 'not_in_queue') throw badRequest(`Event ${lastEventId} was not in this queue`);
+    // A poll this one replaced on this instance answers now (others hear it through NOTIFY).
+    if (start.replacedPoll) wakeups.wake(queueId, waiter);
+    if (start.outcome === 'answered') return { events: start.events, waited: false };
+    return await waitForEvents(deps, queueId, pollId, waiter, request.clientGone);
+  } finally {
+    wakeups.unsubscribe(queueId, waiter);
+  }
+}
+
+async function waitForEvents(
+  deps: EventsDeps,
+  queueId: string,
+  pollId: string,
+  waiter: PollWaiter,
+  clientGone: AbortSignal,
+): Promise<PollAnswer> {
+  const { db, config, wakeups } = deps;
+  const heartbeatDelayMs = (config.heartbeatSeconds + Math.random() * config.heartbeatJitterSeconds) * 1000;
+  const heartbeatAt = Date.now() + heartbeatDelayMs;
+  const onGone = () => waiter.notify();
+  clientGone.addEventListener('abort', onGone);
+  if (clientGone.aborted) waiter.notify();
+  try {
+    for (;;) {
+      await waiter.wait(Math.max(0, Math.min(RECHECK_INTERVAL_MS, heartbeatAt - Date.now())));
+      if (clientGone.aborted) {
+        // Nothing is sent; the pending events stay for the next poll.
+        await finishPoll(db, queueId, pollId);
+        return null;
+      }
+      if (wakeups.closing) break;
+      if (Date.now() >= heartbeatAt) {
+        await appendHeartbeat(db, queueId, pollId);
+        break;
+      }
+      if ((await refreshPoll(db, queueId, pollId)) === 'ready') break;
+    }
+  } finally {
+    clientGone.removeEventListener('abort', onGone);
+  }
+  const events = await finishPoll(db, queueId, pollId);
+  if (events === undefined) throw badEventQueueId(queueId);
+  return { events, waited: true };
+}
+
+export async function deleteQueue(deps: Pick<EventsDeps, 'db' | 'wakeups'>, caller: QueueOwner, queueId: string): Promise<void> {
+  if (!QUEUE_ID.test(queueId) || !(await deleteEventQueue(deps.db, caller, queueId))) throw badEventQueueId(queueId);
+  deps.wakeups.wake(queueId);
+}

@@ -1,0 +1,120 @@
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../../config.js';
+import type { Database } from '../../db/database.js';
+import type { Caller } from '../../http/auth.js';
+import { isStorableText } from '../../lib/text.js';
+import { listNavigationViews, type NavigationView } from '../navigation-views/navigation-views.repository.js';
+import { listSubscriptions } from '../subscriptions/subscriptions.service.js';
+import type { SubscriptionObject } from '../subscriptions/subscriptions.serializers.js';
+import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
+import { listRealmUsers } from '../users/users.repository.js';
+import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
+import { createEventQueue, lockUserEvents } from './events.repository.js';
+
+/** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
+
+export interface RegisterRequest {
+  clientGravatar: boolean;
+  includeSubscribers: boolean;
+  notificationSettingsNull: boolean;
+  userListIncomplete: boolean;
+  /** undefined: the queue accepts every event type. */
+  eventTypes: string[] | undefined;
+  fetchEventTypes: string[] | undefined;
+  queueLifespanSecs: number;
+}
+
+export interface InitialState {
+  realm_users?: ApiUser[];
+  realm_non_active_users?: ApiUser[];
+  subscriptions?: SubscriptionObject[];
+  navigation_views?: NavigationView[];
+}
+
+type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds'> & Parameters<typeof buildUserObject>[3];
+
+/** ≤ 0 means the default; anything longer than the maximum is capped. */
+export function queueLifespanSeconds(requested: number, config: RegisterConfig): number {
+  const lifespan = requested <= 0 ? config.queueDefaultLifespanSeconds : requested;
+  return Math.min(lifespan, config.queueMaxLifespanSeconds);
+}
+
+/** A section is wanted when fetch_event_types names it, else when event_types does, else always. */
+function wantedSections(request: RegisterRequest): (name: string) => boolean {
+  const names = request.fetchEventTypes ?? request.eventTypes;
+  return (name) => names === undefined || names.includes(name);
+}
+
+/**
+ * Creates the queue, then reads the wanted state, in one transaction under the caller's event
+ * lock: a concurrent change either commits before (its result is in the state, and it had no
+ * queue to put an event in) or after (the state misses it, and the queue gets its event).
+ */
+export async function registerEventQueue(
+  db: Database,
+  config: RegisterConfig,
+  caller: Caller,
+  request: RegisterRequest,
+): Promise<{ queueId: string; state: InitialState }> {
+  const queueId = randomUUID();
+  const wanted = wantedSections(request);
+  const state = await db.transaction().execute(async (trx) => {
+    await lockUserEvents(trx, caller.id);
+    await createEventQueue(trx, {
+      id: queueId,
+      realmId: caller.realmId,
+      userId: caller.id,
+      // No event type contains NUL, which PostgreSQL text cannot hold: dropping such names keeps
+      // exactly the types the queue can ever accept.
+      eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
+      lifespanSeconds: queueLifespanSeconds(request.queueLifespanSecs, config),
+    });
+    const sections: InitialState = {};
+    if (wanted('realm_user')) Object.assign(sections, await realmUserSections(trx, config, caller, request));
+    if (wanted('subscription')) {
+      const subscriptions = await listSubscriptions(trx, caller, { includeSubscribers: request.includeSubscribers });
+      sections.subscriptions = request.notificationSettingsNull ? subscriptions : subscriptions.map((sub) => withUserDefaults(sub, caller));
+    }
+    if (wanted('navigation_views')) sections.navigation_views = await listNavigationViews(trx, caller.realmId, caller.id);
+    return sections;
+  });
+  return { queueId, state };
+}
+
+/**
+ * Clients without notification_settings_null get the user's defaults in place of null
+ * (wildcard_mentions_notify has no user-level default here and stays null).
+ */
+function withUserDefaults(sub: SubscriptionObject, caller: Caller): SubscriptionObject {
+  return {
+    ...sub,
+    audible_notifications: sub.audible_notifications ?? caller.enableStreamAudibleNotifications,
+    desktop_notifications: sub.desktop_notifications ?? caller.enableStreamDesktopNotifications,
+    email_notifications: sub.email_notifications ?? caller.enableStreamEmailNotifications,
+    push_notifications: sub.push_notifications ?? caller.enableStreamPushNotifications,
+  };
+}
+
+/** realm_users (active, plus placeholders unless user_list_incomplete) and realm_non_active_users. */
+async function realmUserSections(
+  db: Database,
+  config: RegisterConfig,
+  caller: Caller,
+  request: RegisterRequest,
+): Promise<Pick<InitialState, 'realm_users' | 'realm_non_active_users'>> {
+  const users = await listRealmUsers(db, caller.realmId, {
+    withProfileData: true,
+    ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }),
+  });
+  const options = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
+  const active: ApiUser[] = [];
+  const nonActive: ApiUser[] = [];
+  for (const user of users) {
+    if (canAccessUser(caller, user)) {
+      (user.isActive ? active : nonActive).push(buildUserObject(caller, user, options, config));
+    } else if (!request.userListIncomplete) {
+      active.push(buildInaccessibleUserPlaceholder(caller, user.id, config, options));
+    }
+  }
+  return { realm_users: active, realm_non_active_users: nonActive };
+}

@@ -1,0 +1,74 @@
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { expect } from 'vitest';
+import type { Database } from '../src/db/database.js';
+import { api } from './helpers/app.js';
+import type { FixtureUser } from './helpers/fixture.js';
+
+/** Shared by the register and events test files. */
+
+export const OK = JSON.stringify({ result: 'success', msg: '' });
+
+export const errorBody = (msg: string, code = 'BAD_REQUEST'): string => JSON.stringify({ result: 'error', msg, code });
+
+export const badQueueBody = (queueId: string): string =>
+  JSON.stringify({ result: 'error', msg: `Bad event queue ID: ${queueId}`, queue_id: queueId, code: 'BAD_EVENT_QUEUE_ID' });
+
+export function expectError(res: LightMyRequestResponse, msg: string): void {
+  expect(res.statusCode).toBe(400);
+  expect(res.body).toBe(errorBody(msg));
+}
+
+export function register(app: FastifyInstance, form: Record<string, string> = {}, as: FixtureUser = 'U') {
+  return api(app, { method: 'POST', url: '/api/v1/register', as, form });
+}
+
+/** Registers and returns the queue id. */
+export async function registerQueue(app: FastifyInstance, form: Record<string, string> = {}, as: FixtureUser = 'U'): Promise<string> {
+  const res = await register(app, form, as);
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json().queue_id as string;
+}
+
+export function getEvents(app: FastifyInstance, query: Record<string, string>, as: FixtureUser = 'U') {
+  return api(app, { url: `/api/v1/events?${new URLSearchParams(query).toString()}`, as });
+}
+
+/** "events for U" of spec §5.0: everything pending, at once. */
+export async function pendingEvents(app: FastifyInstance, queueId: string, as: FixtureUser = 'U', lastEventId = -1) {
+  const res = await getEvents(app, { queue_id: queueId, last_event_id: String(lastEventId), dont_block: 'true' }, as);
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json().events as Record<string, unknown>[];
+}
+
+export function deleteQueue(app: FastifyInstance, form: Record<string, string>, as: FixtureUser = 'U') {
+  return api(app, { method: 'DELETE', url: '/api/v1/events', as, form });
+}
+
+export function setPinToTop(app: FastifyInstance, value: boolean, as: FixtureUser = 'U') {
+  return api(app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as, form: { property: 'pin_to_top', value: String(value) } });
+}
+
+export function setColor(app: FastifyInstance, color: string, as: FixtureUser = 'U') {
+  return api(app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as, form: { property: 'color', value: color } });
+}
+
+/** The queue row, or undefined once deleted. */
+export function queueRow(db: Database, queueId: string) {
+  return db.selectFrom('event_queues').selectAll().where('id', '=', queueId).executeTakeFirst();
+}
+
+export async function storedEventIds(db: Database, queueId: string): Promise<number[]> {
+  const rows = await db.selectFrom('events').select('id').where('queue_id', '=', queueId).orderBy('id').execute();
+  return rows.map((row) => row.id);
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves once `check` holds, polling; fails after `timeoutMs`. */
+export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 3000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await sleep(20);
+  }
+}
