@@ -1,7 +1,7 @@
 import formbody from '@fastify/formbody';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { bodyTooLarge, malformedBody } from './errors.js';
+import { ApiError, bodyTooLarge, malformedBody } from './errors.js';
 import { ParamReader } from './params.js';
 
 const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
@@ -30,12 +30,45 @@ function lastValues(source: unknown): Map<string, string> {
   return values;
 }
 
+/**
+ * The request's parts, failing with 413 as soon as more than bodyLimit bytes have arrived: busboy's
+ * limits are per part, and a chunked body declares no length to check up front.
+ */
+async function* limitedParts(request: FastifyRequest, bodyLimit: number) {
+  let received = 0;
+  let exceed: () => void = () => undefined;
+  const tooLarge = new Promise<never>((_resolve, reject) => {
+    exceed = () => reject(bodyTooLarge());
+  });
+  tooLarge.catch(() => undefined); // observed through the race below
+  const onData = (chunk: Buffer) => {
+    received += chunk.length;
+    if (received <= bodyLimit) return;
+    request.raw.removeListener('data', onData);
+    // Stop parsing; the rest of the body is read and dropped, as Fastify does for other bodies.
+    request.raw.unpipe();
+    request.raw.resume();
+    exceed();
+  };
+  const parts = request.parts()[Symbol.asyncIterator]();
+  request.raw.on('data', onData);
+  try {
+    for (;;) {
+      const next = await Promise.race([parts.next(), tooLarge]);
+      if (next.done) return;
+      yield next.value;
+    }
+  } finally {
+    request.raw.removeListener('data', onData);
+  }
+}
+
 async function multipartFields(request: FastifyRequest, bodyLimit: number): Promise<Map<string, string>> {
   const declaredLength = Number(request.headers['content-length'] ?? 0);
   if (declaredLength > bodyLimit) throw bodyTooLarge();
   const fields = new Map<string, string>();
   try {
-    for await (const part of request.parts()) {
+    for await (const part of limitedParts(request, bodyLimit)) {
       if (part.type === 'file') {
         part.file.resume(); // file parts are not parameters: drain and drop them
       } else if (typeof part.value === 'string') {
@@ -43,6 +76,7 @@ async function multipartFields(request: FastifyRequest, bodyLimit: number): Prom
       }
     }
   } catch (error) {
+    if (error instanceof ApiError) throw error;
     const code = (error as { code?: string }).code;
     if (code === 'FST_REQ_FILE_TOO_LARGE' || code === 'FST_PARTS_LIMIT' || code === 'FST_FIELDS_LIMIT') {
       throw bodyTooLarge();
