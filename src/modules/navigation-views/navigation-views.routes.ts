@@ -5,6 +5,12 @@ import { badRequest } from '../../http/errors.js';
 import { jsonBoolean, trimmedString } from '../../http/params.js';
 import { isStorableText } from '../../lib/text.js';
 import { listNavigationViews } from './navigation-views.repository.js';
+import {
+  addNavigationViewSchema,
+  listNavigationViewsSchema,
+  removeNavigationViewSchema,
+  updateNavigationViewSchema,
+} from './navigation-views.schemas.js';
 import { addNavigationView, changeNavigationView, removeNavigationView } from './navigation-views.service.js';
 
 const withinLimit = trimmedString(500);
@@ -21,13 +27,13 @@ const pathFragment = (request: FastifyRequest): string => (request.params as { '
 
 /** Navigation views of the caller (spec §3.8–§3.11). */
 export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
-  app.get('/api/v1/navigation_views', async (request) => {
+  app.get('/api/v1/navigation_views', { schema: listNavigationViewsSchema }, async (request) => {
     const { caller } = request;
     const views = await listNavigationViews(db, caller.realmId, caller.id);
     return success(request, { navigation_views: views });
   });
 
-  app.post('/api/v1/navigation_views', async (request) => {
+  app.post('/api/v1/navigation_views', { schema: addNavigationViewSchema }, async (request) => {
     const params = request.zulipParams;
     const fragment = params.required('fragment', viewText);
     const isPinned = params.required('is_pinned', jsonBoolean);
@@ -36,7 +42,7 @@ export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { d
     return success(request);
   });
 
-  app.patch('/api/v1/navigation_views/*', async (request) => {
+  app.patch('/api/v1/navigation_views/*', { schema: updateNavigationViewSchema }, async (request) => {
     const params = request.zulipParams;
     const isPinned = params.optional('is_pinned', jsonBoolean);
     const name = params.optional('name', viewText);
@@ -47,7 +53,7 @@ export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { d
     return success(request);
   });
 
-  app.delete('/api/v1/navigation_views/*', async (request) => {
+  app.delete('/api/v1/navigation_views/*', { schema: removeNavigationViewSchema }, async (request) => {
     await removeNavigationView(db, request.caller, pathFragment(request));
     return success(request);
   });

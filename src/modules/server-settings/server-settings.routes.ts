@@ -5,6 +5,7 @@ import { requestSubdomain } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
 import { realmUrl } from '../../lib/hosts.js';
 import { findActiveRealmBySubdomain } from './server-settings.repository.js';
+import { serverSettingsSchema } from './server-settings.schemas.js';
 
 const FEATURE_LEVEL = 490;
 const AUTHENTICATION_METHODS = Object.fromEntries(
@@ -16,7 +17,7 @@ export { FEATURE_LEVEL };
 
 /** GET /api/v1/server_settings: discovery, no authentication (spec §3.1). */
 export const serverSettingsRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
-  app.get('/api/v1/server_settings', { config: { auth: false } }, async (request) => {
+  app.get('/api/v1/server_settings', { config: { auth: false }, schema: serverSettingsSchema }, async (request) => {
     const realm = await findActiveRealmBySubdomain(db, requestSubdomain(request, config));
     const url = realm ? realmUrl(realm.subdomain, config) : undefined;
     return success(request, {

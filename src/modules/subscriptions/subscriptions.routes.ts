@@ -2,6 +2,12 @@ import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { success } from '../../http/envelope.js';
 import { asString, jsonBoolean, jsonList } from '../../http/params.js';
+import {
+  listSubscriptionsSchema,
+  updateSettingByPostSchema,
+  updateSettingSchema,
+  updateSettingsSchema,
+} from './subscriptions.schemas.js';
 import { applySubscriptionChanges, listSubscriptions } from './subscriptions.service.js';
 import {
   checkBulkEntries,
@@ -12,14 +18,14 @@ import {
 
 /** Subscription settings (spec §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
-  app.get('/api/v1/users/me/subscriptions', async (request) => {
+  app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
     const params = request.zulipParams;
     const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
     const subscriptions = await listSubscriptions(db, request.caller, { includeSubscribers });
     return success(request, { subscriptions });
   });
 
-  app.post('/api/v1/users/me/subscriptions/properties', async (request) => {
+  app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request) => {
     const params = request.zulipParams;
     const entries = params.required('subscription_data', jsonList);
     const { changes, shapeError } = checkBulkEntries(entries);
@@ -39,6 +45,6 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db 
   };
   // Digits only: any other segment is not this route (404 from the router).
   const singlePath = '/api/v1/users/me/subscriptions/:stream_id(^\\d+$)';
-  app.patch(singlePath, updateOneSetting);
-  app.post(singlePath, updateOneSetting);
+  app.patch(singlePath, { schema: updateSettingSchema }, updateOneSetting);
+  app.post(singlePath, { schema: updateSettingByPostSchema }, updateOneSetting);
 };

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { success } from '../../http/envelope.js';
 import { jsonBoolean } from '../../http/params.js';
+import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer } from './users.service.js';
 
 /**
@@ -10,7 +11,7 @@ import { getUserForViewer, listUsersForViewer } from './users.service.js';
  * service tells ids from emails.
  */
 export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
-  app.get('/api/v1/users', async (request) => {
+  app.get('/api/v1/users', { schema: listUsersSchema }, async (request) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
@@ -18,7 +19,7 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config 
     return success(request, { members });
   });
 
-  app.get<{ Params: { user: string } }>('/api/v1/users/:user(^(?!me$).+$)', async (request) => {
+  app.get<{ Params: { user: string } }>('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema }, async (request) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);

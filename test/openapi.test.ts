@@ -1,0 +1,233 @@
+import SwaggerParser from '@apidevtools/swagger-parser';
+import type { RouteOptions } from 'fastify';
+import type { OpenAPIV3 } from 'openapi-types';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { basicAuth } from './helpers/fixture.js';
+
+// Every route the app registers, seen by an onRoute hook installed on the instance buildApp
+// creates (before any route exists), independently of the OpenAPI generator.
+const registered = vi.hoisted(() => [] as Array<{ method: string; url: string }>);
+vi.mock('fastify', async (importOriginal) => {
+  const fastify = await importOriginal<typeof import('fastify')>();
+  const create = ((options: Parameters<typeof fastify.default>[0]) => {
+    const app = fastify.default(options);
+    app.addHook('onRoute', (route: RouteOptions) => {
+      for (const method of [route.method].flat()) registered.push({ method, url: route.url });
+    });
+    return app;
+  }) as unknown as typeof fastify.default;
+  return { ...fastify, default: create };
+});
+
+/** What each handler reads (ParamReader.declared), by "METHOD route-url", from successful requests. */
+const declaredByRoute = new Map<string, string[]>();
+
+let ctx: TestContext;
+let document: OpenAPIV3.Document;
+beforeAll(async () => {
+  ctx = await createTestContext({
+    beforeReady: (app) => {
+      app.addHook('onResponse', async (request, reply) => {
+        if (reply.statusCode !== 200 || !request.zulipParams) return;
+        const names = [...request.zulipParams.declared].filter((name) => name !== 'client');
+        declaredByRoute.set(`${request.method} ${request.routeOptions.url}`, names);
+      });
+    },
+  });
+  const res = await api(ctx.app, { url: '/api/openapi.json' });
+  expect(res.statusCode).toBe(200);
+  document = res.json();
+});
+afterAll(() => ctx.close());
+
+/** Fastify route syntax → OpenAPI path: `:name(regex)` → `{name}`; a final `*` is the navigation view fragment. */
+const openApiPath = (url: string) =>
+  url.replace(/:(\w+)(\((?:[^()]|\([^()]*\))*\))?/g, '{$1}').replace(/\*$/, '{fragment}');
+
+type Operation = OpenAPIV3.OperationObject;
+function operations(): Array<{ key: string; path: string; method: string; operation: Operation }> {
+  return Object.entries(document.paths).flatMap(([path, item]) =>
+    Object.entries(item ?? {}).map(([method, operation]) => ({
+      key: `${method.toUpperCase()} ${path}`, path, method: method.toUpperCase(), operation: operation as Operation,
+    })),
+  );
+}
+
+interface ParameterLists {
+  query?: string[];
+  body?: string[];
+  path?: string[];
+  /** Names that must be given (path parameters always are). */
+  required?: string[];
+}
+
+function documentedParameters(operation: Operation): ParameterLists {
+  const parameters = (operation.parameters ?? []) as OpenAPIV3.ParameterObject[];
+  const names = (where: string) => parameters.filter((parameter) => parameter.in === where).map((parameter) => parameter.name);
+  const form = (operation.requestBody as OpenAPIV3.RequestBodyObject | undefined)?.content['application/x-www-form-urlencoded'];
+  const formSchema = form?.schema as OpenAPIV3.SchemaObject | undefined;
+  const result: ParameterLists = {};
+  if (names('query').length > 0) result.query = names('query');
+  if (formSchema) result.body = Object.keys(formSchema.properties ?? {});
+  if (names('path').length > 0) result.path = names('path');
+  const required = [
+    ...parameters.filter((parameter) => parameter.in !== 'path' && parameter.required).map((parameter) => parameter.name),
+    ...(formSchema?.required ?? []),
+  ];
+  if (required.length > 0) result.required = required;
+  return result;
+}
+
+// The parameter tables of the spec (§3), in table order.
+const USER_QUERY = ['client_gravatar', 'include_custom_profile_fields'];
+const SINGLE_SETTING: ParameterLists = { body: ['property', 'value'], path: ['stream_id'], required: ['property', 'value'] };
+const EXPECTED: Record<string, ParameterLists> = {
+  'GET /api/v1/server_settings': {},
+  'GET /api/v1/users': { query: USER_QUERY },
+  'GET /api/v1/users/{user}': { query: USER_QUERY, path: ['user'] },
+  'GET /api/v1/users/me/subscriptions': { query: ['include_subscribers'] },
+  'POST /api/v1/users/me/subscriptions/properties': { body: ['subscription_data'], required: ['subscription_data'] },
+  'PATCH /api/v1/users/me/subscriptions/{stream_id}': SINGLE_SETTING,
+  'POST /api/v1/users/me/subscriptions/{stream_id}': SINGLE_SETTING,
+  'GET /api/v1/navigation_views': {},
+  'POST /api/v1/navigation_views': { body: ['fragment', 'is_pinned', 'name'], required: ['fragment', 'is_pinned'] },
+  'PATCH /api/v1/navigation_views/{fragment}': { body: ['is_pinned', 'name'], path: ['fragment'] },
+  'DELETE /api/v1/navigation_views/{fragment}': { path: ['fragment'] },
+  'POST /api/v1/register': {
+    body: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs'],
+  },
+  'GET /api/v1/events': { query: ['last_event_id', 'queue_id', 'dont_block'], required: ['last_event_id', 'queue_id'] },
+  'DELETE /api/v1/events': { body: ['queue_id'], required: ['queue_id'] },
+};
+
+describe('GET /api/openapi.json', () => {
+  it('is a valid OpenAPI 3 document, served without authentication outside the Zulip API', async () => {
+    expect(document.openapi).toBe('3.0.3');
+    await SwaggerParser.validate(structuredClone(document) as never);
+    const withBadCredentials = await api(ctx.app, { url: '/api/openapi.json', headers: { authorization: basicAuth('u@example.com', 'x'.repeat(32)) } });
+    expect(withBadCredentials.statusCode).toBe(200);
+    expect(withBadCredentials.headers['content-type']).toMatch(/^application\/json/);
+    expect(withBadCredentials.json()).toEqual(document);
+    // The document does not describe itself.
+    expect(document.paths['/api/openapi.json']).toBeUndefined();
+  });
+
+  it('documents exactly the registered routes (HEAD is implied by GET)', () => {
+    const routes = registered
+      .filter(({ method, url }) => method !== 'HEAD' && (url.startsWith('/api/v1/') || url === '/health' || url === '/ready'))
+      .map(({ method, url }) => `${method} ${openApiPath(url)}`);
+    expect(routes.length).toBeGreaterThanOrEqual(Object.keys(EXPECTED).length);
+    expect(operations().map((entry) => entry.key).sort()).toEqual([...new Set(routes)].sort());
+  });
+
+  it("lists each endpoint's parameters as the spec tables declare them", () => {
+    const apiOperations = operations().filter((entry) => entry.path.startsWith('/api/v1/'));
+    const documented = Object.fromEntries(apiOperations.map((entry) => [entry.key, documentedParameters(entry.operation)]));
+    expect(documented).toEqual(EXPECTED);
+    // JSON-valued form fields say so, as in Zulip's own document.
+    const properties = document.paths['/api/v1/users/me/subscriptions/properties']!.post!.requestBody as OpenAPIV3.RequestBodyObject;
+    for (const media of ['application/x-www-form-urlencoded', 'multipart/form-data']) {
+      expect(properties.content[media]!.encoding).toEqual({ subscription_data: { contentType: 'application/json' } });
+    }
+    const register = document.paths['/api/v1/register']!.post!.requestBody as OpenAPIV3.RequestBodyObject;
+    expect(register.required).toBe(false);
+    expect(Object.keys(register.content['multipart/form-data']!.encoding ?? {})).toEqual(['client_capabilities', 'event_types', 'fetch_event_types']);
+  });
+
+  it('declares HTTP basic authentication, and responses with the Zulip envelopes', () => {
+    expect(document.components?.securitySchemes).toEqual({
+      basicAuth: { type: 'http', scheme: 'basic', description: expect.any(String) },
+    });
+    expect(document.security).toEqual([{ basicAuth: [] }]);
+    for (const { key, path, operation } of operations()) {
+      const open = path === '/api/v1/server_settings' || !path.startsWith('/api/v1/');
+      expect(operation.security, key).toEqual(open ? [] : undefined);
+      expect(operation.operationId, key).toEqual(expect.any(String));
+      expect(operation.tags, key).toHaveLength(1);
+      if (!path.startsWith('/api/v1/')) continue;
+      const ok = (operation.responses['200'] as OpenAPIV3.ResponseObject).content!['application/json']!.schema as OpenAPIV3.SchemaObject;
+      expect(Object.keys(ok.properties ?? {}).slice(0, 2), key).toEqual(['result', 'msg']);
+      expect(Object.keys(ok.properties ?? {}).at(-1), key).toBe('ignored_parameters_unsupported');
+      expect(Object.keys(operation.responses).sort(), key).toEqual(open ? ['200', '503'] : expect.arrayContaining(['200', '400', '401', '429', '503']));
+    }
+  });
+
+  it('each handler reads exactly the documented parameters (checked on real successful requests)', async () => {
+    const queue = await api(ctx.app, {
+      method: 'POST', url: '/api/v1/register', as: 'U',
+      form: {
+        client_gravatar: 'false', include_subscribers: 'true', client_capabilities: '{"notification_settings_null":true}',
+        event_types: '["navigation_view"]', fetch_event_types: '["navigation_views"]', queue_lifespan_secs: '60',
+      },
+    });
+    const queueId = queue.json().queue_id as string;
+    const requests: Parameters<typeof api>[1][] = [
+      { url: '/api/v1/server_settings' },
+      { url: '/api/v1/users?client_gravatar=false&include_custom_profile_fields=true', as: 'U' },
+      { url: '/api/v1/users/14?client_gravatar=false&include_custom_profile_fields=true', as: 'U' },
+      { url: '/api/v1/users/me/subscriptions?include_subscribers=true', as: 'U' },
+      {
+        method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U',
+        form: { subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' },
+      },
+      { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'is_muted', value: 'true' } },
+      { method: 'POST', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'color', value: '#ff0000' } },
+      { url: '/api/v1/navigation_views', as: 'U' },
+      { method: 'POST', url: '/api/v1/navigation_views', as: 'U', form: { fragment: 'narrow/channel/100-P', is_pinned: 'true', name: 'Channel P' } },
+      { method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U', form: { is_pinned: 'false', name: 'P' } },
+      { method: 'DELETE', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U' },
+      { url: `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=true`, as: 'U' },
+      { method: 'DELETE', url: '/api/v1/events', as: 'U', form: { queue_id: queueId } },
+    ];
+    for (const request of requests) {
+      const res = await api(ctx.app, request);
+      expect(res.statusCode, `${request.method ?? 'GET'} ${request.url}: ${res.body}`).toBe(200);
+      expect(res.json(), request.url).not.toHaveProperty('ignored_parameters_unsupported');
+    }
+    const documented = Object.fromEntries(
+      operations()
+        .filter((entry) => entry.path.startsWith('/api/v1/'))
+        .map((entry) => {
+          const { query = [], body = [] } = documentedParameters(entry.operation);
+          return [entry.key, [...query, ...body]];
+        }),
+    );
+    const read = Object.fromEntries([...declaredByRoute].map(([key, names]) => {
+      const [method, url] = key.split(' ') as [string, string];
+      return [`${method} ${openApiPath(url)}`, names];
+    }));
+    expect(read).toEqual(documented);
+  });
+
+  it('route schemas neither validate, coerce nor serialize: the API answers exactly as before', async () => {
+    const cases: Array<[Parameters<typeof api>[1], number, object]> = [
+      [{ url: '/api/v1/users?client_gravatar=yes', as: 'U' }, 400, { result: 'error', msg: 'client_gravatar is not valid JSON', code: 'BAD_REQUEST' }],
+      [{ url: '/api/v1/users/me/subscriptions?include_subscribers=1', as: 'U' }, 400, { result: 'error', msg: 'include_subscribers is not a boolean', code: 'BAD_REQUEST' }],
+      [
+        { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { value: 'true' } }, 400,
+        { result: 'error', msg: "Missing 'property' argument", var_name: 'property', code: 'REQUEST_VARIABLE_MISSING' },
+      ],
+      [{ url: '/api/v1/events?last_event_id=-1', as: 'U' }, 400, { result: 'error', msg: "Missing 'queue_id' argument", code: 'BAD_REQUEST' }],
+      [{ method: 'POST', url: '/api/v1/register', as: 'U', form: { queue_lifespan_secs: '"60"' } }, 400, { result: 'error', msg: 'queue_lifespan_secs is not an integer', code: 'BAD_REQUEST' }],
+    ];
+    for (const [request, status, body] of cases) {
+      const res = await api(ctx.app, request);
+      expect(res.statusCode, request.url).toBe(status);
+      expect(res.body, request.url).toBe(JSON.stringify(body));
+    }
+    // Success bodies keep every key in the handler's order (spec §3.5 example).
+    const user = await api(ctx.app, { url: '/api/v1/users/14', as: 'U' });
+    expect(user.body).toBe(JSON.stringify({
+      result: 'success', msg: '',
+      user: {
+        email: 'v@example.com', user_id: 14, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
+        is_bot: false, full_name: 'V Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
+        delivery_email: 'v@example.com', avatar_url: null, is_imported_stub: false,
+      },
+    }));
+    // Path parameters stay what the router matched (no integer coercion of `stream_id`, no renaming of `*`).
+    const unknown = await api(ctx.app, { method: 'PATCH', url: '/api/v1/navigation_views/a%2Fb', as: 'U', form: { is_pinned: 'true' } });
+    expect(unknown.body).toBe(JSON.stringify({ result: 'error', msg: 'Navigation view does not exist.', code: 'NOT_FOUND' }));
+  });
+});

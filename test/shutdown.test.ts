@@ -1,0 +1,173 @@
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { createTestDatabase, type TestDatabase } from './helpers/database.js';
+import { auth, seedFixture } from './helpers/fixture.js';
+import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './server-process.js';
+
+// Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
+vi.setConfig({ testTimeout: 240_000 });
+
+const APP_NAME = 'zulip-shutdown-test';
+const headers = { host: 'chat.example.com', authorization: auth('U') };
+
+let server: ServerProcess | undefined;
+let database: TestDatabase | undefined;
+let dataDir: string | undefined;
+afterEach(async () => {
+  if (server && server.child.exitCode === null && server.child.signalCode === null) server.child.kill('SIGKILL');
+  server = undefined;
+  await database?.drop();
+  database = undefined;
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  dataDir = undefined;
+});
+
+/** A request on a fresh connection (no keep-alive reuse): tells whether the port still accepts. */
+function freshRequest(url: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    http.get(`${url}/health`, { agent: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    }).on('error', reject);
+  });
+}
+
+async function eventually(check: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe('graceful shutdown on SIGTERM', () => {
+  it('with DATABASE_URL: stops accepting, finishes the in-flight request, ends long polls, closes the pool, exits 0', async () => {
+    database = await createTestDatabase();
+    await seedFixture(database.db);
+    const dbName = new URL(database.url).pathname.slice(1);
+    server = await spawnServer({
+      args: ['--import', 'tsx', 'src/server.ts'],
+      env: {
+        ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'test-salt', EXTERNAL_HOST: 'chat.example.com',
+        PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITING: 'false', PGAPPNAME: APP_NAME,
+      },
+    });
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+
+    // A long poll waiting for events.
+    const registered = await fetch(`${server.url}/api/v1/register`, {
+      method: 'POST', headers, body: new URLSearchParams({ event_types: '["subscription"]' }),
+    });
+    const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
+    const poll = fetch(`${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=-1`, { headers });
+    await eventually(
+      async () => (await database!.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id != null,
+      'the poll to wait',
+    );
+
+    // A write held in flight: the test holds the row lock its UPDATE needs.
+    const blocker = new pg.Client({ connectionString: database.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('SELECT 1 FROM subscriptions WHERE user_id = 13 AND stream_id = 100 FOR UPDATE');
+    const write = fetch(`${server.url}/api/v1/users/me/subscriptions/properties`, {
+      method: 'POST', headers, body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
+    });
+    const waitingOnLock = async () => {
+      const { rows } = await blocker.query(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = $2 AND wait_event_type = 'Lock'",
+        [dbName, APP_NAME],
+      );
+      return rows[0].n === 1;
+    };
+    await eventually(waitingOnLock, 'the write to wait on the row lock');
+
+    const signalledAt = Date.now();
+    server.child.kill('SIGTERM');
+
+    // The waiting poll answers at once with what is pending (nothing), as a waited answer.
+    const polled = await poll;
+    expect(polled.status).toBe(200);
+    expect(await polled.text()).toBe(JSON.stringify({ result: 'success', msg: '', events: [], queue_id: queueId }));
+    expect(Date.now() - signalledAt).toBeLessThan(3000);
+
+    // No new connections, but the process waits for the in-flight write.
+    const url = server.url;
+    const refused = () => freshRequest(url).then(() => false, (error: NodeJS.ErrnoException) => error.code === 'ECONNREFUSED');
+    await eventually(refused, 'the port to refuse new connections', 3000);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(server.child.exitCode).toBeNull();
+
+    await blocker.query('COMMIT');
+    await blocker.end();
+    const written = await write;
+    expect(written.status).toBe(200);
+    expect(await written.text()).toBe(JSON.stringify({ result: 'success', msg: '' }));
+    const row = await database.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', 13).where('stream_id', '=', 100).executeTakeFirstOrThrow();
+    expect(row.pin_to_top).toBe(true);
+
+    const exit = await exitWithin(server, 10_000);
+    expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
+    expect(Date.now() - signalledAt).toBeLessThan(10_000);
+    expect(logLines(server)).toContainEqual(expect.objectContaining({ msg: 'shutting down', signal: 'SIGTERM' }));
+    expect(server.stderr.join('\n')).toBe('');
+
+    // The pool and the LISTEN connection are closed: no session of the server is left.
+    const sessions = async () =>
+      Number((await database!.pool.query(
+        'SELECT count(*) AS n FROM pg_stat_activity WHERE datname = $1 AND application_name IN ($2, $3)',
+        [dbName, APP_NAME, LISTENER_APPLICATION_NAME],
+      )).rows[0].n);
+    await eventually(async () => (await sessions()) === 0, 'the server sessions to end', 3000);
+  });
+
+  it('embedded default (no DATABASE_URL): stops its PostgreSQL and exits 0', async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'zulip-shutdown-'));
+    server = await spawnServer({
+      args: ['--import', 'tsx', 'src/server.ts'],
+      env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', EXTERNAL_HOST: 'chat.example.com' },
+      startTimeoutMs: 180_000,
+    });
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+    const clusterDir = join(dataDir, 'postgres');
+    const postmasterPid = Number(readFileSync(join(clusterDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    expect(processExists(postmasterPid)).toBe(true);
+    expect(existsSync(join(dataDir, 'embedded-server.json'))).toBe(true);
+
+    server.child.kill('SIGTERM');
+    const exit = await exitWithin(server, 15_000);
+    expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
+
+    expect(processExists(postmasterPid)).toBe(false);
+    expect(existsSync(join(clusterDir, 'postmaster.pid'))).toBe(false);
+    expect(processesMentioning(clusterDir)).toEqual([]);
+    // The admin command line no longer finds a running server on this DATA_DIR.
+    expect(existsSync(join(dataDir, 'embedded-server.json'))).toBe(false);
+  });
+});
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Command lines of running processes that name this directory (e.g. `postgres -D <dir>`). */
+function processesMentioning(directory: string): string[] {
+  return readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).flatMap((pid) => {
+    try {
+      const commandLine = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      return commandLine.includes(directory) ? [commandLine] : [];
+    } catch {
+      return [];
+    }
+  });
+}
