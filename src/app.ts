@@ -4,9 +4,14 @@ import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import { authenticate } from './http/auth.js';
 import { isDatabaseUnavailable } from './http/db-errors.js';
+import { rateLimitHook } from './http/rate-limit.js';
 import { registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
+import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
+import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
+import { closeConnectionsOnShutdown } from './http/shutdown.js';
+import { eventRoutes } from './modules/events/events.routes.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
@@ -25,7 +30,7 @@ declare module 'fastify' {
 }
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [navigationViewRoutes, subscriptionRoutes, userRoutes];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [eventRoutes, navigationViewRoutes, subscriptionRoutes, userRoutes];
 
 function toApiError(error: FastifyError | Error, config: Config): ApiError | undefined {
   if (error instanceof ApiError) return error;
@@ -42,10 +47,23 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   const { config, db } = deps;
   const app = Fastify({
     logger: logger === false ? false : { level: config.logLevel, redact: ['req.headers.authorization'], ...(logger === true ? {} : logger) },
-    requestIdHeader: 'x-request-id',
+    // One JSON line per request (RequestLog); the id comes from the load balancer's X-Request-Id.
+    logController: new RequestLog(),
+    genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy,
     routerOptions: { maxParamLength: 8000 },
+    // Requests arriving while closing get the Zulip 503 envelope instead (src/http/shutdown.ts).
+    return503OnClosing: false,
+    // Slow or stuck clients are cut off: the whole request must arrive within requestTimeout
+    // (408, then closed; it does not cover the time to answer, so long polls are unaffected), a
+    // silent connection closes after connectionTimeout (longer than any long poll), an idle
+    // keep-alive one after keepAliveTimeout. Node checks these deadlines every
+    // connectionsCheckingInterval (30 s by default): once a second keeps the cut-off close.
+    requestTimeout: config.requestTimeoutSeconds * 1000,
+    connectionTimeout: config.connectionTimeoutSeconds * 1000,
+    keepAliveTimeout: config.keepAliveTimeoutSeconds * 1000,
+    http: { headersTimeout: config.requestTimeoutSeconds * 1000, connectionsCheckingInterval: 1000 },
     // Errors Fastify raises before routing (bad percent-encoding) go through the same envelope.
     frameworkErrors: (error, _request, reply) => {
       const apiError = toApiError(error, config) ?? new ApiError(400, 'Malformed request');
@@ -54,6 +72,9 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   });
 
   const routes = trackRoutes(app);
+  app.addHook('onRequest', echoRequestId);
+  closeConnectionsOnShutdown(app, config.retryAfterSeconds);
+  await registerOpenApi(app, config);
   await registerBodyParsers(app, config.bodyLimitBytes);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -88,11 +109,15 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   });
 
   await app.register(async (api) => {
+    // Route schemas document (OpenAPI); the handlers parse parameters Zulip's way.
+    api.setValidatorCompiler(documentationOnly);
     api.addHook('onRequest', async (request) => rejectEmptyPathParams(request));
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', async (request) => {
       if (request.routeOptions.config.auth !== false) request.caller = await authenticate(db, config, request);
     });
+    // Right after authentication, before any parameter is parsed (spec §1.1 steps 3–4).
+    if (config.rateLimiting) api.addHook('preHandler', rateLimitHook(db, config));
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);
   });

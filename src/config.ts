@@ -39,6 +39,9 @@ const EnvSchema = Type.Object({
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
+  REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
+  KEEP_ALIVE_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 72 }),
 });
 type Env = Static<typeof EnvSchema>;
 
@@ -71,6 +74,12 @@ export interface Config {
   trustProxy: boolean;
   dbPoolMax: number;
   dbConnectTimeoutMs: number;
+  /** How long a client may take to send a whole request (headers and body). */
+  requestTimeoutSeconds: number;
+  /** How long a connection may stay silent in both directions, a long poll included. */
+  connectionTimeoutSeconds: number;
+  /** How long an idle keep-alive connection stays open between requests. */
+  keepAliveTimeoutSeconds: number;
 }
 
 export class ConfigError extends Error {}
@@ -108,6 +117,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       'EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed HEARTBEAT_SECONDS + HEARTBEAT_JITTER_SECONDS',
     );
   }
+  // A long poll's connection is silent until its answer; the idle timeout must not cut it.
+  if (env.CONNECTION_TIMEOUT_SECONDS <= env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS) {
+    throw new ConfigError('CONNECTION_TIMEOUT_SECONDS must exceed EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS');
+  }
   return {
     databaseUrl: env.DATABASE_URL,
     port: env.PORT,
@@ -138,6 +151,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,
     dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
+    requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
+    connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
+    keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
   };
 }
 

@@ -4,7 +4,6 @@ import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
   auditRows,
   bulk,
-  expectBadRequest,
   expectRejectedWithoutChanges,
   OK,
   PROPERTIES_URL,

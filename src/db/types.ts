@@ -5,6 +5,14 @@
 
 import type { ColumnType } from "kysely";
 
+export type ArrayType<T> = ArrayTypeImpl<T> extends (infer U)[]
+  ? U[]
+  : ArrayTypeImpl<T>;
+
+export type ArrayTypeImpl<T> = T extends ColumnType<infer S, infer I, infer U>
+  ? ColumnType<S[], I[], U[]>
+  : T[];
+
 export type Generated<T> = T extends ColumnType<infer S, infer I, infer U>
   ? ColumnType<S, I | undefined, U>
   : ColumnType<T, T | undefined, T>;
@@ -48,6 +56,7 @@ export interface EventQueues {
   last_active_at: Generated<Timestamp>;
   lifespan_seconds: number;
   next_event_id: Generated<ColumnType<number, number | bigint | string, number | bigint | string>>;
+  poll_id: string | null;
   poll_lease_until: Timestamp | null;
   realm_id: number;
   user_id: number;
@@ -65,6 +74,14 @@ export interface NavigationViews {
   id: Generated<ColumnType<number, number | bigint | string, number | bigint | string>>;
   is_pinned: boolean;
   name: string | null;
+  realm_id: number;
+  user_id: number;
+}
+
+export interface RateLimitLogs {
+  hits: ArrayType<Timestamp>;
+  last_accepted: boolean;
+  last_checked_at: Timestamp;
   realm_id: number;
   user_id: number;
 }
@@ -150,6 +167,7 @@ export interface DB {
   event_queues: EventQueues;
   events: Events;
   navigation_views: NavigationViews;
+  rate_limit_logs: RateLimitLogs;
   realms: Realms;
   streams: Streams;
   subscription_audit_log: SubscriptionAuditLog;

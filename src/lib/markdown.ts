@@ -14,7 +14,7 @@ const sanitizer = new FilterXSS({
     a: ['href', 'title'], img: ['src', 'alt', 'title'],
   },
   stripIgnoreTag: false,
-  safeAttrValue: (tag, name, value) =>
+  safeAttrValue: (_tag, name, value) =>
     (name === 'href' || name === 'src') && !/^(https?:|mailto:)/i.test(value.trim()) ? '' : value,
 });
 
