@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import { authenticate } from './http/auth.js';
+import { zulipClientErrorHandler } from './http/client-errors.js';
 import { isDatabaseUnavailable } from './http/db-errors.js';
 import { rateLimitHook } from './http/rate-limit.js';
 import { registerBodyParsers, parameterCollector } from './http/body.js';
@@ -55,6 +56,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     routerOptions: { maxParamLength: 8000 },
     // Requests arriving while closing get the Zulip 503 envelope instead (src/http/shutdown.ts).
     return503OnClosing: false,
+    clientErrorHandler: zulipClientErrorHandler,
     // Slow or stuck clients are cut off: the whole request must arrive within requestTimeout
     // (408, then closed; it does not cover the time to answer, so long polls are unaffected), a
     // silent connection closes after connectionTimeout (longer than any long poll), an idle

@@ -182,6 +182,7 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
   it('a client that sends part of its headers and stalls gets 408 and is disconnected', async () => {
     const result = await rawSocket(port, 'GET /api/v1/users/14 HTTP/1.1\r\nHost: chat.example.com\r\n');
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
+    expect(result.received).toMatch(/\r\n\r\n\{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"\}$/);
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
     expect(result.closedAfterMs).toBeLessThan(3000);
   });
@@ -191,9 +192,19 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
       `POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n` +
       'Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nsubscription_data=');
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
+    expect(result.received).toContain('{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"}');
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
     expect(result.closedAfterMs).toBeLessThan(3000);
     expect(await pinToTopOfP(ctx)).toBe(false);
+  });
+
+  it('oversized headers and unparseable HTTP get the Zulip envelope and a closed connection', async () => {
+    const huge = await rawSocket(port, `GET /api/v1/users/14 HTTP/1.1\r\nHost: chat.example.com\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(huge.received).toMatch(/^HTTP\/1\.1 431 /);
+    expect(huge.received).toContain('{"result":"error","msg":"Request header fields too large","code":"BAD_REQUEST"}');
+    const garbage = await rawSocket(port, 'NOT HTTP AT ALL\r\n\r\n');
+    expect(garbage.received).toMatch(/^HTTP\/1\.1 400 /);
+    expect(garbage.received).toContain('{"result":"error","msg":"Malformed request","code":"BAD_REQUEST"}');
   });
 
   it('a connection that never sends anything is closed', async () => {
