@@ -1,5 +1,6 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
+import { withPreparedStatements } from '../lib/prepared-statements.js';
 import type { DB } from './types.js';
 
 export type Database = Kysely<DB>;
@@ -39,7 +40,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   pool.on('error', (error) => options.onPoolError?.(error));
   const onQuery = options.onQuery;
   const db = new Kysely<DB>({
-    dialect: new PostgresDialect({ pool }),
+    dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
   return {

@@ -3,6 +3,7 @@ import type { Config } from '../config.js';
 import type { Database } from '../db/database.js';
 import { API_KEY_PATTERN, hashApiKey, hashesEqual } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
+import { reusableQuery } from '../lib/reusable-query.js';
 import { badRequest, unauthorized } from './errors.js';
 
 export interface Caller {
@@ -52,11 +53,9 @@ export function parseBasicAuthorization(header: string | undefined): { email: st
   return { email, apiKey };
 }
 
-/** Authenticates a request with one indexed query (spec §1.3 rows 6–11). */
-export async function authenticate(db: Database, config: Config, request: FastifyRequest): Promise<Caller> {
-  const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
-  const keyHash = hashApiKey(apiKey);
-  const row = await db
+// Runs on every request: compiled once (see reusable-query.ts); the marker is no valid hash.
+const findAccountByKeyHash = reusableQuery(['\0key hash'], (db: Database, keyHash: string) =>
+  db
     .selectFrom('users')
     .innerJoin('realms', 'realms.id', 'users.realm_id')
     .select([
@@ -65,8 +64,14 @@ export async function authenticate(db: Database, config: Config, request: Fastif
       'users.enable_stream_push_notifications', 'users.enable_stream_email_notifications',
       'realms.subdomain', 'realms.deactivated as realm_deactivated', 'realms.can_access_all_users_group',
     ])
-    .where('users.api_key_hash', '=', keyHash)
-    .executeTakeFirst();
+    .where('users.api_key_hash', '=', keyHash),
+);
+
+/** Authenticates a request with one indexed query (spec §1.3 rows 6–11). */
+export async function authenticate(db: Database, config: Config, request: FastifyRequest): Promise<Caller> {
+  const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
+  const keyHash = hashApiKey(apiKey);
+  const [row] = await findAccountByKeyHash(db, keyHash);
   if (!row || !hashesEqual(row.api_key_hash, keyHash)) throw unauthorized('Invalid API key');
   if (row.delivery_email.toLowerCase() !== email.toLowerCase()) throw unauthorized('Invalid API key');
   if (row.realm_deactivated) throw unauthorized('This organization has been deactivated');

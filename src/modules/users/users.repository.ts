@@ -2,6 +2,7 @@ import type { ExpressionBuilder } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
+import { reusableQuery } from '../../lib/reusable-query.js';
 import type { UserRecord } from './users.serializers.js';
 
 /**
@@ -92,13 +93,26 @@ function toUserRecord(row: UserRow): UserRecord {
   };
 }
 
+// GET /users/{id} runs this on every call: compiled once per shape of the load options (see
+// reusable-query.ts). Ids are positive, so negative markers cannot clash with a real value.
+const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
+  reusableQuery([-1, -2, -3], (db: Database, realmId: number, userId: number, viewerId: number) =>
+    selectUsers(db, realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: viewerId }) })
+      .where('users.id', '=', userId),
+  );
+const userByIdQueries = new Map<string, ReturnType<typeof userByIdQuery>>();
+
 export async function findUserById(
   db: Database,
   realmId: number,
   userId: number,
   options: UserLoadOptions,
 ): Promise<UserRecord | undefined> {
-  const row = await selectUsers(db, realmId, options).where('users.id', '=', userId).executeTakeFirst();
+  const restricted = options.sharedChannelsWithUserId !== undefined;
+  const shape = `${options.withProfileData}/${restricted}`;
+  let query = userByIdQueries.get(shape);
+  if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
+  const [row] = await query(db, realmId, userId, options.sharedChannelsWithUserId ?? 0);
   return row && toUserRecord(row);
 }
 
