@@ -1,0 +1,81 @@
+import type { Measurement } from './load.js';
+import { bulkName, USERS_FLOOR, USERS_FLOOR_PLAIN, USERS_FLOOR_TWO_QUERIES, USERS_OURS } from './scenarios.js';
+
+/** The one table `npm run bench` prints (Markdown, so it can go into bench/RESULTS.md as is). */
+
+export interface Row {
+  name: string;
+  measurement: Measurement;
+  /** SQL statements of one request (undefined: not counted, e.g. the floor). */
+  statements: number | undefined;
+}
+
+const fixed = (value: number, digits = 0) => value.toFixed(digits);
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
+/**
+ * Each round measures the floors and ours back to back: the median of the per-round ratios
+ * resists a neighbour's burst better than the pooled figures do.
+ */
+function roundRatio(ours: Measurement, reference: Measurement): number {
+  const rounds = ours.roundsPerSecond ?? [ours.requestsPerSecond];
+  return median(rounds.map((perSecond, i) => perSecond / (reference.roundsPerSecond?.[i] ?? reference.requestsPerSecond)));
+}
+
+function describeRatio(ours: Measurement, reference: Measurement): string {
+  const rounds = ours.roundsPerSecond?.map((perSecond, i) => perSecond / (reference.roundsPerSecond?.[i] ?? reference.requestsPerSecond));
+  const detail = rounds ? `median of alternating rounds ${rounds.map((value) => fixed(value, 2)).join(', ')}` : 'one run';
+  return `${fixed(roundRatio(ours, reference), 2)} (requests/s, ${detail})`;
+}
+
+export function formatReport(rows: Row[], meta: { machine: string; settings: string }): string {
+  const byName = new Map(rows.map((row) => [row.name, row.measurement]));
+  const lines = [
+    '',
+    `Machine: ${meta.machine}`,
+    `Run: ${meta.settings}`,
+    '',
+    '| scenario | requests/s | p50 ms | p99 ms | non-2xx | errors/timeouts | SQL statements/request | CPU ms/request: server + PostgreSQL | load (1 min) |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows.map(({ name, measurement: m, statements }) => {
+      const cpu = m.cpuMsPerRequest ? `${fixed(m.cpuMsPerRequest.server, 3)} + ${fixed(m.cpuMsPerRequest.postgres, 3)}` : '—';
+      return `| ${name} | ${fixed(m.requestsPerSecond)} | ${fixed(m.p50, 1)} | ${fixed(m.p99, 1)} | ${m.non2xx} | ${m.errors} | ${statements ?? '—'} | ${cpu} | ${fixed(m.load, 2)} |`;
+    }),
+    '',
+  ];
+  const ours = byName.get(USERS_OURS);
+  const floor = byName.get(USERS_FLOOR);
+  if (ours && floor) {
+    const ratio = roundRatio(ours, floor);
+    lines.push(`GET /users/{id}: ours/floor = ${describeRatio(ours, floor)}; target ≥ 0.80: ${ratio >= 0.8 ? 'met' : 'MISSED'}`);
+    for (const other of [USERS_FLOOR_TWO_QUERIES, USERS_FLOOR_PLAIN]) {
+      const reference = byName.get(other);
+      if (reference) lines.push(`  for reference, ours / "${other.replace('GET /users/{id} — ', '')}" = ${describeRatio(ours, reference)}`);
+    }
+    if (ours.cpuMsPerRequest && floor.cpuMsPerRequest) {
+      const cost = (m: Measurement) => m.cpuMsPerRequest!.server + m.cpuMsPerRequest!.postgres;
+      lines.push(`GET /users/{id}: CPU per request (server + PostgreSQL), floor/ours = ${fixed(cost(floor) / cost(ours), 2)}`);
+    }
+  }
+  for (const connections of [undefined, 1]) {
+    const smallest = byName.get(bulkName(1, connections));
+    const largest = byName.get(bulkName(1000, connections));
+    if (!smallest || !largest) continue;
+    const ratio = largest.p50 / smallest.p50;
+    lines.push(
+      `Bulk update${connections === undefined ? '' : `, ${connections} connection`}: p50 of 1000 entries / p50 of 1 entry = ` +
+        `${fixed(ratio, 1)} (target ≤ 10: ${ratio <= 10 ? 'met' : 'MISSED'})`,
+    );
+  }
+  const failed = rows.filter(({ measurement: m }) => m.non2xx > 0 || m.errors > 0 || m.timeouts > 0);
+  const silent = rows.filter(({ measurement: m }) => m.total === 0);
+  if (failed.length > 0) lines.push(`FAILED requests in: ${failed.map((row) => row.name).join(', ')}`);
+  if (silent.length > 0) lines.push(`No request completed within the duration in: ${silent.map((row) => row.name).join(', ')}`);
+  if (failed.length === 0 && silent.length === 0) lines.push('Every request succeeded.');
+  return lines.join('\n');
+}

@@ -1,0 +1,237 @@
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql } from 'kysely';
+import { createDatabase, type Database } from '../src/db/database.js';
+import { startEmbeddedPostgres } from '../src/db/embedded.js';
+import { migrateToLatest } from '../src/db/migrator.js';
+import { type CpuReader, cpuReader } from './cpu.js';
+import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
+import { ensureBuilt, freePort, type RunningProcess, startServer } from './processes.js';
+import { formatReport, type Row } from './report.js';
+import { buildScenarios, type Scenario, USERS_COMPARISON } from './scenarios.js';
+import { type Seeded, seedOrganization } from './seed.js';
+import { countStatements } from './statements.js';
+
+/**
+ * `npm run bench`: an ephemeral PostgreSQL with a realistic organization, the built server and a
+ * bare Fastify + pg floor as separate processes on 127.0.0.1, autocannon against each scenario,
+ * one table. Exits 1 when any request failed. Everything started here is stopped on the way out,
+ * Ctrl-C included.
+ *
+ * Environment: BENCH_DURATION_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_CONNECTIONS (50),
+ * BENCH_ROUNDS (3: floor/ours alternations for GET /users/{id}), BENCH_ONLY (a regular expression:
+ * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our server under --cpu-prof, profile
+ * there), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
+ * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs).
+ */
+
+function positiveInteger(name: string, fallback: number): number {
+  const text = process.env[name];
+  if (text === undefined || text === '') return fallback;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 1 || value > 100_000) throw new Error(`${name} must be a positive integer`);
+  return value;
+}
+
+const DURATION = positiveInteger('BENCH_DURATION_SECONDS', 10);
+const WARMUP = positiveInteger('BENCH_WARMUP_SECONDS', Math.min(3, DURATION));
+const CONNECTIONS = positiveInteger('BENCH_CONNECTIONS', 50);
+const ROUNDS = positiveInteger('BENCH_ROUNDS', 3);
+const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
+const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
+const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
+const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25 };
+const SERVER_ENV = {
+  AVATAR_SALT: 'bench-salt',
+  LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'silent',
+  RATE_LIMITING: 'false',
+  HOST: '127.0.0.1',
+};
+
+const log = (line: string) => console.error(`[bench] ${line}`);
+
+const cleanups: (() => Promise<unknown>)[] = [];
+let cleaning: Promise<void> | undefined;
+function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    for (const step of cleanups.reverse()) {
+      await step().catch((error: unknown) => log(`cleanup step failed: ${String(error)}`));
+    }
+  })();
+  return cleaning;
+}
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+  process.once(signal, () => {
+    log(`${signal}: stopping everything`);
+    void cleanup().finally(() => process.exit(code));
+  });
+}
+
+/** POST /register for `account`: the queue id, or undefined when the endpoint is not there. */
+async function registerQueue(server: RunningProcess, account: Seeded['caller']): Promise<string | undefined> {
+  const response = await fetch(`${server.url}/api/v1/register`, {
+    method: 'POST',
+    headers: { authorization: basicAuth(account.email, account.apiKey), ...FORM },
+    body: formBody({ fetch_event_types: '[]' }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (response.status === 404) return undefined;
+  const body = (await response.json()) as { queue_id?: string };
+  if (response.status !== 200 || !body.queue_id) throw new Error(`register answered ${response.status}: ${JSON.stringify(body)}`);
+  return body.queue_id;
+}
+
+async function fetchUserJson(server: RunningProcess, seeded: Seeded): Promise<string> {
+  const response = await fetch(`${server.url}/api/v1/users/${seeded.targetUserId}`, {
+    headers: { authorization: basicAuth(seeded.caller.email, seeded.caller.apiKey) },
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`${server.name} GET /users/{id} answered ${response.status}: ${text}`);
+  return text;
+}
+
+/**
+ * Requests autocannon abandons at the end of a run keep running in the server (a 1,000-entry
+ * update is not cancelled by a closed socket): wait until the database has been idle for a
+ * moment, so that they do not count against the next scenario. Bounded.
+ */
+async function waitForQuietDatabase(db: Database): Promise<void> {
+  const started = Date.now();
+  let quietPolls = 0;
+  while (quietPolls < 3 && Date.now() - started < 180_000) {
+    const { rows } = await sql<{ busy: number }>`
+      SELECT count(*)::int AS busy FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'
+    `.execute(db);
+    quietPolls = rows[0]!.busy === 0 ? quietPolls + 1 : 0;
+    await sleep(200);
+  }
+  if (Date.now() - started > 2000) log(`waited ${((Date.now() - started) / 1000).toFixed(1)} s for abandoned requests to finish`);
+}
+
+async function measure(
+  scenario: Scenario,
+  server: RunningProcess,
+  history: Map<string, Measurement>,
+  db: Database,
+  cpu: CpuReader,
+): Promise<Measurement> {
+  const headers = { authorization: basicAuth(scenario.account.email, scenario.account.apiKey) };
+  const base = { url: server.url, connections: scenario.connections ?? CONNECTIONS, headers };
+  await waitForQuietDatabase(db);
+  const warmup = await scenario.prepare('warmup', WARMUP, history);
+  await runLoad({ ...base, durationSeconds: WARMUP, ...warmup });
+  await waitForQuietDatabase(db);
+  const load = await scenario.prepare('measure', DURATION, history);
+  const before = cpu.read(server.pid);
+  const result = await runLoad({ ...base, durationSeconds: DURATION, ...load });
+  const after = cpu.read(server.pid);
+  if (before && after && result.total > 0) {
+    result.cpuMsPerRequest = {
+      server: (1000 * (after.server - before.server)) / result.total,
+      postgres: (1000 * (after.postgres - before.postgres)) / result.total,
+    };
+  }
+  const cpuText = result.cpuMsPerRequest
+    ? `, CPU/request: server ${result.cpuMsPerRequest.server.toFixed(3)} ms, PostgreSQL ${result.cpuMsPerRequest.postgres.toFixed(3)} ms`
+    : '';
+  log(
+    `${scenario.name}: ${result.requestsPerSecond.toFixed(0)} req/s, p50 ${result.p50} ms, p99 ${result.p99} ms, ` +
+      `status ${JSON.stringify(result.statusCodes)}, errors ${result.errors}, load ${result.load.toFixed(2)}${cpuText}`,
+  );
+  return result;
+}
+
+async function main(): Promise<number> {
+  log(`${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  log(`${DURATION} s per scenario after ${WARMUP} s warm-up, ${CONNECTIONS} connections`);
+  if (SERVER_ARGS.join(' ') === 'dist/server.js') ensureBuilt(log);
+
+  const workDir = await mkdtemp(join(tmpdir(), 'zulip-bench-'));
+  cleanups.push(() => rm(workDir, { recursive: true, force: true }));
+  await chmod(workDir, 0o755); // the postgres system user (when run as root) must reach the cluster
+  log('starting PostgreSQL (embedded, ephemeral)');
+  const embedded = await startEmbeddedPostgres({ directory: join(workDir, 'pg'), secretsDir: workDir, ephemeral: true });
+  cleanups.push(() => embedded.stop());
+  const handle = createDatabase(embedded.url, { poolMax: 4 });
+  cleanups.push(() => handle.close());
+  await migrateToLatest(handle.db);
+  const postgresVersion = (await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(handle.db)).rows[0]!.v;
+  const seedStart = Date.now();
+  const seeded = await seedOrganization(handle.db, SIZES);
+  log(`PostgreSQL ${postgresVersion}; seeded in ${Date.now() - seedStart} ms: ${JSON.stringify(seeded.counts)}`);
+
+  const ours = await startServer({
+    name: 'server',
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF_DIR}`] : []), ...SERVER_ARGS],
+    env: { ...SERVER_ENV, DATABASE_URL: embedded.url },
+    port: await freePort(),
+    readyPath: '/ready',
+  });
+  cleanups.push(() => ours.stop());
+  const floor = await startServer({
+    name: 'floor',
+    args: ['--import', 'tsx', 'bench/floor.ts'],
+    env: { DATABASE_URL: embedded.url },
+    port: await freePort(),
+    readyPath: '/health',
+  });
+  cleanups.push(() => floor.stop());
+  log(`server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}`);
+
+  const [ourJson, floorJson] = [await fetchUserJson(ours, seeded), await fetchUserJson(floor, seeded)];
+  log(`GET /users/{id} body: ours ${ourJson.length} bytes, floor ${floorJson.length} bytes`);
+  if (Object.keys(JSON.parse(ourJson).user).join() !== Object.keys(JSON.parse(floorJson).user).join()) {
+    log(`the floor's user object differs in shape:\n  ours  ${ourJson}\n  floor ${floorJson}`);
+  }
+
+  // A connected client of the caller: every write below also stores its events in this queue.
+  const callerQueue = await registerQueue(ours, seeded.caller);
+  const pollerQueues: string[] = [];
+  if (callerQueue === undefined) log('POST /register is not there (404): the events scenario is skipped');
+  else for (let i = 0; i < CONNECTIONS; i++) pollerQueues.push((await registerQueue(ours, seeded.poller))!);
+
+  const scenarios = buildScenarios({ db: handle.db, seeded, connections: CONNECTIONS, pollerQueues })
+    .filter((scenario) => ONLY.test(scenario.name))
+    .filter((scenario) => pollerQueues.length > 0 || !scenario.name.startsWith('GET /events'));
+  const statements = await countStatements(embedded.url, SERVER_ENV, scenarios);
+
+  const cpu = await cpuReader(handle.db);
+  const history = new Map<string, Measurement>();
+  const users = scenarios.filter((scenario) => USERS_COMPARISON.includes(scenario.name));
+  if (users.length > 0) {
+    const runs = new Map<string, Measurement[]>(users.map((scenario) => [scenario.name, []]));
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const scenario of users) runs.get(scenario.name)!.push(await measure(scenario, scenario.server === 'ours' ? ours : floor, history, handle.db, cpu));
+    }
+    for (const [name, measurements] of runs) history.set(name, mergeMeasurements(measurements));
+  }
+  for (const scenario of scenarios) {
+    if (history.has(scenario.name)) continue;
+    history.set(scenario.name, await measure(scenario, scenario.server === 'ours' ? ours : floor, history, handle.db, cpu));
+  }
+
+  const rows: Row[] = scenarios.map((scenario) => ({
+    name: scenario.name,
+    measurement: history.get(scenario.name)!,
+    statements: statements.get(scenario.name),
+  }));
+  console.log(formatReport(rows, {
+    machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
+    settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
+  }));
+  return rows.some(({ measurement: m }) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
+}
+
+let exitCode = 1;
+try {
+  exitCode = await main();
+} catch (error) {
+  log(`failed: ${(error as Error).stack ?? String(error)}`);
+} finally {
+  await cleanup();
+}
+process.exit(exitCode);

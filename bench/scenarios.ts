@@ -1,0 +1,200 @@
+import type autocannon from 'autocannon';
+import type { Database } from '../src/db/database.js';
+import { FORM, formBody } from './load.js';
+import { type Account, createDisposableViews, type Seeded } from './seed.js';
+
+/**
+ * The benchmark's scenarios. Each builds fresh requests per phase (warm-up, measured run), so
+ * one-shot resources (views to delete, names to set) are never reused, and names one probe
+ * request for counting SQL statements.
+ */
+
+export type Phase = 'warmup' | 'measure';
+
+export interface PhaseLoad {
+  requests: autocannon.Request[];
+  /** Stop after this many responses (one-shot resources); the duration still bounds the run. */
+  amount?: number;
+}
+
+export interface ProbeRequest {
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
+  url: string;
+  body?: string;
+}
+
+export interface Scenario {
+  name: string;
+  server: 'ours' | 'floor';
+  /** Whose credentials every request carries. */
+  account: Account;
+  /** Concurrent connections, when not the run's default (unloaded latency: 1). */
+  connections?: number;
+  /** Requests of the phase; `history` holds the measurements taken so far, by scenario name. */
+  prepare(phase: Phase, durationSeconds: number, history: ReadonlyMap<string, { requestsPerSecond: number }>): Promise<PhaseLoad>;
+  /** One representative request, sent in-process to count its SQL statements (ours only). */
+  probe?(): Promise<ProbeRequest>;
+}
+
+export interface ScenarioContext {
+  db: Database;
+  seeded: Seeded;
+  connections: number;
+  /** Event queue ids of the poller, one per connection. */
+  pollerQueues: string[];
+}
+
+export const USERS_FLOOR = 'GET /users/{id} — floor';
+export const USERS_FLOOR_TWO_QUERIES = 'GET /users/{id} — floor with 2 queries';
+export const USERS_FLOOR_PLAIN = 'GET /users/{id} — floor, unprepared';
+export const USERS_OURS = 'GET /users/{id}';
+/** Measured in alternating rounds, one after the other. */
+export const USERS_COMPARISON = [USERS_FLOOR, USERS_FLOOR_TWO_QUERIES, USERS_FLOOR_PLAIN, USERS_OURS];
+export const BULK_SIZES = [1, 10, 100, 1000] as const;
+export const bulkName = (size: number, connections?: number) =>
+  `POST subscriptions/properties × ${size}${connections === undefined ? '' : `, ${connections} connection`}`;
+/** Bulk sizes also measured one request at a time: the cost of a request without queueing. */
+export const UNLOADED_BULK_SIZES = [1, 1000] as const;
+const PATCH_NAME = 'PATCH /navigation_views/{fragment}';
+
+/** Entry i of a bulk update: a mix of properties, `flip` alternates the values. */
+function bulkEntry(streamId: number, i: number, flip: boolean) {
+  switch (i % 4) {
+    case 0:
+      return { stream_id: streamId, property: 'is_muted', value: flip };
+    case 1:
+      return { stream_id: streamId, property: 'pin_to_top', value: !flip };
+    case 2:
+      return { stream_id: streamId, property: 'color', value: flip ? '#76ce90' : '#a6c7e5' };
+    default:
+      return { stream_id: streamId, property: 'desktop_notifications', value: flip };
+  }
+}
+
+export function bulkBody(streamIds: number[], size: number, flip: boolean): string {
+  const entries = streamIds.slice(0, size).map((id, i) => bulkEntry(id, i, flip));
+  return formBody({ subscription_data: JSON.stringify(entries) });
+}
+
+const viewPath = (fragment: string) => `/api/v1/navigation_views/${encodeURIComponent(fragment)}`;
+
+export function buildScenarios(context: ScenarioContext): Scenario[] {
+  const { db, seeded } = context;
+  const userPath = `/api/v1/users/${seeded.targetUserId}`;
+  const staticLoad = (requests: autocannon.Request[]) => async () => ({ requests });
+
+  // Every PATCH sets a name no view has had yet (the view's own current name would clash).
+  let renames = 0;
+  const patchRequest = (): autocannon.Request => ({
+    method: 'PATCH',
+    path: viewPath(seeded.patchFragment),
+    headers: FORM,
+    setupRequest: (request) => ({
+      ...request,
+      body: formBody({ is_pinned: String(renames % 2 === 0), name: `Standup ${++renames}` }),
+    }),
+  });
+
+  let disposablePools = 0;
+  const deleteLoad = async (count: number): Promise<PhaseLoad> => {
+    const prefix = `bench/disposable/${++disposablePools}/`;
+    await createDisposableViews(db, seeded.caller, count, prefix);
+    let deleted = 0;
+    return {
+      amount: count,
+      requests: [{
+        method: 'DELETE',
+        path: viewPath(`${prefix}1`),
+        setupRequest: (request) => ({ ...request, path: viewPath(`${prefix}${++deleted}`) }),
+      }],
+    };
+  };
+
+  const bulkScenario = (size: number, connections?: number): Scenario => {
+    const path = '/api/v1/users/me/subscriptions/properties';
+    return {
+      name: bulkName(size, connections),
+      server: 'ours',
+      account: seeded.caller,
+      ...(connections !== undefined && { connections }),
+      prepare: staticLoad([true, false].map((flip) => ({ method: 'POST', path, headers: FORM, body: bulkBody(seeded.callerStreamIds, size, flip) }))),
+      probe: async () => ({ method: 'POST', url: path, body: bulkBody(seeded.callerStreamIds, size, true) }),
+    };
+  };
+
+  let nextQueue = 0;
+  const eventsPath = (queueId: string) => `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=true`;
+
+  return [
+    { name: USERS_FLOOR, server: 'floor', account: seeded.caller, prepare: staticLoad([{ method: 'GET', path: userPath }]) },
+    {
+      name: USERS_FLOOR_TWO_QUERIES,
+      server: 'floor',
+      account: seeded.caller,
+      prepare: staticLoad([{ method: 'GET', path: `/two-queries${userPath}` }]),
+    },
+    {
+      name: USERS_FLOOR_PLAIN,
+      server: 'floor',
+      account: seeded.caller,
+      prepare: staticLoad([{ method: 'GET', path: `/plain${userPath}` }]),
+    },
+    {
+      name: USERS_OURS,
+      server: 'ours',
+      account: seeded.caller,
+      prepare: staticLoad([{ method: 'GET', path: userPath }]),
+      probe: async () => ({ method: 'GET', url: userPath }),
+    },
+    {
+      name: 'GET /users/{id}?include_custom_profile_fields=true',
+      server: 'ours',
+      account: seeded.caller,
+      prepare: staticLoad([{ method: 'GET', path: `${userPath}?include_custom_profile_fields=true` }]),
+      probe: async () => ({ method: 'GET', url: `${userPath}?include_custom_profile_fields=true` }),
+    },
+    ...BULK_SIZES.map((size) => bulkScenario(size)),
+    ...UNLOADED_BULK_SIZES.map((size) => bulkScenario(size, 1)),
+    {
+      name: PATCH_NAME,
+      server: 'ours',
+      account: seeded.caller,
+      prepare: async () => ({ requests: [patchRequest()] }),
+      probe: async () => ({
+        method: 'PATCH',
+        url: viewPath(seeded.patchFragment),
+        body: formBody({ is_pinned: 'true', name: `Standup probe` }),
+      }),
+    },
+    {
+      name: 'DELETE /navigation_views/{fragment}',
+      server: 'ours',
+      account: seeded.caller,
+      // Views to delete: enough for the run at the PATCH rate (the same write path) and then some.
+      prepare: async (phase, durationSeconds, history) => {
+        const rate = Math.max(history.get(PATCH_NAME)?.requestsPerSecond ?? 500, 200);
+        return deleteLoad(Math.ceil(rate * durationSeconds * (phase === 'warmup' ? 1 : 1.5)) + context.connections);
+      },
+      probe: async () => {
+        await createDisposableViews(db, seeded.caller, 1, 'bench/probe/');
+        return { method: 'DELETE', url: viewPath('bench/probe/1') };
+      },
+    },
+    {
+      name: 'GET /events?dont_block=true',
+      server: 'ours',
+      account: seeded.poller,
+      // Each connection polls its own queue, as each client would.
+      prepare: staticLoad([{
+        method: 'GET',
+        path: eventsPath(context.pollerQueues[0]!),
+        setupRequest: (request, connection) => {
+          const state = connection as { queueId?: string };
+          state.queueId ??= context.pollerQueues[nextQueue++ % context.pollerQueues.length]!;
+          return { ...request, path: eventsPath(state.queueId) };
+        },
+      }]),
+      probe: async () => ({ method: 'GET', url: eventsPath(context.pollerQueues[0]!) }),
+    },
+  ];
+}
