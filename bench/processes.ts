@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -27,17 +26,6 @@ export function ensureBuilt(log: (line: string) => void): void {
   // tsc emits despite type errors; a half-finished file of someone else must not stop the run.
   if (result.status !== 0) log(`npm run build reported errors:\n${(result.stdout + result.stderr).trim().slice(-2000)}`);
   if (!existsSync(entry)) throw new Error('dist/server.js was not produced');
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 export interface RunningProcess {

@@ -20,7 +20,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -29,6 +28,7 @@ import * as ops from '../src/cli/operations.js';
 import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
+import { freePort } from '../src/lib/free-port.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const SOAK_SECONDS = positiveInteger('SOAK_SECONDS', 30);
@@ -59,16 +59,6 @@ async function runCleanups(): Promise<void> {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 interface ServerProcess {
   port: number;

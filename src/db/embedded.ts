@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
 import { ConfigError, readOrCreateSecret } from '../config.js';
+import { freePort } from '../lib/free-port.js';
 
 export interface EmbeddedDatabase {
   url: string;
@@ -48,16 +48,6 @@ async function loadEmbeddedPostgres() {
   return EmbeddedPostgres;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 /** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
