@@ -58,13 +58,23 @@ let cleaning: Promise<void> | undefined;
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     for (const step of cleanups.reverse()) {
-      await step().catch((error: unknown) => log(`cleanup step failed: ${String(error)}`));
+      // Bounded: a step that hangs (e.g. stopping a PostgreSQL that Ctrl-C already ended, whose exit
+      // event never comes again) must not keep the rest from running.
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<void>((resolve) => {
+        timer = setTimeout(() => resolve(log('cleanup step timed out')), 10_000);
+      });
+      await Promise.race([step().catch((error: unknown) => log(`cleanup step failed: ${String(error)}`)), timedOut]);
+      clearTimeout(timer);
     }
   })();
   return cleaning;
 }
+// `on`, not `once`: Ctrl-C reaches this process both from the terminal and relayed by npm/tsx, and
+// a second signal without a listener would end the process before the cleanup is done.
 for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
-  process.once(signal, () => {
+  process.on(signal, () => {
+    if (cleaning) return;
     log(`${signal}: stopping everything`);
     void cleanup().finally(() => process.exit(code));
   });
