@@ -72,3 +72,9 @@ export async function eventually(check: () => Promise<boolean> | boolean, timeou
     await sleep(20);
   }
 }
+
+/** A delivered pin_to_top change of channel P, as the queue numbers it. */
+export const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
+
+/** The exact body of a long poll that waited (queue_id present, last). */
+export const waited = (queueId: string, events: object[]) => JSON.stringify({ result: 'success', msg: '', events, queue_id: queueId });

@@ -13,10 +13,12 @@ import {
   eventually,
   getEvents,
   pendingEvents,
+  pinEvent,
   queueRow,
   registerQueue,
   setPinToTop,
   sleep,
+  waited,
 } from './events-helpers.js';
 
 /**
@@ -24,8 +26,6 @@ import {
  * 172), graceful shutdown, and the official Python client's event loop over a real socket.
  */
 
-const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
-const waited = (queueId: string, events: object[]) => JSON.stringify({ result: 'success', msg: '', events, queue_id: queueId });
 
 let ctx: TestContext;
 const cleanups: (() => Promise<void>)[] = [];

@@ -12,11 +12,13 @@ import {
   eventually,
   getEvents,
   pendingEvents,
+  pinEvent,
   queueRow,
   registerQueue,
   setPinToTop,
   sleep,
   storedEventIds,
+  waited,
 } from './events-helpers.js';
 
 /**
@@ -25,8 +27,6 @@ import {
  * queues, client disconnects and shutdown.
  */
 
-const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
-const waited = (queueId: string, events: object[]) => JSON.stringify({ result: 'success', msg: '', events, queue_id: queueId });
 
 let ctx: TestContext;
 const extraInstances: { close(): Promise<void> }[] = [];
