@@ -1,6 +1,7 @@
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
+import { KeyedTurns } from '../../lib/keyed-turns.js';
 
 /** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
 export interface ApiEvent {
@@ -9,17 +10,30 @@ export interface ApiEvent {
 }
 
 export const EVENTS_CHANNEL = 'zulip_events';
-const USER_EVENT_LOCK_NAMESPACE = 7001;
+export const USER_EVENT_LOCK_NAMESPACE = 7001;
 
 type Executor = Kysely<DB> | Transaction<DB>;
 
+const userTurns = new KeyedTurns<number>();
+
 /**
- * Serializes a user's event-producing transactions and register (spec §2.10 "Register
- * consistency"); held until the transaction ends.
+ * Runs `work` in a transaction holding the user's event lock, which serializes the user's
+ * event-producing writes and register (spec §2.10 "Register consistency") across instances.
+ * Within this process the user's calls first wait their turn WITHOUT a pool connection: otherwise a
+ * burst of one user's writes would fill the pool with connections waiting for that lock, and every
+ * other request of the instance would time out waiting for a connection (503).
  */
-export async function lockUserEvents(trx: Transaction<DB>, userId: number): Promise<void> {
-  await sql`SELECT pg_advisory_xact_lock(${USER_EVENT_LOCK_NAMESPACE}, ${userId})`.execute(trx);
+export function inUserEventTransaction<T>(db: Database, userId: number, work: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+  return userTurns.run(userId, () =>
+    db.transaction().execute(async (trx) => {
+      await sql`SELECT pg_advisory_xact_lock(${USER_EVENT_LOCK_NAMESPACE}, ${userId})`.execute(trx);
+      return work(trx);
+    }),
+  );
 }
+
+/** How many users have an event transaction running or waiting in this process. */
+export const usersWithEventTransactions = (): number => userTurns.activeKeys;
 
 /**
  * Appends events, in order, to every queue of the user that accepts their type, numbering them

@@ -9,7 +9,7 @@ import type { SubscriptionObject } from '../subscriptions/subscriptions.serializ
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
 import { listRealmUsers } from '../users/users.repository.js';
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
-import { createEventQueue, lockUserEvents } from './events.repository.js';
+import { createEventQueue, inUserEventTransaction } from './events.repository.js';
 
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
 
@@ -58,8 +58,7 @@ export async function registerEventQueue(
 ): Promise<{ queueId: string; state: InitialState }> {
   const queueId = randomUUID();
   const wanted = wantedSections(request);
-  const state = await db.transaction().execute(async (trx) => {
-    await lockUserEvents(trx, caller.id);
+  const state = await inUserEventTransaction(db, caller.id, async (trx) => {
     await createEventQueue(trx, {
       id: queueId,
       realmId: caller.realmId,

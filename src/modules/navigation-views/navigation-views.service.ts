@@ -4,7 +4,7 @@ import type { DB } from '../../db/types.js';
 import type { Caller } from '../../http/auth.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { isStorableText } from '../../lib/text.js';
-import { type ApiEvent, appendEvents, lockUserEvents } from '../events/events.repository.js';
+import { type ApiEvent, appendEvents, inUserEventTransaction } from '../events/events.repository.js';
 import {
   deleteNavigationView,
   findViewsWithFragmentOrName,
@@ -102,8 +102,7 @@ async function inUserTransaction(
   write: (trx: Transaction<DB>) => Promise<ApiEvent[]>,
 ): Promise<void> {
   try {
-    await db.transaction().execute(async (trx) => {
-      await lockUserEvents(trx, caller.id);
+    await inUserEventTransaction(db, caller.id, async (trx) => {
       const events = await write(trx);
       await appendEvents(trx, caller.realmId, caller.id, events);
     });

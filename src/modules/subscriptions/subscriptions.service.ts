@@ -1,7 +1,7 @@
 import type { Database } from '../../db/database.js';
 import type { Caller } from '../../http/auth.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
-import { type ApiEvent, appendEvents, lockUserEvents } from '../events/events.repository.js';
+import { type ApiEvent, appendEvents, inUserEventTransaction } from '../events/events.repository.js';
 import {
   type AuditEntry,
   type ChannelSubscriptionState,
@@ -75,8 +75,7 @@ export async function applySubscriptionChanges(
     if (shapeError) throw shapeError;
     return;
   }
-  await db.transaction().execute(async (trx) => {
-    await lockUserEvents(trx, caller.id);
+  await inUserEventTransaction(db, caller.id, async (trx) => {
     // Ids beyond PostgreSQL's integer range cannot name a channel: they never reach the query.
     const streamIds = [...new Set(changes.map((change) => change.streamId))].filter(isIdInRange);
     const states = await findChannelSubscriptionStates(trx, caller, streamIds);
