@@ -2,7 +2,7 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsy
 import { sql } from 'kysely';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
-import { authenticate } from './http/auth.js';
+import { type AuthLookup, authenticate } from './http/auth.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { isDatabaseUnavailable } from './http/db-errors.js';
 import { rateLimitHook } from './http/rate-limit.js';
@@ -27,6 +27,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** false for the endpoints that need no credentials. */
     auth?: boolean;
+    /** A lookup to fold into the authentication statement for this request (see AuthLookup). */
+    authLookup?: (request: FastifyRequest) => AuthLookup | undefined;
   }
 }
 
@@ -116,7 +118,11 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('onRequest', async (request) => rejectEmptyPathParams(request));
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', async (request) => {
-      if (request.routeOptions.config.auth !== false) request.caller = await authenticate(db, config, request);
+      const { auth, authLookup } = request.routeOptions.config;
+      if (auth === false) return;
+      const { caller, lookupResult } = await authenticate(db, config, request, authLookup?.(request));
+      request.caller = caller;
+      request.authLookupResult = lookupResult;
     });
     // Right after authentication, before any parameter is parsed (spec §1.1 steps 3–4).
     if (config.rateLimiting) api.addHook('preHandler', rateLimitHook(db, config));

@@ -4,7 +4,7 @@ import type { Database } from '../src/db/database.js';
 import type { Users } from '../src/db/types.js';
 import { renderMarkdown } from '../src/lib/markdown.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import { basicAuth, type FixtureUser } from './helpers/fixture.js';
 
 /** GET /api/v1/users/{user_id} (spec §3.5, acceptance cases 8, 9 and §5.8). */
 
@@ -292,13 +292,29 @@ describe('GET /api/v1/users/{user_id}', () => {
       rendered_value: field.field_type <= 2 ? renderMarkdown(`v${field.id}`) : null,
     }))).execute();
     const large = await count();
-    expect(small).toEqual({ statements: 2, fields: 4 });
-    expect(large).toEqual({ statements: 2, fields: 40 });
-    // Restricted guests need the shared-channel fact: still the same single lookup.
+    // The lookup by id rides in the authentication statement: one round trip.
+    expect(small).toEqual({ statements: 1, fields: 4 });
+    expect(large).toEqual({ statements: 1, fields: 40 });
+    // Lookups by address, and restricted guests (who need the shared-channel fact): a second one.
+    ctx.database.statements.length = 0;
+    expect((await get('/api/v1/users/user14@chat.example.com?include_custom_profile_fields=true')).statusCode).toBe(200);
+    expect(ctx.database.statements).toHaveLength(2);
     await restrict(ctx.db);
     ctx.database.statements.length = 0;
     expect((await get('/api/v1/users/14?include_custom_profile_fields=true', 'G')).statusCode).toBe(200);
     expect(ctx.database.statements).toHaveLength(2);
+  });
+
+  it('the lookup folded into authentication is used only once the credentials are accepted', async () => {
+    const wrongKey = await api(ctx.app, { url: '/api/v1/users/14', headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) } });
+    expect(wrongKey.statusCode).toBe(401);
+    expect(wrongKey.json().msg).toBe('Invalid API key');
+    // A bad include_custom_profile_fields skips the lookup; the credentials are still checked first.
+    const both = await api(ctx.app, { url: '/api/v1/users/14?include_custom_profile_fields=maybe', headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) } });
+    expect(both.statusCode).toBe(401);
+    const badParam = await get('/api/v1/users/14?include_custom_profile_fields=maybe');
+    expect(badParam.statusCode).toBe(400);
+    expect(badParam.json().msg).toBe('include_custom_profile_fields is not valid JSON');
   });
 
   it('rendered values never carry live HTML through the endpoint', async () => {

@@ -23,6 +23,11 @@ export class ParamReader {
   /** The raw text of a parameter, body first; undefined when absent. Declares the name. */
   raw(name: string): string | undefined {
     this.declared.add(name);
+    return this.peek(name);
+  }
+
+  /** The raw text without declaring the name: for hooks that run before the handler reads it. */
+  peek(name: string): string | undefined {
     return this.sources.body.get(name) ?? this.sources.query.get(name);
   }
 

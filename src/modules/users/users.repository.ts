@@ -1,4 +1,4 @@
-import type { ExpressionBuilder } from 'kysely';
+import { type Expression, type ExpressionBuilder, sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
@@ -52,7 +52,7 @@ const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: numbe
       .where('theirs.active', '=', true),
   );
 
-function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
+function selectUsers(db: Database, realmId: number | Expression<number>, options: UserLoadOptions) {
   const viewerId = options.sharedChannelsWithUserId;
   return db
     .selectFrom('users')
@@ -114,6 +114,21 @@ export async function findUserById(
   if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
   const [row] = await query(db, realmId, userId, options.sharedChannelsWithUserId ?? 0);
   return row && toUserRecord(row);
+}
+
+/**
+ * One user by id as a single JSON value (null when there is none), for folding into the
+ * authentication statement (AuthLookup): no restricted-viewer fact, which needs the viewer's role.
+ */
+export const userByIdJsonColumn =
+  (withProfileData: boolean) => (db: Database, userId: number, realmId: Expression<number>) =>
+    sql<unknown>`(SELECT to_json(target) FROM (${selectUsers(db, realmId, { withProfileData }).where('users.id', '=', userId)}) AS target)`;
+
+/** A row of userByIdJsonColumn: JSON has no dates, so date_joined arrives as an ISO 8601 string. */
+export function userRecordFromJson(value: unknown): UserRecord | undefined {
+  if (value === null) return undefined;
+  const row = value as Omit<UserRow, 'date_joined'> & { date_joined: string };
+  return toUserRecord({ ...row, date_joined: new Date(row.date_joined) });
 }
 
 /** By delivery email, ignoring case (served by the users_realm_email_key index). */

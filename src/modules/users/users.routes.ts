@@ -1,9 +1,27 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import type { AuthLookup } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
 import { jsonBoolean } from '../../http/params.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
-import { getUserForViewer, listUsersForViewer } from './users.service.js';
+import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
+
+/**
+ * Runs before authentication, so it must not throw: a bad include_custom_profile_fields gets no
+ * lookup here and its 400 from the handler, after the credentials are checked.
+ */
+function userLookupForRequest(request: FastifyRequest): AuthLookup | undefined {
+  const raw = request.zulipParams.peek('include_custom_profile_fields');
+  let withProfileData = false;
+  if (raw !== undefined) {
+    try {
+      withProfileData = jsonBoolean(raw, 'include_custom_profile_fields');
+    } catch {
+      return undefined;
+    }
+  }
+  return userByIdAuthLookup((request.params as { user: string }).user, withProfileData);
+}
 
 /**
  * GET /api/v1/users and GET /api/v1/users/{user_id | email} (spec §3.5–§3.7). Fastify cannot hold
@@ -19,14 +37,16 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config 
     return success(request, { members });
   });
 
-  app.get<{ Params: { user: string } }>('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema }, async (request) => {
-    const params = request.zulipParams;
-    const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
-    const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
-    const user = await getUserForViewer(db, config, request.caller, request.params.user, {
-      clientGravatar,
-      includeCustomProfileFields,
-    });
-    return success(request, { user });
-  });
+  app.get<{ Params: { user: string } }>(
+    '/api/v1/users/:user(^(?!me$).+$)',
+    { schema: getUserSchema, config: { authLookup: userLookupForRequest } },
+    async (request) => {
+      const params = request.zulipParams;
+      const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
+      const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
+      const options = { clientGravatar, includeCustomProfileFields };
+      const user = await getUserForViewer(db, config, request.caller, request.params.user, options, request.authLookupResult);
+      return success(request, { user });
+    },
+  );
 };
