@@ -41,16 +41,17 @@ export const usersWithEventTransactions = (): number => userTurns.activeKeys;
  */
 export async function appendEvents(trx: Executor, realmId: number, userId: number, events: ApiEvent[]): Promise<void> {
   if (events.length === 0) return;
-  const types = events.map((event) => event.type);
-  const payloads = events.map((event) => JSON.stringify(event));
+  // One JSON array, not a text[] of payloads: node-postgres escapes every element of an array
+  // parameter (two regular expressions each), which cost milliseconds for a thousand events.
+  // json_array_elements returns each element's text as sent, so payloads keep their key order.
   await sql`
     WITH queues AS (
       SELECT id, next_event_id, event_types FROM event_queues WHERE user_id = ${userId} FOR UPDATE
     ), incoming AS (
-      SELECT type, payload, ord FROM unnest(${types}::text[], ${payloads}::json[]) WITH ORDINALITY AS e(type, payload, ord)
+      SELECT payload, ord FROM json_array_elements(${JSON.stringify(events)}::json) WITH ORDINALITY AS e(payload, ord)
     ), numbered AS (
       SELECT q.id AS queue_id, q.next_event_id + row_number() OVER (PARTITION BY q.id ORDER BY i.ord) - 1 AS id, i.payload
-      FROM queues q JOIN incoming i ON q.event_types IS NULL OR i.type = ANY (q.event_types)
+      FROM queues q JOIN incoming i ON q.event_types IS NULL OR i.payload->>'type' = ANY (q.event_types)
     ), inserted AS (
       INSERT INTO events (queue_id, id, realm_id, payload)
       SELECT queue_id, id, ${realmId}, payload FROM numbered

@@ -39,7 +39,7 @@ export async function findChannelSubscriptionStates(
     ])
     .where('s.realm_id', '=', caller.realmId)
     .where('s.deactivated', '=', false)
-    .where(sql<boolean>`s.id = ANY(${streamIds}::int[])`)
+    .where(sql<boolean>`s.id = ANY(${`{${streamIds.join(',')}}`}::int[])`)
     .execute();
   return new Map(
     rows.map((row) => [
@@ -74,10 +74,9 @@ export async function updateSubscriptionSettings(
   updates: Map<number, SettingValues>,
 ): Promise<void> {
   if (updates.size === 0) return;
-  const streamIds = [...updates.keys()];
-  const values = [...updates.values()];
-  const booleans = (column: BooleanColumn) => values.map((value) => value[column] ?? null);
-  // NULL in a column array means "not changed": the API can never set a setting back to NULL.
+  // One JSON parameter (absent keys are NULL): cheaper to send than nine arrays (see appendEvents).
+  const rows = [...updates].map(([streamId, values]) => ({ stream_id: streamId, ...values }));
+  // NULL means "not changed": the API can never set a setting back to NULL.
   await sql`
     UPDATE subscriptions AS sub SET
       color = COALESCE(v.color, sub.color),
@@ -88,13 +87,10 @@ export async function updateSubscriptionSettings(
       push_notifications = COALESCE(v.push_notifications, sub.push_notifications),
       email_notifications = COALESCE(v.email_notifications, sub.email_notifications),
       wildcard_mentions_notify = COALESCE(v.wildcard_mentions_notify, sub.wildcard_mentions_notify)
-    FROM unnest(
-      ${streamIds}::int[], ${values.map((value) => value.color ?? null)}::text[], ${booleans('is_muted')}::boolean[],
-      ${booleans('pin_to_top')}::boolean[], ${booleans('desktop_notifications')}::boolean[],
-      ${booleans('audible_notifications')}::boolean[], ${booleans('push_notifications')}::boolean[],
-      ${booleans('email_notifications')}::boolean[], ${booleans('wildcard_mentions_notify')}::boolean[]
-    ) AS v(stream_id, color, is_muted, pin_to_top, desktop_notifications, audible_notifications, push_notifications,
-           email_notifications, wildcard_mentions_notify)
+    FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(
+      stream_id int, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
+      audible_notifications boolean, push_notifications boolean, email_notifications boolean,
+      wildcard_mentions_notify boolean)
     WHERE sub.user_id = ${caller.id} AND sub.realm_id = ${caller.realmId} AND sub.stream_id = v.stream_id
   `.execute(db);
 }
@@ -116,12 +112,9 @@ export async function insertSubscriptionAuditRows(
   if (entries.length === 0) return;
   await sql`
     INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value)
-    SELECT ${caller.realmId}, ${caller.id}, a.stream_id, a.property, a.old_value::jsonb, a.new_value::jsonb
-    FROM unnest(
-      ${entries.map((entry) => entry.streamId)}::int[], ${entries.map((entry) => entry.property)}::text[],
-      ${entries.map((entry) => JSON.stringify(entry.oldValue))}::text[],
-      ${entries.map((entry) => JSON.stringify(entry.newValue))}::text[]
-    ) WITH ORDINALITY AS a(stream_id, property, old_value, new_value, ord)
+    SELECT ${caller.realmId}, ${caller.id}, (a.entry->>0)::int, a.entry->>1, a.entry->2, a.entry->3
+    FROM jsonb_array_elements(${JSON.stringify(entries.map((entry) => [entry.streamId, entry.property, entry.oldValue, entry.newValue]))}::jsonb)
+      WITH ORDINALITY AS a(entry, ord)
     ORDER BY a.ord
   `.execute(db);
 }

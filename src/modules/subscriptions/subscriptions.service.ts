@@ -13,7 +13,7 @@ import {
   updateSubscriptionSettings,
 } from './subscriptions.repository.js';
 import { changeEvents, serializeSubscription, type SubscriptionObject } from './subscriptions.serializers.js';
-import type { SettingChange } from './subscriptions.validation.js';
+import type { SettingChange, SettingColumn } from './subscriptions.validation.js';
 
 type SettingsCaller = Pick<Caller, 'id' | 'realmId' | 'role'>;
 
@@ -51,10 +51,10 @@ function planWrites(changes: SettingChange[], states: Map<number, ChannelSubscri
     }
     audit.push({ streamId: change.streamId, property: change.column, oldValue: settings[change.column] ?? null, newValue: change.stored });
     settings[change.column] = change.stored;
-    const values = updates.get(change.streamId) ?? {};
-    Object.assign(values, { [change.column]: change.stored });
-    updates.set(change.streamId, values);
-    events.push(...changeEvents(change));
+    let values = updates.get(change.streamId);
+    if (!values) updates.set(change.streamId, (values = {}));
+    (values as Record<SettingColumn, string | boolean>)[change.column] = change.stored;
+    for (const event of changeEvents(change)) events.push(event);
   }
   return { updates, audit, events };
 }
