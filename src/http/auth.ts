@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify';
-import { type AliasableExpression, type Expression, sql } from 'kysely';
+import type { Compilable } from 'kysely';
 import type { Config } from '../config.js';
 import type { Database } from '../db/database.js';
 import { API_KEY_PATTERN, hashApiKey, hashesEqual } from '../lib/api-keys.js';
@@ -32,6 +32,8 @@ declare module 'fastify' {
 
 const INCOMING_WEBHOOK_BOT = 2;
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+// Reused: decode() without { stream: true } keeps no state between calls.
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
 /** Splits a Basic Authorization header into email and key, with the spec's messages (§1.3 rows 1–5). */
@@ -44,7 +46,7 @@ export function parseBasicAuthorization(header: string | undefined): { email: st
   if (!BASE64.test(encoded) || encoded.length % 4 !== 0) throw invalidHeader();
   let decoded: string;
   try {
-    decoded = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.from(encoded, 'base64'));
+    decoded = STRICT_UTF8.decode(Buffer.from(encoded, 'base64'));
   } catch {
     throw invalidHeader();
   }
@@ -56,18 +58,28 @@ export function parseBasicAuthorization(header: string | undefined): { email: st
   return { email, apiKey };
 }
 
+// The caller's columns carry a caller_ prefix, so that a route's lookup can add its own row's
+// columns under their plain names (see AuthLookup).
 function selectAccount(db: Database, keyHash: string) {
   return db
     .selectFrom('users as caller')
     .innerJoin('realms as caller_realm', 'caller_realm.id', 'caller.realm_id')
     .select([
-      'caller.id', 'caller.realm_id', 'caller.delivery_email', 'caller.role', 'caller.bot_type', 'caller.is_active',
-      'caller.api_key_hash', 'caller.enable_stream_desktop_notifications', 'caller.enable_stream_audible_notifications',
-      'caller.enable_stream_push_notifications', 'caller.enable_stream_email_notifications',
-      'caller_realm.subdomain', 'caller_realm.deactivated as realm_deactivated', 'caller_realm.can_access_all_users_group',
+      'caller.id as caller_id', 'caller.realm_id as caller_realm_id', 'caller.delivery_email as caller_delivery_email',
+      'caller.role as caller_role', 'caller.bot_type as caller_bot_type', 'caller.is_active as caller_is_active',
+      'caller.api_key_hash as caller_api_key_hash',
+      'caller.enable_stream_desktop_notifications as caller_enable_stream_desktop_notifications',
+      'caller.enable_stream_audible_notifications as caller_enable_stream_audible_notifications',
+      'caller.enable_stream_push_notifications as caller_enable_stream_push_notifications',
+      'caller.enable_stream_email_notifications as caller_enable_stream_email_notifications',
+      'caller_realm.subdomain as caller_realm_subdomain', 'caller_realm.deactivated as caller_realm_deactivated',
+      'caller_realm.can_access_all_users_group as caller_realm_can_access_all_users_group',
     ])
     .where('caller.api_key_hash', '=', keyHash);
 }
+
+/** The authentication query, for a route's lookup to extend. */
+export type AccountQuery = ReturnType<typeof selectAccount>;
 
 // Runs on every request: compiled once (see reusable-query.ts); the marker is no valid hash.
 const KEY_HASH_MARKER = '\0key hash';
@@ -75,24 +87,26 @@ const findAccountByKeyHash = reusableQuery([KEY_HASH_MARKER], selectAccount);
 
 /**
  * A lookup a route folds into its authentication statement, so that a hot endpoint needs one round
- * trip instead of two. It adds one column, computed in the same statement as the caller's row:
- * `column` may refer to the caller's organization as `callerRealmId` (which must be its only
- * reference to the outer query). The value reaches the route as `request.authLookupResult`; it is
- * computed whether or not the credentials are accepted, and used only if they are.
+ * trip instead of two. `extend` LEFT JOINs the lookup's row to the caller's (tables `caller` and
+ * `caller_realm`) and selects its columns, none starting with `caller_`. The whole row reaches the
+ * route as `request.authLookupResult`; it is computed whether or not the credentials are
+ * accepted, and used only if they are.
  */
 export interface AuthLookup {
-  /** One compiled statement per key: the same key must always build the same column. */
+  /** One compiled statement per key: the same key must always build the same query. */
   key: string;
-  /** The one value the column binds: a positive integer (-1 stands for it while compiling). */
+  /** The one value the lookup binds: a positive integer (-1 stands for it while compiling). */
   argument: number;
-  column: (db: Database, argument: number, callerRealmId: Expression<number>) => AliasableExpression<unknown>;
+  extend: (account: AccountQuery, argument: number) => Compilable<AccountRow>;
 }
+
+type AccountRow = Awaited<ReturnType<AccountQuery['executeTakeFirstOrThrow']>>;
 
 const ARGUMENT_MARKER = -1;
 const accountWithLookupQueries = new Map<string, ReturnType<typeof accountWithLookupQuery>>();
 const accountWithLookupQuery = (lookup: AuthLookup) =>
   reusableQuery([KEY_HASH_MARKER, ARGUMENT_MARKER], (db: Database, keyHash: string, argument: number) =>
-    selectAccount(db, keyHash).select(lookup.column(db, argument, sql.ref<number>('caller.realm_id')).as('lookup')),
+    lookup.extend(selectAccount(db, keyHash), argument),
   );
 
 async function findAccount(db: Database, keyHash: string, lookup: AuthLookup | undefined) {
@@ -100,12 +114,12 @@ async function findAccount(db: Database, keyHash: string, lookup: AuthLookup | u
   let query = accountWithLookupQueries.get(lookup.key);
   if (!query) accountWithLookupQueries.set(lookup.key, (query = accountWithLookupQuery(lookup)));
   const [row] = await query(db, keyHash, lookup.argument);
-  return { row, lookupResult: row?.lookup };
+  return { row, lookupResult: row };
 }
 
 /**
  * Authenticates a request with one indexed query (spec §1.3 rows 6–11), which also computes the
- * route's lookup when one is given (its result: undefined when none ran, else the column's value).
+ * route's lookup when one is given (its result: undefined when none ran, else the joined row).
  */
 export async function authenticate(
   db: Database,
@@ -116,28 +130,28 @@ export async function authenticate(
   const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const keyHash = hashApiKey(apiKey);
   const { row, lookupResult } = await findAccount(db, keyHash, lookup);
-  if (!row || !hashesEqual(row.api_key_hash, keyHash)) throw unauthorized('Invalid API key');
-  if (row.delivery_email.toLowerCase() !== email.toLowerCase()) throw unauthorized('Invalid API key');
-  if (row.realm_deactivated) throw unauthorized('This organization has been deactivated');
-  if (!row.is_active) throw unauthorized('Account is deactivated');
-  if (requestSubdomain(request, config) !== row.subdomain) {
+  if (!row || !hashesEqual(row.caller_api_key_hash, keyHash)) throw unauthorized('Invalid API key');
+  if (row.caller_delivery_email.toLowerCase() !== email.toLowerCase()) throw unauthorized('Invalid API key');
+  if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');
+  if (!row.caller_is_active) throw unauthorized('Account is deactivated');
+  if (requestSubdomain(request, config) !== row.caller_realm_subdomain) {
     throw unauthorized('Account is not associated with this subdomain');
   }
-  if (row.bot_type === INCOMING_WEBHOOK_BOT) {
+  if (row.caller_bot_type === INCOMING_WEBHOOK_BOT) {
     throw unauthorized('This API is not available to incoming webhook bots.');
   }
   const caller: Caller = {
-    id: row.id,
-    realmId: row.realm_id,
-    realmSubdomain: row.subdomain,
-    realmCanAccessAllUsersGroup: row.can_access_all_users_group,
-    deliveryEmail: row.delivery_email,
-    role: row.role,
-    botType: row.bot_type,
-    enableStreamDesktopNotifications: row.enable_stream_desktop_notifications,
-    enableStreamAudibleNotifications: row.enable_stream_audible_notifications,
-    enableStreamPushNotifications: row.enable_stream_push_notifications,
-    enableStreamEmailNotifications: row.enable_stream_email_notifications,
+    id: row.caller_id,
+    realmId: row.caller_realm_id,
+    realmSubdomain: row.caller_realm_subdomain,
+    realmCanAccessAllUsersGroup: row.caller_realm_can_access_all_users_group,
+    deliveryEmail: row.caller_delivery_email,
+    role: row.caller_role,
+    botType: row.caller_bot_type,
+    enableStreamDesktopNotifications: row.caller_enable_stream_desktop_notifications,
+    enableStreamAudibleNotifications: row.caller_enable_stream_audible_notifications,
+    enableStreamPushNotifications: row.caller_enable_stream_push_notifications,
+    enableStreamEmailNotifications: row.caller_enable_stream_email_notifications,
   };
   return { caller, lookupResult };
 }

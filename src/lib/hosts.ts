@@ -38,5 +38,10 @@ export function isUsableEmailDomain(host: string): boolean {
 /** Domain of dummy addresses (`user<id>@...`) and bot addresses for an organization (spec §2.3). */
 export function fakeEmailDomain(subdomain: string, config: HostConfig): string {
   const host = organizationHost(subdomain, config);
-  return isUsableEmailDomain(host) ? host : config.fakeEmailDomain;
+  let usable = usableEmailDomains.get(host);
+  if (usable === undefined) usableEmailDomains.set(host, (usable = isUsableEmailDomain(host)));
+  return usable ? host : config.fakeEmailDomain;
 }
+
+// Needed for every user object; keyed by organization host, so it holds one entry per organization.
+const usableEmailDomains = new Map<string, boolean>();

@@ -1,6 +1,7 @@
-import { type Expression, type ExpressionBuilder, sql } from 'kysely';
+import type { ExpressionBuilder } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
+import type { AccountQuery } from '../../http/auth.js';
 import type { DB } from '../../db/types.js';
 import { reusableQuery } from '../../lib/reusable-query.js';
 import type { UserRecord } from './users.serializers.js';
@@ -52,7 +53,7 @@ const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: numbe
       .where('theirs.active', '=', true),
   );
 
-function selectUsers(db: Database, realmId: number | Expression<number>, options: UserLoadOptions) {
+function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
   const viewerId = options.sharedChannelsWithUserId;
   return db
     .selectFrom('users')
@@ -117,18 +118,20 @@ export async function findUserById(
 }
 
 /**
- * One user by id as a single JSON value (null when there is none), for folding into the
- * authentication statement (AuthLookup): no restricted-viewer fact, which needs the viewer's role.
+ * Extends the authentication query (AuthLookup) with one user by id of the caller's organization,
+ * LEFT JOINed under the table's own name and column names: no restricted-viewer fact, which
+ * depends on the viewer's role.
  */
-export const userByIdJsonColumn =
-  (withProfileData: boolean) => (db: Database, userId: number, realmId: Expression<number>) =>
-    sql<unknown>`(SELECT to_json(target) FROM (${selectUsers(db, realmId, { withProfileData }).where('users.id', '=', userId)}) AS target)`;
+export const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: number) =>
+  account
+    .leftJoin('users', (join) => join.onRef('users.realm_id', '=', 'caller.realm_id').on('users.id', '=', userId))
+    .select(USER_COLUMNS)
+    .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')));
 
-/** A row of userByIdJsonColumn: JSON has no dates, so date_joined arrives as an ISO 8601 string. */
-export function userRecordFromJson(value: unknown): UserRecord | undefined {
-  if (value === null) return undefined;
-  const row = value as Omit<UserRow, 'date_joined'> & { date_joined: string };
-  return toUserRecord({ ...row, date_joined: new Date(row.date_joined) });
+/** The user of a joinUserById row, if the join found one. */
+export function userRecordFromJoinedRow(row: unknown): UserRecord | undefined {
+  const joined = row as { [column in keyof UserRow]: UserRow[column] | null };
+  return joined.id === null ? undefined : toUserRecord(joined as UserRow);
 }
 
 /** By delivery email, ignoring case (served by the users_realm_email_key index). */

@@ -10,8 +10,8 @@ import {
   findUserById,
   listRealmUsers,
   type UserLoadOptions,
-  userByIdJsonColumn,
-  userRecordFromJson,
+  joinUserById,
+  userRecordFromJoinedRow,
 } from './users.repository.js';
 import {
   type ApiUser,
@@ -77,7 +77,7 @@ async function findTarget(
 export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup | undefined {
   const userId = DIGITS.test(pathValue) ? parseUserId(pathValue) : undefined;
   if (userId === undefined) return undefined;
-  return { key: `user by id, profile data ${withProfileData}`, argument: userId, column: userByIdJsonColumn(withProfileData) };
+  return { key: `user by id, profile data ${withProfileData}`, argument: userId, extend: joinUserById(withProfileData) };
 }
 
 /**
@@ -94,7 +94,7 @@ export async function getUserForViewer(
 ): Promise<ApiUser> {
   // A restricted viewer also needs the shared-channel fact, which the lookup leaves out.
   const target = prefetched !== undefined && !isRestrictedViewer(viewer)
-    ? userRecordFromJson(prefetched)
+    ? userRecordFromJoinedRow(prefetched)
     : await findTarget(db, config, viewer, pathValue, loadOptions(viewer, options));
   if (!target) throw noSuchUser();
   if (!canAccessUser(viewer, target)) throw badRequest('Insufficient permission');
