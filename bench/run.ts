@@ -22,7 +22,7 @@ import { countStatements } from './statements.js';
  * Ctrl-C included.
  *
  * Environment: BENCH_DURATION_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_CONNECTIONS (50),
- * BENCH_ROUNDS (3: floor/ours alternations for GET /users/{id}), BENCH_ONLY (a regular expression:
+ * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}; the ratio is their median), BENCH_ONLY (a regular expression:
  * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our server under --cpu-prof, profile
  * there), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
  * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs).
@@ -39,7 +39,9 @@ function positiveInteger(name: string, fallback: number): number {
 const DURATION = positiveInteger('BENCH_DURATION_SECONDS', 10);
 const WARMUP = positiveInteger('BENCH_WARMUP_SECONDS', Math.min(3, DURATION));
 const CONNECTIONS = positiveInteger('BENCH_CONNECTIONS', 50);
-const ROUNDS = positiveInteger('BENCH_ROUNDS', 3);
+// Five, not three: on a shared VM single rounds swing by ±30 % (bench/RESULTS.md), and a median of five
+// holds where one of three outliers could still decide.
+const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');

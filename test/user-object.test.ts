@@ -94,6 +94,8 @@ describe('formatDateJoined', () => {
   it('is UTC truncated to minutes', () => {
     expect(formatDateJoined(new Date('2024-01-02T03:04:59.999Z'))).toBe('2024-01-02T03:04+00:00');
     expect(formatDateJoined(new Date('2024-06-30T23:30:00-05:00'))).toBe('2024-07-01T04:30+00:00');
+    expect(formatDateJoined(new Date('0999-12-31T23:59:00Z'))).toBe('0999-12-31T23:59+00:00');
+    expect(formatDateJoined(new Date('2025-10-09T10:09:00Z'))).toBe('2025-10-09T10:09+00:00');
   });
 });
 
