@@ -39,6 +39,8 @@ export async function findChannelSubscriptionStates(
     ])
     .where('s.realm_id', '=', caller.realmId)
     .where('s.deactivated', '=', false)
+    // An array literal in one text parameter: node-postgres would escape each element of a JS array
+    // (see appendEvents). Exact because callers pass integers in range (isIdInRange).
     .where(sql<boolean>`s.id = ANY(${`{${streamIds.join(',')}}`}::int[])`)
     .execute();
   return new Map(
