@@ -49,6 +49,9 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
     ['unpadded base64', 'Basic dXNlcjprZXk'],
     ['two colons', `Basic ${b64('a:b:c')}`],
     ['invalid UTF-8', `Basic ${Buffer.from([0xff, 0x3a, 0x61]).toString('base64')}`],
+    ['an overlong UTF-8 colon', `Basic ${Buffer.concat([Buffer.from('u@example.com'), Buffer.from([0xc0, 0xba]), Buffer.from('k')]).toString('base64')}`],
+    ['an encoded surrogate', `Basic ${Buffer.concat([Buffer.from([0xed, 0xa0, 0x80]), Buffer.from(':k')]).toString('base64')}`],
+    ['a truncated sequence', `Basic ${Buffer.concat([Buffer.from('a:b'), Buffer.from([0xe2, 0x82])]).toString('base64')}`],
   ])('case 22: %s → Invalid authorization header for basic auth', async (_label, header) => {
     expect401(await get(header), 'Invalid authorization header for basic auth');
   });
@@ -77,6 +80,7 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
     expect((await get(basicAuth('U@EXAMPLE.COM', apiKeys.U))).statusCode).toBe(200);
     expect((await get(`Basic ${b64(`  u@example.com : ${apiKeys.U} `)}`)).statusCode).toBe(200);
     expect((await get(`  Basic   ${b64(`${emails.U}:${apiKeys.U}`)}  `)).statusCode).toBe(200);
+    expect((await get(`Basic ${b64(`\uFEFF${emails.U}:${apiKeys.U}`)}`)).statusCode).toBe(200); // a byte-order mark
   });
 
   it('case 27: deactivated account; deactivated organization checked first', async () => {

@@ -1,7 +1,7 @@
 import * as crypto from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { hashApiKey, hashesEqual } from '../src/lib/api-keys.js';
+import { apiKeyDigest, hashApiKey, storedDigestMatches } from '../src/lib/api-keys.js';
 import { api, type ApiRequest, createTestContext, type TestContext } from './helpers/app.js';
 import { apiKeys, basicAuth, createQueue, emails, type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
 
@@ -535,22 +535,25 @@ describe('SQL metacharacters in every string parameter and path segment are harm
 describe('API keys are stored only hashed and compared in constant time', () => {
   const digest = hashApiKey(apiKeys.U);
 
-  it('hashesEqual: equal digests match; different, malformed or differently sized ones never do, and never throw', () => {
-    expect(hashesEqual(digest, hashApiKey(apiKeys.U))).toBe(true);
+  it('storedDigestMatches: the equal digest matches; different, malformed or differently sized ones never do, and never throw', () => {
+    const bytes = apiKeyDigest(apiKeys.U).bytes;
+    expect(storedDigestMatches(digest, bytes)).toBe(true);
+    const hexBytes = (hex: string) => Buffer.from(hex, 'hex');
     for (const [stored, computed] of [
-      [digest, hashApiKey(apiKeys.V)], [digest, digest.slice(0, 62)], [digest, `${digest}00`], [digest, ''], ['', digest], ['', ''],
-      ['zz', 'yy'], ['abc', 'abd'], [digest.replace(/.$/, 'g'), digest.replace(/.$/, 'h')], [digest.toUpperCase(), digest],
-      [`${digest}0`, `${digest}1`], [digest, `${digest.slice(0, 63)}\0`], ['😀'.repeat(32), '😀'.repeat(32)],
-    ]) {
-      expect(() => hashesEqual(stored!, computed!)).not.toThrow();
-      expect(hashesEqual(stored!, computed!), `${stored} vs ${computed}`).toBe(false);
+      [digest, apiKeyDigest(apiKeys.V).bytes], [digest, bytes.subarray(0, 31)], [digest, Buffer.concat([bytes, Buffer.alloc(1)])],
+      [digest, Buffer.alloc(0)], ['', bytes], ['', Buffer.alloc(0)], ['zz', Buffer.alloc(0)], ['abc', hexBytes('ab')],
+      [digest.slice(0, 62), bytes.subarray(0, 31)], [`${digest}00`, Buffer.concat([bytes, Buffer.alloc(1)])],
+      [digest.replace(/.$/, 'g'), bytes], [digest.toUpperCase(), bytes], [`${digest.slice(0, 63)}\0`, bytes], ['😀'.repeat(32), bytes],
+    ] as [string, Buffer][]) {
+      expect(() => storedDigestMatches(stored, computed)).not.toThrow();
+      expect(storedDigestMatches(stored, computed), `${stored} vs ${computed.toString('hex')}`).toBe(false);
     }
   });
 
   it('the comparison is crypto.timingSafeEqual over the two 32-byte digests', () => {
     const spy = vi.mocked(crypto.timingSafeEqual);
     spy.mockClear();
-    expect(hashesEqual(digest, hashApiKey(apiKeys.U))).toBe(true);
+    expect(storedDigestMatches(digest, apiKeyDigest(apiKeys.U).bytes)).toBe(true);
     expect(spy).toHaveBeenCalledTimes(1);
     const [left, right] = spy.mock.calls[0]! as [Buffer, Buffer];
     expect([left.length, right.length]).toEqual([32, 32]);

@@ -11,21 +11,24 @@ export function generateApiKey(): string {
   return key;
 }
 
-export function hashApiKey(key: string): string {
-  return createHash('sha256').update(key, 'utf8').digest('hex');
+/** SHA-256 of a key: its bytes (for the comparison) and their lowercase hex (what is stored). */
+export function apiKeyDigest(key: string): { bytes: Buffer; hex: string } {
+  const bytes = createHash('sha256').update(key, 'utf8').digest();
+  return { bytes, hex: bytes.toString('hex') };
 }
+
+export const hashApiKey = (key: string): string => apiKeyDigest(key).hex;
 
 // What hashApiKey produces (and the users table's CHECK enforces).
 const HEX_DIGEST = /^[0-9a-f]{64}$/;
 
 /**
- * Constant-time comparison of two digests. Anything but a well-formed digest is unequal: Buffer's
- * hex decoding stops at the first bad character, so "zz" and "yy" would otherwise both be empty
- * and compare equal.
+ * Constant-time comparison of a stored hex digest with a computed one's bytes. A malformed stored
+ * digest is unequal: Buffer's hex decoding stops at the first bad character, so "zz" would
+ * otherwise decode to nothing and match an empty digest.
  */
-export function hashesEqual(storedHex: string, computedHex: string): boolean {
-  if (!HEX_DIGEST.test(storedHex) || !HEX_DIGEST.test(computedHex)) return false;
+export function storedDigestMatches(storedHex: string, computed: Buffer): boolean {
+  if (!HEX_DIGEST.test(storedHex)) return false;
   const stored = Buffer.from(storedHex, 'hex');
-  const computed = Buffer.from(computedHex, 'hex');
   return stored.length === computed.length && timingSafeEqual(stored, computed);
 }

@@ -9,7 +9,7 @@ import { QueueWakeups } from './event-wakeups.js';
 import { deleteExpiredQueues } from './events.repository.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
-import { registerEventQueue } from './register.service.js';
+import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /** Client capabilities register understands; other keys are accepted and ignored. */
 function parseCapabilities(raw: string, name: string): Record<string, boolean> {
@@ -51,7 +51,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     await listener.close();
   });
 
-  app.post('/api/v1/register', { schema: registerSchema }, async (request) => {
+  const registerConfig = { authLookup: () => notificationDefaultsLookup };
+  app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
@@ -60,6 +61,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     const fetchEventTypes = params.optional('fetch_event_types', jsonStringList);
     const queueLifespanSecs = params.optional('queue_lifespan_secs', jsonInteger, 0);
     const { queueId, state } = await registerEventQueue(db, config, request.caller, {
+      notificationDefaults: notificationDefaultsFromLookup(request.authLookupResult),
       clientGravatar,
       includeSubscribers,
       notificationSettingsNull: capabilities.notification_settings_null === true,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
-import type { Caller } from '../../http/auth.js';
+import type { AuthLookup, Caller } from '../../http/auth.js';
 import { isStorableText } from '../../lib/text.js';
 import { listNavigationViews, type NavigationView } from '../navigation-views/navigation-views.repository.js';
 import { listSubscriptions } from '../subscriptions/subscriptions.service.js';
@@ -14,6 +14,8 @@ import { createEventQueue, inUserEventTransaction } from './events.repository.js
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
 
 export interface RegisterRequest {
+  /** The caller's own defaults, for clients without notification_settings_null. */
+  notificationDefaults: NotificationDefaults;
   clientGravatar: boolean;
   includeSubscribers: boolean;
   notificationSettingsNull: boolean;
@@ -29,6 +31,32 @@ export interface InitialState {
   realm_non_active_users?: ApiUser[];
   subscriptions?: SubscriptionObject[];
   navigation_views?: NavigationView[];
+}
+
+/** The user-level stream notification settings a subscription's null stands for. */
+export interface NotificationDefaults {
+  audible: boolean;
+  desktop: boolean;
+  email: boolean;
+  push: boolean;
+}
+
+/** Register reads the caller's notification defaults with the authentication statement. */
+export const notificationDefaultsLookup: AuthLookup = {
+  key: 'caller notification defaults',
+  extend: (account) =>
+    account.select([
+      'caller.enable_stream_audible_notifications as audible_default',
+      'caller.enable_stream_desktop_notifications as desktop_default',
+      'caller.enable_stream_email_notifications as email_default',
+      'caller.enable_stream_push_notifications as push_default',
+    ]),
+};
+
+/** The defaults out of notificationDefaultsLookup's row. */
+export function notificationDefaultsFromLookup(row: unknown): NotificationDefaults {
+  const defaults = row as Record<`${keyof NotificationDefaults}_default`, boolean>;
+  return { audible: defaults.audible_default, desktop: defaults.desktop_default, email: defaults.email_default, push: defaults.push_default };
 }
 
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds'> & Parameters<typeof buildUserObject>[3];
@@ -72,7 +100,9 @@ export async function registerEventQueue(
     if (wanted('realm_user')) Object.assign(sections, await realmUserSections(trx, config, caller, request));
     if (wanted('subscription')) {
       const subscriptions = await listSubscriptions(trx, caller, { includeSubscribers: request.includeSubscribers });
-      sections.subscriptions = request.notificationSettingsNull ? subscriptions : subscriptions.map((sub) => withUserDefaults(sub, caller));
+      sections.subscriptions = request.notificationSettingsNull
+        ? subscriptions
+        : subscriptions.map((sub) => withUserDefaults(sub, request.notificationDefaults));
     }
     if (wanted('navigation_views')) sections.navigation_views = await listNavigationViews(trx, caller.realmId, caller.id);
     return sections;
@@ -84,13 +114,13 @@ export async function registerEventQueue(
  * Clients without notification_settings_null get the user's defaults in place of null
  * (wildcard_mentions_notify has no user-level default here and stays null).
  */
-function withUserDefaults(sub: SubscriptionObject, caller: Caller): SubscriptionObject {
+function withUserDefaults(sub: SubscriptionObject, defaults: NotificationDefaults): SubscriptionObject {
   return {
     ...sub,
-    audible_notifications: sub.audible_notifications ?? caller.enableStreamAudibleNotifications,
-    desktop_notifications: sub.desktop_notifications ?? caller.enableStreamDesktopNotifications,
-    email_notifications: sub.email_notifications ?? caller.enableStreamEmailNotifications,
-    push_notifications: sub.push_notifications ?? caller.enableStreamPushNotifications,
+    audible_notifications: sub.audible_notifications ?? defaults.audible,
+    desktop_notifications: sub.desktop_notifications ?? defaults.desktop,
+    email_notifications: sub.email_notifications ?? defaults.email,
+    push_notifications: sub.push_notifications ?? defaults.push,
   };
 }
 
