@@ -48,10 +48,13 @@ function toApiError(error: FastifyError | Error, config: Config): ApiError | und
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db } = deps;
+  const loggerOptions = { level: config.logLevel, redact: ['req.headers.authorization'], ...(logger === true ? {} : logger) };
+  // A silent logger still costs a child logger and a log line per request: no logger logs nothing for free.
+  const logging = logger !== false && loggerOptions.level !== 'silent';
   const app = Fastify({
-    logger: logger === false ? false : { level: config.logLevel, redact: ['req.headers.authorization'], ...(logger === true ? {} : logger) },
+    logger: logging ? loggerOptions : false,
     // One JSON line per request (RequestLog); the id comes from the load balancer's X-Request-Id.
-    logController: new RequestLog(),
+    logController: new RequestLog(logging),
     genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy,
@@ -115,7 +118,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   await app.register(async (api) => {
     // Route schemas document (OpenAPI); the handlers parse parameters Zulip's way.
     api.setValidatorCompiler(documentationOnly);
-    api.addHook('onRequest', async (request) => rejectEmptyPathParams(request));
+    api.addHook('onRequest', rejectEmptyPathParams);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', async (request) => {
       const { auth, authLookup } = request.routeOptions.config;

@@ -1,6 +1,6 @@
 import formbody from '@fastify/formbody';
 import multipart from '@fastify/multipart';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import { ApiError, bodyTooLarge, malformedBody } from './errors.js';
 import { ParamReader } from './params.js';
 
@@ -86,13 +86,18 @@ async function multipartFields(request: FastifyRequest, bodyLimit: number): Prom
   return fields;
 }
 
-/** preValidation: collects the request's parameters for the endpoint's ParamReader. */
+/**
+ * preValidation: collects the request's parameters for the endpoint's ParamReader. A callback hook
+ * (see echoRequestId): only a multipart body needs to wait.
+ */
 export function parameterCollector(bodyLimit: number) {
-  return async (request: FastifyRequest): Promise<void> => {
-    let body = new Map<string, string>();
-    if (BODY_METHODS.has(request.method)) {
-      body = request.isMultipart() ? await multipartFields(request, bodyLimit) : lastValues(request.body);
-    }
-    request.zulipParams = new ParamReader({ body, query: lastValues(request.query) });
+  return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    const collect = (body: Map<string, string>) => {
+      request.zulipParams = new ParamReader({ body, query: lastValues(request.query) });
+      done();
+    };
+    if (!BODY_METHODS.has(request.method)) return collect(new Map());
+    if (!request.isMultipart()) return collect(lastValues(request.body));
+    multipartFields(request, bodyLimit).then(collect, done);
   };
 }

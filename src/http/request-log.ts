@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import { type FastifyReply, type FastifyRequest, type HookHandlerDoneFunction, LogController } from 'fastify';
 import type { Caller } from './auth.js';
 
 /** What a load balancer may send as X-Request-Id; anything else (huge, odd bytes) gets a fresh id. */
@@ -15,9 +15,14 @@ export function requestId(raw: IncomingMessage): string {
   return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : randomUUID();
 }
 
-/** onRequest: every answer, errors included, carries the id that its log line has. */
-export async function echoRequestId(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+/**
+ * onRequest: every answer, errors included, carries the id that its log line has. The per-request
+ * hooks that need no I/O take a callback instead of returning a promise: one promise and one
+ * microtask less on every request.
+ */
+export function echoRequestId(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
   reply.header('x-request-id', request.id);
+  done();
 }
 
 /**
@@ -27,9 +32,15 @@ export async function echoRequestId(request: FastifyRequest, reply: FastifyReply
  * logger's `reqId`. Fastify's other lines (stream and serializer failures) are kept.
  */
 export class RequestLog extends LogController {
+  /** `logging`: false when the server has no logger (or a silent one), so there is no line to build. */
+  constructor(logging: boolean) {
+    super({ disableRequestLogging: !logging });
+  }
+
   override incomingRequest(): void {}
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.isLogDisabled(request)) return;
     const caller = request.caller as Caller | undefined;
     const line = {
       method: request.method,

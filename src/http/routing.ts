@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { methodNotAllowed, notFound } from './errors.js';
 
@@ -31,10 +31,11 @@ export function trackRoutes(app: FastifyInstance): { allowedMethods(url: string)
   };
 }
 
-/** Empty path parameters (`/navigation_views/`) name nothing. */
-export function rejectEmptyPathParams(request: FastifyRequest): void {
+/** onRequest: empty path parameters (`/navigation_views/`) name nothing. A callback hook (see echoRequestId). */
+export function rejectEmptyPathParams(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
   const params = request.params as Record<string, string> | undefined;
-  if (params && Object.values(params).some((value) => value === '')) throw notFound();
+  for (const name in params) if (params[name] === '') return done(notFound());
+  done();
 }
 
 export function unmatchedRouteError(allowed: string[]) {

@@ -16,10 +16,12 @@ export function closeConnectionsOnShutdown(app: FastifyInstance, retryAfterSecon
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', async () => {
-    if (closing) throw serviceUnavailable(retryAfterSeconds);
+  // Callback hooks, not async ones: they run on every request (see echoRequestId).
+  app.addHook('onRequest', (_request, _reply, done) => {
+    done(closing ? serviceUnavailable(retryAfterSeconds) : undefined);
   });
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
+    done(null, payload);
   });
 }
