@@ -50,6 +50,29 @@ describe('reusableQuery', () => {
     expect(await byId(database.db, ids.V, 7)).toEqual([{ email_address_visibility: 1 }]);
   });
 
+  it('inside a transaction runs in that transaction; on the root instance, on a connection of the pool', async () => {
+    const fullName = reusableQuery([-1], (db: Database, userId: number) =>
+      db.selectFrom('users').select('full_name').where('id', '=', userId));
+    const rolledBack = new Error('roll back');
+    const outcome = database.db.transaction().execute(async (trx) => {
+      await trx.updateTable('users').set({ full_name: 'Renamed' }).where('id', '=', ids.U).execute();
+      expect(await fullName(trx, ids.U)).toEqual([{ full_name: 'Renamed' }]); // its own uncommitted write
+      expect(await fullName(database.db, ids.U)).toEqual([{ full_name: 'U Member' }]); // not seen elsewhere
+      throw rolledBack;
+    });
+    await expect(outcome).rejects.toBe(rolledBack);
+    expect(await fullName(database.db, ids.U)).toEqual([{ full_name: 'U Member' }]);
+  });
+
+  it('a failing statement rejects with the database error, and is counted', async () => {
+    const divide = reusableQuery([-1], (db: Database, divisor: number) =>
+      db.selectFrom('users').select(sql<number>`1 / ${divisor}`.as('quotient')).where('id', '=', ids.U));
+    database.statements.length = 0;
+    await expect(divide(database.db, 0)).rejects.toMatchObject({ code: '22012' }); // division_by_zero
+    expect(database.statements).toHaveLength(1);
+    expect(await divide(database.db, 1)).toEqual([{ quotient: 1 }]);
+  });
+
   it('runs as a named prepared statement; other queries stay unnamed', async () => {
     const oneConnection = createDatabase(database.url, { poolMax: 1 });
     try {

@@ -1,6 +1,6 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { withPreparedStatements } from '../lib/prepared-statements.js';
+import { enableDirectQueries, withPreparedStatements } from '../lib/prepared-statements.js';
 import type { DB } from './types.js';
 
 export type Database = Kysely<DB>;
@@ -43,6 +43,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
+  enableDirectQueries(db, pool, onQuery);
   return {
     db,
     pool,

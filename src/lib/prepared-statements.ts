@@ -33,6 +33,29 @@ function namingClient(client: pg.PoolClient): PostgresPoolClient {
   return { query, release: () => client.release() };
 }
 
+/** Runs one compiled statement outside any transaction; resolves to its rows. */
+export type DirectQuery = <R>(sql: string, parameters: readonly unknown[]) => Promise<R[]>;
+
+const directQueries = new WeakMap<object, DirectQuery>();
+
+/**
+ * Lets reusableQuery run statements of `db` (the root instance, never a transaction) straight on
+ * its pool: Kysely's executor adds a dozen promise hops per statement (connection provider, driver,
+ * result plugins), a measurable part of the hottest endpoint's cost (bench/RESULTS.md). `onQuery`
+ * sees every statement, as Kysely's log would.
+ */
+export function enableDirectQueries(db: object, pool: pg.Pool, onQuery?: (sql: string) => void): void {
+  directQueries.set(db, <R>(sql: string, parameters: readonly unknown[]) => {
+    const name = namesBySql.get(sql);
+    const values = parameters as unknown[];
+    const result = pool.query(name === undefined ? { text: sql, values } : { name, text: sql, values });
+    return (onQuery ? result.finally(() => onQuery(sql)) : result).then((done) => done.rows as R[]);
+  });
+}
+
+/** The direct path for `db`, when it is a root instance that has one (not inside a transaction). */
+export const directQueryOf = (db: object): DirectQuery | undefined => directQueries.get(db);
+
 /** The pool as Kysely sees it: statements marked by prepareStatement go out with their name. */
 export function withPreparedStatements(pool: pg.Pool): PostgresPool {
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();

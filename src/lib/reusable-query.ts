@@ -1,5 +1,5 @@
 import type { Compilable, CompiledQuery, Kysely } from 'kysely';
-import { prepareStatement } from './prepared-statements.js';
+import { directQueryOf, prepareStatement } from './prepared-statements.js';
 
 /**
  * A Kysely query built and compiled once, then executed with other values, as a named prepared
@@ -12,13 +12,17 @@ import { prepareStatement } from './prepared-statements.js';
  * sends the compiled SQL with each parameter equal to marker i replaced by argument i (a marker may
  * be absent: that argument is unused). Markers must be values the query cannot otherwise bind,
  * and each argument must be bound as one parameter (no lists, no inlined literals).
+ *
+ * On a root Kysely instance the statement goes straight to the pool (enableDirectQueries); inside
+ * a transaction it goes through the transaction, as any Kysely query does.
  */
 export function reusableQuery<DB, Args extends unknown[], Row>(
   markers: Readonly<Args>,
   build: (db: Kysely<DB>, ...args: Args) => Compilable<Row>,
 ): (db: Kysely<DB>, ...args: Args) => Promise<Row[]> {
   let compiled: { query: CompiledQuery<Row>; argumentIndexes: number[] } | undefined;
-  return async (db, ...args) => {
+  // Not async: the direct path's promise is returned as it is, without another promise around it.
+  return (db, ...args) => {
     if (!compiled) {
       // The SQL depends only on the dialect (PostgreSQL everywhere), not on the instance.
       const query = build(db, ...(markers as Args)).compile();
@@ -27,7 +31,9 @@ export function reusableQuery<DB, Args extends unknown[], Row>(
     }
     const { query, argumentIndexes } = compiled;
     const parameters = query.parameters.map((value, i) => (argumentIndexes[i]! < 0 ? value : args[argumentIndexes[i]!]));
+    const direct = directQueryOf(db);
+    if (direct) return direct<Row>(query.sql, parameters);
     const execution: CompiledQuery<Row> = { ...query, parameters };
-    return (await db.executeQuery(execution)).rows;
+    return db.executeQuery(execution).then((result) => result.rows);
   };
 }
