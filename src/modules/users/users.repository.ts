@@ -22,11 +22,13 @@ export interface UserLoadOptions {
   sharedChannelsWithUserId?: number;
 }
 
-const USER_COLUMNS = [
-  'users.id', 'users.realm_id', 'users.delivery_email', 'users.full_name', 'users.date_joined', 'users.is_active',
+// Without realm_id, which a lookup within one organization knows already.
+const USER_COLUMNS_IN_REALM = [
+  'users.id', 'users.delivery_email', 'users.full_name', 'users.date_joined', 'users.is_active',
   'users.role', 'users.bot_type', 'users.bot_owner_id', 'users.timezone', 'users.avatar_source', 'users.avatar_version',
   'users.email_address_visibility', 'users.is_imported_stub', 'users.is_deleted',
 ] as const;
+const USER_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id'] as const;
 
 const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
   jsonArrayFrom(
@@ -65,10 +67,10 @@ function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
 
 type UserRow = Awaited<ReturnType<ReturnType<typeof selectUsers>['executeTakeFirstOrThrow']>>;
 
-function toUserRecord(row: UserRow): UserRecord {
+function toUserRecord(row: Omit<UserRow, 'realm_id'>, realmId: number): UserRecord {
   return {
     id: row.id,
-    realmId: row.realm_id,
+    realmId,
     deliveryEmail: row.delivery_email,
     fullName: row.full_name,
     dateJoined: row.date_joined,
@@ -114,7 +116,7 @@ export async function findUserById(
   let query = userByIdQueries.get(shape);
   if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
   const [row] = await query(db, realmId, userId, options.sharedChannelsWithUserId ?? 0);
-  return row && toUserRecord(row);
+  return row && toUserRecord(row, row.realm_id);
 }
 
 /**
@@ -125,13 +127,13 @@ export async function findUserById(
 export const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: number) =>
   account
     .leftJoin('users', (join) => join.onRef('users.realm_id', '=', 'caller.realm_id').on('users.id', '=', userId))
-    .select(USER_COLUMNS)
+    .select(USER_COLUMNS_IN_REALM)
     .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')));
 
-/** The user of a joinUserById row, if the join found one. */
+/** The user of a joinUserById row, if the join found one (in the caller's organization). */
 export function userRecordFromJoinedRow(row: unknown): UserRecord | undefined {
-  const joined = row as { [column in keyof UserRow]: UserRow[column] | null };
-  return joined.id === null ? undefined : toUserRecord(joined as UserRow);
+  const joined = row as { [column in keyof UserRow]: UserRow[column] | null } & { caller_realm_id: number };
+  return joined.id === null ? undefined : toUserRecord(joined as UserRow, joined.caller_realm_id);
 }
 
 /** By delivery email, ignoring case (served by the users_realm_email_key index). */
@@ -144,11 +146,11 @@ export async function findUserByDeliveryEmail(
   const row = await selectUsers(db, realmId, options)
     .where((eb) => eb(eb.fn('lower', ['users.delivery_email']), '=', eb.fn('lower', [eb.val(email)])))
     .executeTakeFirst();
-  return row && toUserRecord(row);
+  return row && toUserRecord(row, row.realm_id);
 }
 
 /** Every user of the organization (active, deactivated, bots), ascending by id. */
 export async function listRealmUsers(db: Database, realmId: number, options: UserLoadOptions): Promise<UserRecord[]> {
   const rows = await selectUsers(db, realmId, options).orderBy('users.id').execute();
-  return rows.map(toUserRecord);
+  return rows.map((row) => toUserRecord(row, row.realm_id));
 }
