@@ -24,7 +24,7 @@ import { countStatements } from './statements.js';
  * Environment: BENCH_DURATION_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_CONNECTIONS (50),
  * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}; the ratio is their median), BENCH_ONLY (a regular expression:
  * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our server under --cpu-prof, profile
- * there), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
+ * there; the floor's in its floor/ subfolder), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
  * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs).
  */
 
@@ -187,7 +187,7 @@ async function main(): Promise<number> {
   cleanups.push(() => ours.stop());
   const floor = await startServer({
     name: 'floor',
-    args: ['--import', 'tsx', 'bench/floor.ts'],
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'floor')}`] : []), '--import', 'tsx', 'bench/floor.ts'],
     env: { DATABASE_URL: embedded.url },
     port: await freePort(),
     readyPath: '/health',
