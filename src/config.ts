@@ -38,6 +38,7 @@ const EnvSchema = Type.Object({
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
+  DB_READ_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
@@ -73,6 +74,8 @@ export interface Config {
   queueSweepIntervalSeconds: number;
   trustProxy: boolean;
   dbPoolMax: number;
+  /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
+  dbReadConnections: number;
   dbConnectTimeoutMs: number;
   /** How long a client may take to send a whole request (headers and body). */
   requestTimeoutSeconds: number;
@@ -150,6 +153,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,
+    dbReadConnections: env.DB_READ_CONNECTIONS,
     dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
     requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
     connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,

@@ -18,6 +18,7 @@ async function main(): Promise<void> {
   const url = config.databaseUrl ?? embedded!.url;
   const handle = createDatabase(url, {
     poolMax: config.dbPoolMax,
+    readConnections: config.dbReadConnections,
     connectTimeoutMs: config.dbConnectTimeoutMs,
     onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
   });

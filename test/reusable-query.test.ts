@@ -50,7 +50,7 @@ describe('reusableQuery', () => {
     expect(await byId(database.db, ids.V, 7)).toEqual([{ email_address_visibility: 1 }]);
   });
 
-  it('inside a transaction runs in that transaction; on the root instance, on a connection of the pool', async () => {
+  it('inside a transaction runs in that transaction; on the root instance, on a read connection', async () => {
     const fullName = reusableQuery([-1], (db: Database, userId: number) =>
       db.selectFrom('users').select('full_name').where('id', '=', userId));
     const rolledBack = new Error('roll back');
@@ -73,20 +73,32 @@ describe('reusableQuery', () => {
     expect(await divide(database.db, 1)).toEqual([{ quotient: 1 }]);
   });
 
-  it('runs as a named prepared statement; other queries stay unnamed', async () => {
-    const oneConnection = createDatabase(database.url, { poolMax: 1 });
+  it('runs as a named prepared statement, on the read connection and in transactions; other queries stay unnamed', async () => {
+    const oneConnection = createDatabase(database.url, { poolMax: 1, readConnections: 1 });
     try {
       const fullName = reusableQuery([-1], (db: Database, userId: number) =>
         db.selectFrom('users').select('full_name').where('id', '=', userId));
+      const fullNameSql = database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql;
+      // What the session that runs it has prepared (on the root instance: the read connection).
+      const preparedInSession = reusableQuery([-1], (db: Database, userId: number) =>
+        db.selectFrom('users').select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared')).where('id', '=', userId));
+      const preparedOnPool = async () =>
+        (await sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`.execute(oneConnection.db)).rows.map((row) => row.statement);
+
       expect(await fullName(oneConnection.db, ids.O)).toEqual([{ full_name: 'O Owner' }]);
       const adHoc = oneConnection.db.selectFrom('realms').select('subdomain').where('id', '=', ids.R);
-      await adHoc.execute();
-      const { rows } = await sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`.execute(oneConnection.db);
-      const prepared = rows.map((row) => row.statement);
-      expect(prepared).toContain(database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql);
+      await adHoc.execute(); // through the pool
+      const [{ prepared } = { prepared: [] }] = await preparedInSession(oneConnection.db, ids.O);
+      expect(prepared).toContain(fullNameSql);
       expect(prepared).not.toContain(adHoc.compile().sql);
-      // Executions after the first reuse the statement on this connection.
+      expect(await preparedOnPool()).toEqual([]); // the pool's connection ran nothing by name
+
+      // In a transaction the statement runs on the transaction's connection, prepared there too.
+      expect(await oneConnection.db.transaction().execute((trx) => fullName(trx, ids.A))).toEqual([{ full_name: 'A Admin' }]);
+      expect(await preparedOnPool()).toEqual([fullNameSql]);
+      // Executions after the first reuse the statement on each connection.
       expect(await fullName(oneConnection.db, ids.A)).toEqual([{ full_name: 'A Admin' }]);
+      expect(await oneConnection.db.transaction().execute((trx) => fullName(trx, ids.O))).toEqual([{ full_name: 'O Owner' }]);
     } finally {
       await oneConnection.close();
     }

@@ -1,6 +1,7 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { enableDirectQueries, withPreparedStatements } from '../lib/prepared-statements.js';
+import { PipelinedReads } from './pipelined-reads.js';
 import type { DB } from './types.js';
 
 export type Database = Kysely<DB>;
@@ -13,6 +14,8 @@ export interface DatabaseHandle {
 
 export interface DatabaseOptions {
   poolMax?: number;
+  /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
+  readConnections?: number;
   connectTimeoutMs?: number;
   /** Called for errors of idle pooled connections (e.g. the server went away). */
   onPoolError?: (error: Error) => void;
@@ -43,10 +46,20 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
-  enableDirectQueries(db, pool, onQuery);
+  const reads = new PipelinedReads({
+    connectionString,
+    connections: options.readConnections ?? 2,
+    connectTimeoutMs: options.connectTimeoutMs ?? 2000,
+    types: typeParsers,
+    ...(options.onPoolError && { onIdleError: options.onPoolError }),
+  });
+  enableDirectQueries(db, (name, sql, values) => reads.query(name, sql, values), onQuery);
   return {
     db,
     pool,
-    close: () => db.destroy(),
+    close: async () => {
+      await reads.end();
+      await db.destroy();
+    },
   };
 }

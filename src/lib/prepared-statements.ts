@@ -36,20 +36,22 @@ function namingClient(client: pg.PoolClient): PostgresPoolClient {
 /** Runs one compiled statement outside any transaction; resolves to its rows. */
 export type DirectQuery = <R>(sql: string, parameters: readonly unknown[]) => Promise<R[]>;
 
+/** Sends one statement, by name when it has one (a prepared statement). */
+export type StatementSender = <R>(name: string | undefined, sql: string, values: unknown[]) => Promise<R[]>;
+
 const directQueries = new WeakMap<object, DirectQuery>();
 
 /**
- * Lets reusableQuery run statements of `db` (the root instance, never a transaction) straight on
- * its pool: Kysely's executor adds a dozen promise hops per statement (connection provider, driver,
- * result plugins), a measurable part of the hottest endpoint's cost (bench/RESULTS.md). `onQuery`
- * sees every statement, as Kysely's log would.
+ * Lets reusableQuery run statements of `db` (the root instance, never a transaction) through
+ * `send` (src/db/pipelined-reads.ts) instead of Kysely's executor and a pooled connection: the
+ * executor adds a dozen promise hops per statement (connection provider, driver, result plugins),
+ * and the pool a check-out and a round trip of its own. `onQuery` sees every statement, as Kysely's
+ * log would.
  */
-export function enableDirectQueries(db: object, pool: pg.Pool, onQuery?: (sql: string) => void): void {
+export function enableDirectQueries(db: object, send: StatementSender, onQuery?: (sql: string) => void): void {
   directQueries.set(db, <R>(sql: string, parameters: readonly unknown[]) => {
-    const name = namesBySql.get(sql);
-    const values = parameters as unknown[];
-    const result = pool.query(name === undefined ? { text: sql, values } : { name, text: sql, values });
-    return (onQuery ? result.finally(() => onQuery(sql)) : result).then((done) => done.rows as R[]);
+    const result = send<R>(namesBySql.get(sql), sql, parameters as unknown[]);
+    return onQuery ? result.finally(() => onQuery(sql)) : result;
   });
 }
 

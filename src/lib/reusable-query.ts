@@ -13,8 +13,9 @@ import { directQueryOf, prepareStatement } from './prepared-statements.js';
  * be absent: that argument is unused). Markers must be values the query cannot otherwise bind,
  * and each argument must be bound as one parameter (no lists, no inlined literals).
  *
- * On a root Kysely instance the statement goes straight to the pool (enableDirectQueries); inside
- * a transaction it goes through the transaction, as any Kysely query does.
+ * On a root Kysely instance the statement goes to the pipelined read connections
+ * (enableDirectQueries, src/db/pipelined-reads.ts); inside a transaction it goes through the
+ * transaction, as any Kysely query does.
  */
 export function reusableQuery<DB, Args extends unknown[], Row>(
   markers: Readonly<Args>,

@@ -1,0 +1,135 @@
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { sql } from 'kysely';
+import { buildApp } from '../src/app.js';
+import { createDatabase } from '../src/db/database.js';
+import { PipelinedReads, type PipelinedReadsOptions } from '../src/db/pipelined-reads.js';
+import { isDatabaseUnavailable } from '../src/http/db-errors.js';
+import { api, createTestContext } from './helpers/app.js';
+import { createTestDatabase, type TestDatabase } from './helpers/database.js';
+import { ids } from './helpers/fixture.js';
+
+let database: TestDatabase;
+const opened: PipelinedReads[] = [];
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((reads) => reads.end()));
+});
+afterAll(async () => {
+  await database.drop();
+});
+
+function pipelinedReads(options: Partial<PipelinedReadsOptions> = {}): PipelinedReads {
+  const reads = new PipelinedReads({ connectionString: database.url, connections: 1, connectTimeoutMs: 2000, types: pg.types, ...options });
+  opened.push(reads);
+  return reads;
+}
+
+const backendPid = async (reads: PipelinedReads) => (await reads.query<{ pid: number }>(undefined, 'SELECT pg_backend_pid() AS pid', []))[0]!.pid;
+
+describe('PipelinedReads', () => {
+  it('answers concurrent statements each with its own rows, on no more connections than configured', async () => {
+    const reads = pipelinedReads({ connections: 2 });
+    const answers = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => reads.query<{ n: number; pid: number }>(undefined, 'SELECT $1::int AS n, pg_backend_pid() AS pid', [i])),
+    );
+    expect(answers.map((rows) => rows.map((row) => row.n))).toEqual(Array.from({ length: 200 }, (_, i) => [i]));
+    expect(new Set(answers.map((rows) => rows[0]!.pid)).size).toBe(2);
+  });
+
+  it('a failing statement fails alone: the statements pipelined around it are answered', async () => {
+    const reads = pipelinedReads();
+    const divide = (divisor: number) => reads.query<{ q: number }>(undefined, 'SELECT 6 / $1::int AS q', [divisor]);
+    const [before, failed, after] = await Promise.allSettled([divide(2), divide(0), divide(3)]);
+    expect(before).toEqual({ status: 'fulfilled', value: [{ q: 3 }] });
+    expect(failed).toMatchObject({ status: 'rejected', reason: { code: '22012' } }); // division_by_zero
+    expect(after).toEqual({ status: 'fulfilled', value: [{ q: 2 }] });
+    expect(await divide(1)).toEqual([{ q: 6 }]);
+  });
+
+  it('a named statement is prepared once per connection, also when its first executions are pipelined together', async () => {
+    const reads = pipelinedReads();
+    const text = 'SELECT $1::int + 1 AS next';
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => reads.query<{ next: number }>('pipelined_probe', text, [i])));
+    expect(answers).toEqual(Array.from({ length: 20 }, (_, i) => [{ next: i + 1 }]));
+    const prepared = await reads.query<{ statement: string }>(undefined, "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'", []);
+    expect(prepared).toEqual([{ statement: text }]);
+  });
+
+  it('a connection the server drops is reported, replaced on the next statement, and never crashes the process', async () => {
+    const idleErrors: Error[] = [];
+    const reads = pipelinedReads({ onIdleError: (error) => idleErrors.push(error) });
+    const first = await backendPid(reads);
+    await sql`SELECT pg_terminate_backend(${first})`.execute(database.db);
+    await vi.waitFor(() => expect(idleErrors).toHaveLength(1));
+    expect(isDatabaseUnavailable(idleErrors[0])).toBe(true);
+    const second = await backendPid(reads);
+    expect(second).not.toBe(first);
+    expect(await backendPid(reads)).toBe(second);
+  });
+
+  it('statements in flight on a dropped connection fail as unavailable; later ones succeed', async () => {
+    const reads = pipelinedReads();
+    const pid = await backendPid(reads);
+    const slow = reads.query(undefined, 'SELECT pg_sleep(5)', []);
+    const queued = reads.query(undefined, 'SELECT 1 AS one', []);
+    await vi.waitFor(async () => {
+      const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
+      expect(rows[0]!.n).toBe(1);
+    });
+    await sql`SELECT pg_terminate_backend(${pid})`.execute(database.db);
+    for (const outcome of await Promise.allSettled([slow, queued])) {
+      expect(outcome.status).toBe('rejected');
+      expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
+    }
+    expect(await reads.query(undefined, 'SELECT 2 AS two', [])).toEqual([{ two: 2 }]);
+  });
+
+  it('a server that cannot be reached fails the statements waiting for the connection as unavailable', async () => {
+    const reads = pipelinedReads({ connectionString: 'postgres://nobody@127.0.0.1:1/none', connections: 2 });
+    const outcomes = await Promise.allSettled([reads.query(undefined, 'SELECT 1', []), reads.query(undefined, 'SELECT 2', [])]);
+    for (const outcome of outcomes) {
+      expect(outcome.status).toBe('rejected');
+      expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
+    }
+  });
+
+  it('after end, statements fail as unavailable and the connections are closed', async () => {
+    const reads = pipelinedReads({ connections: 2 });
+    const pids = new Set(await Promise.all([backendPid(reads), backendPid(reads), backendPid(reads)]));
+    await reads.end();
+    const ended = reads.query(undefined, 'SELECT 1', []);
+    await expect(ended).rejects.toThrow();
+    expect(isDatabaseUnavailable(await ended.catch((error: unknown) => error))).toBe(true);
+    expect(pids.size).toBe(2);
+    await vi.waitFor(async () => {
+      const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY(${[...pids]}::int[])`.execute(database.db);
+      expect(rows).toEqual([{ n: 0 }]);
+    });
+  });
+});
+
+describe('the per-request reads of the app go through the read connections', () => {
+  it('GET /users/{id} is answered while every pool connection is taken; a read through the pool is not', async () => {
+    const ctx = await createTestContext();
+    const handle = createDatabase(ctx.database.url, { poolMax: 1, connectTimeoutMs: 500 });
+    const app = await buildApp({ config: ctx.config, db: handle.db });
+    const held = await handle.pool.connect();
+    try {
+      const user = await api(app, { url: `/api/v1/users/${ids.U}`, as: 'V' });
+      expect(user.statusCode).toBe(200);
+      expect(JSON.parse(user.body).user).toMatchObject({ user_id: ids.U, full_name: 'U Member' });
+      // The user list is read through the pool: it waits for a connection, then gives up.
+      const list = await api(app, { url: '/api/v1/users', as: 'V' });
+      expect(list.statusCode).toBe(503);
+    } finally {
+      held.release();
+      await app.close();
+      await handle.close();
+      await ctx.close();
+    }
+  });
+});
