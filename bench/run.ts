@@ -152,7 +152,7 @@ async function measure(
     ? `, CPU/request: server ${result.cpuMsPerRequest.server.toFixed(3)} ms, PostgreSQL ${result.cpuMsPerRequest.postgres.toFixed(3)} ms`
     : '';
   log(
-    `${scenario.name}: ${result.requestsPerSecond.toFixed(0)} req/s, p50 ${result.p50} ms, p99 ${result.p99} ms, ` +
+    `${scenario.name}: ${result.requestsPerSecond.toFixed(0)} req/s, p50 ${result.p50.toFixed(1)} ms, p99 ${result.p99.toFixed(1)} ms, ` +
       `status ${JSON.stringify(result.statusCodes)}, errors ${result.errors}, load ${result.load.toFixed(2)}${cpuText}`,
   );
   return result;
