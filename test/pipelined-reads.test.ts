@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sql } from 'kysely';
@@ -95,6 +96,38 @@ describe('PipelinedReads', () => {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
     }
+  });
+
+  it('a server that accepts but never answers fails the waiting statements as unavailable after the connect timeout', async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket)); // accepts, never speaks
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = silent.address() as AddressInfo;
+      const reads = pipelinedReads({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, connectTimeoutMs: 200 });
+      const started = Date.now();
+      const failure = await reads.query(undefined, 'SELECT 1', []).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(Error);
+      expect((failure as Error).message).toBe('Connection terminated due to connection timeout');
+      expect(isDatabaseUnavailable(failure)).toBe(true);
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  });
+
+  it('a prepared statement outdated by a schema change fails once; the next execution prepares it afresh on a new connection', async () => {
+    await sql`CREATE TABLE pipelined_probe (a int)`.execute(database.db);
+    await sql`INSERT INTO pipelined_probe VALUES (1)`.execute(database.db);
+    const reads = pipelinedReads();
+    const all = () => reads.query<Record<string, number | null>>('pipelined_probe_all', 'SELECT * FROM pipelined_probe', []);
+    const first = await backendPid(reads);
+    expect(await all()).toEqual([{ a: 1 }]);
+    await sql`ALTER TABLE pipelined_probe ADD COLUMN b int`.execute(database.db);
+    await expect(all()).rejects.toMatchObject({ code: '0A000' }); // cached plan must not change result type
+    expect(await all()).toEqual([{ a: 1, b: null }]);
+    expect(await backendPid(reads)).not.toBe(first);
   });
 
   it('after end, statements fail as unavailable and the connections are closed', async () => {

@@ -50,7 +50,7 @@ describe('reusableQuery', () => {
     expect(await byId(database.db, ids.V, 7)).toEqual([{ email_address_visibility: 1 }]);
   });
 
-  it('inside a transaction runs in that transaction; on the root instance, on a read connection', async () => {
+  it('inside a transaction runs in that transaction, and its writes are not seen outside it', async () => {
     const fullName = reusableQuery([-1], (db: Database, userId: number) =>
       db.selectFrom('users').select('full_name').where('id', '=', userId));
     const rolledBack = new Error('roll back');

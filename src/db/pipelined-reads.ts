@@ -35,10 +35,20 @@ interface Lane {
   ready: Promise<void>;
   connected: boolean;
   inFlight: number;
+  /** Takes the connection out of use and closes it; the next statement opens another. */
+  retire(): void;
 }
 
 /** What the pool says once ended (src/http/db-errors.ts answers both with 503). */
 const READS_CLOSED_MESSAGE = 'Cannot use a pool after calling end';
+
+/**
+ * Errors after which a connection's prepared statements cannot serve again: a schema change under a
+ * prepared plan ("cached plan must not change result type") and node-postgres's bookkeeping of
+ * named statements out of step with the session (after a failed Parse). A new connection prepares
+ * afresh.
+ */
+const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
 export class PipelinedReads {
   private readonly lanes: (Lane | undefined)[];
@@ -62,6 +72,7 @@ export class PipelinedReads {
       },
       (error: unknown) => {
         lane.inFlight--;
+        if (STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
         throw error;
       },
     );
@@ -87,18 +98,30 @@ export class PipelinedReads {
 
   private open(slot: number): Lane {
     const { connectionString, connectTimeoutMs, types } = this.options;
-    const client = new pg.Client({ connectionString, connectionTimeoutMillis: connectTimeoutMs, types, pipeline: true } as pg.ClientConfig);
-    const lane: Lane = { client, ready: Promise.resolve(), connected: false, inFlight: 0 };
-    const retire = () => {
+    const client = new pg.Client({ connectionString, connectionTimeoutMillis: connectTimeoutMs, keepAlive: true, types, pipeline: true });
+    const forget = () => {
       if (this.lanes[slot] === lane) this.lanes[slot] = undefined;
+    };
+    const lane: Lane = {
+      client,
+      ready: Promise.resolve(),
+      connected: false,
+      inFlight: 0,
+      retire: () => {
+        forget();
+        // Closes the socket (pg leaves it open after some errors); statements still in flight on
+        // a healthy connection are answered first.
+        client.end().catch(() => undefined);
+      },
     };
     lane.ready = client.connect().then(
       () => {
         lane.connected = true;
       },
-      (error: unknown) => {
-        retire();
-        throw error;
+      (error: Error) => {
+        lane.retire();
+        // pg's own connect timeout says only "timeout expired"; the pool says this (a 503).
+        throw error.message === 'timeout expired' ? new Error('Connection terminated due to connection timeout', { cause: error }) : error;
       },
     );
     lane.ready.catch(() => undefined); // observed by the statements waiting on it
@@ -107,10 +130,10 @@ export class PipelinedReads {
     // first retires it and is reported when no statement was in flight to carry it.
     client.on('error', (error) => {
       if (this.lanes[slot] !== lane) return;
-      retire();
+      lane.retire();
       if (lane.inFlight === 0) this.options.onIdleError?.(error);
     });
-    client.on('end', retire);
+    client.on('end', forget);
     this.lanes[slot] = lane;
     return lane;
   }
