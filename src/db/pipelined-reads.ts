@@ -64,7 +64,8 @@ export class PipelinedReads {
     const lane = this.leastBusyLane();
     const config: pg.QueryConfig = name === undefined ? { text, values } : { name, text, values };
     lane.inFlight++;
-    const sent = lane.connected ? lane.client.query<R & pg.QueryResultRow>(config) : lane.ready.then(() => lane.client.query<R & pg.QueryResultRow>(config));
+    const send = () => lane.client.query<R & pg.QueryResultRow>(config);
+    const sent = lane.connected ? send() : lane.ready.then(send);
     return sent.then(
       (result) => {
         lane.inFlight--;
