@@ -75,14 +75,14 @@ describe('PipelinedReads', () => {
   it('statements in flight on a dropped connection fail as unavailable; later ones succeed', async () => {
     const reads = pipelinedReads();
     const pid = await backendPid(reads);
-    const slow = reads.query(undefined, 'SELECT pg_sleep(5)', []);
-    const queued = reads.query(undefined, 'SELECT 1 AS one', []);
+    // Settled from the start: the connection's errors may arrive before the terminate statement returns.
+    const outcomes = Promise.allSettled([reads.query(undefined, 'SELECT pg_sleep(5)', []), reads.query(undefined, 'SELECT 1 AS one', [])]);
     await vi.waitFor(async () => {
       const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
       expect(rows[0]!.n).toBe(1);
     });
     await sql`SELECT pg_terminate_backend(${pid})`.execute(database.db);
-    for (const outcome of await Promise.allSettled([slow, queued])) {
+    for (const outcome of await outcomes) {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
     }
