@@ -17,7 +17,7 @@ export async function countStatements(
   let statements = 0;
   const handle = createDatabase(databaseUrl, { poolMax: 2, onQuery: () => statements++ });
   const config = loadConfig({ ...env, DATABASE_URL: databaseUrl });
-  const app = await buildApp({ config, db: handle.db });
+  const app = await buildApp({ config, db: handle.db, reads: handle.reads });
   const counts = new Map<string, number>();
   try {
     await app.ready();

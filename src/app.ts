@@ -2,17 +2,19 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsy
 import { sql } from 'kysely';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
+import { isDatabaseUnavailable } from './db/errors.js';
+import type { StatementRunner } from './db/reusable-statement.js';
 import { type AuthLookup, authenticate } from './http/auth.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
-import { isDatabaseUnavailable } from './http/db-errors.js';
 import { rateLimitHook } from './http/rate-limit.js';
-import { registerBodyParsers, parameterCollector } from './http/body.js';
+import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
 import { eventRoutes } from './modules/events/events.routes.js';
+import { sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
@@ -20,8 +22,21 @@ import { userRoutes } from './modules/users/users.routes.js';
 
 export interface AppDeps {
   config: Config;
+  /** Kysely over the pool: transactions and the statements that are not per-request reads. */
   db: Database;
+  /** The pipelined connections of the per-request statements (src/db/pipelined-reads.ts). */
+  reads: StatementRunner;
 }
+
+/**
+ * Wherever a log line could carry request headers (Fastify's request serializer, a plugin logging
+ * its options, such as @fastify/multipart's busboy options at trace), the credentials are
+ * replaced. Paths, not a scan of every line: pino's redaction is compiled once.
+ */
+const REDACTED_PATHS = [
+  'authorization', 'headers.authorization', '*.headers.authorization', '*.*.headers.authorization',
+  'req.headers.authorization', 'request.headers.authorization',
+];
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -47,8 +62,12 @@ function toApiError(error: FastifyError | Error, config: Config): ApiError | und
 }
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
-  const { config, db } = deps;
-  const loggerOptions = { level: config.logLevel, redact: ['req.headers.authorization'], ...(logger === true ? {} : logger) };
+  const { config, db, reads } = deps;
+  const loggerOptions = {
+    level: config.logLevel,
+    redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+    ...(logger === true ? {} : logger),
+  };
   // A silent logger still costs a child logger and a log line per request: no logger logs nothing for free.
   const logging = logger !== false && loggerOptions.level !== 'silent';
   const app = Fastify({
@@ -115,15 +134,18 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     }
   });
 
+  await app.register(sweeper, deps);
+
   await app.register(async (api) => {
     // Route schemas document (OpenAPI); the handlers parse parameters Zulip's way.
     api.setValidatorCompiler(documentationOnly);
     api.addHook('onRequest', rejectEmptyPathParams);
+    api.addHook('preParsing', limitFormFields);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', async (request) => {
       const { auth, authLookup } = request.routeOptions.config;
       if (auth === false) return;
-      const { caller, lookupResult } = await authenticate(db, config, request, authLookup?.(request));
+      const { caller, lookupResult } = await authenticate(reads, config, request, authLookup?.(request));
       request.caller = caller;
       request.authLookupResult = lookupResult;
     });

@@ -36,10 +36,14 @@ const EnvSchema = Type.Object({
   QUEUE_DEFAULT_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 600 }),
   QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800 }),
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  QUEUE_MAX_PER_USER: Type.Integer({ minimum: 1, default: 20 }),
+  AUDIT_LOG_RETENTION_DAYS: Type.Integer({ minimum: 1, default: 365 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
   DB_READ_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
+  DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 5000 }),
+  DB_READ_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 1000 }),
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
   KEEP_ALIVE_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 72 }),
@@ -70,13 +74,21 @@ export interface Config {
   eventQueueLongpollTimeoutSeconds: number;
   queueDefaultLifespanSeconds: number;
   queueMaxLifespanSeconds: number;
-  /** How often each instance deletes expired event queues. */
+  /** How often each instance deletes expired event queues and old audit rows. */
   queueSweepIntervalSeconds: number;
+  /** Live event queues per user; register beyond it deletes the least recently used one. */
+  queueMaxPerUser: number;
+  /** Subscription audit rows older than this are deleted by the sweep. */
+  auditLogRetentionDays: number;
   trustProxy: boolean;
   dbPoolMax: number;
   /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
   dbReadConnections: number;
   dbConnectTimeoutMs: number;
+  /** Server-side statement_timeout of pooled connections, in ms (0: none); a cancelled statement is a 503. */
+  dbStatementTimeoutMs: number;
+  /** statement_timeout of the pipelined read connections, in ms (0: none). */
+  dbReadStatementTimeoutMs: number;
   /** How long a client may take to send a whole request (headers and body). */
   requestTimeoutSeconds: number;
   /** How long a connection may stay silent in both directions, a long poll included. */
@@ -151,10 +163,14 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
     queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
     queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
+    queueMaxPerUser: env.QUEUE_MAX_PER_USER,
+    auditLogRetentionDays: env.AUDIT_LOG_RETENTION_DAYS,
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,
     dbReadConnections: env.DB_READ_CONNECTIONS,
     dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
+    dbStatementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
+    dbReadStatementTimeoutMs: env.DB_READ_STATEMENT_TIMEOUT_MS,
     requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
     connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
     keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,

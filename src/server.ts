@@ -1,10 +1,11 @@
 // Process entry: config → database → buildApp → listen → graceful close.
 import closeWithGrace from 'close-with-grace';
+import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
 import { createDemoOrganization, describeDemo } from './cli/demo.js';
 import { ConfigError, loadConfig } from './config.js';
-import { createDatabase } from './db/database.js';
+import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
 
@@ -16,15 +17,22 @@ async function main(): Promise<void> {
     embedded = await startEmbeddedPostgres({ directory: embeddedDirectory(config), secretsDir: config.dataDir });
   }
   const url = config.databaseUrl ?? embedded!.url;
+  // Connections can fail before the app (and its logger) exists, during the migrations.
+  let app: FastifyInstance | undefined;
   const handle = createDatabase(url, {
-    poolMax: config.dbPoolMax,
-    readConnections: config.dbReadConnections,
-    connectTimeoutMs: config.dbConnectTimeoutMs,
-    onPoolError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
+    ...databaseOptionsOf(config),
+    onConnectionError: (error) => reportConnectionError(app, error),
   });
-  await migrateToLatest(handle.db);
+  // Migrations run on a connection of their own, without the statement timeout: a long migration,
+  // or waiting for another replica's, must not fail the start.
+  const migration = createDatabase(url, { poolMax: 1, connectTimeoutMs: config.dbConnectTimeoutMs });
+  try {
+    await migrateToLatest(migration.db);
+  } finally {
+    await migration.close();
+  }
   // The events listener opens its own LISTEN connection: it needs the URL, embedded or not.
-  const app = await buildApp({ config: { ...config, databaseUrl: url }, db: handle.db }, true);
+  app = await buildApp({ config: { ...config, databaseUrl: url }, db: handle.db, reads: handle.reads }, true);
 
   if (embedded) {
     const demo = await createDemoOrganization(handle.db, config);
@@ -32,16 +40,23 @@ async function main(): Promise<void> {
     forgetServer = await recordRunningServer(config.dataDir, embedded.url);
   }
 
+  const started = app;
   closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
-    if (err) app.log.error({ err }, 'closing after an error');
-    else app.log.info({ signal }, 'shutting down');
-    await app.close();
+    if (err) started.log.error({ err }, 'closing after an error');
+    else started.log.info({ signal }, 'shutting down');
+    await started.close();
     await handle.close();
     await forgetServer?.();
     await embedded?.stop();
   });
 
-  await app.listen({ port: config.port, host: config.host });
+  await started.listen({ port: config.port, host: config.host });
+}
+
+/** A connection no statement was waiting on failed: worth a warning, never a crash. */
+function reportConnectionError(app: FastifyInstance | undefined, error: Error): void {
+  if (app) app.log.warn({ err: error }, 'database connection failed');
+  else console.warn(`database connection failed: ${error.message}`);
 }
 
 main().catch((error: unknown) => {

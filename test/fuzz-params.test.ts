@@ -12,7 +12,7 @@ import {
   jsonDict,
   jsonInteger,
   jsonList,
-  jsonStringList,
+  jsonStringListOfAtMost,
   keyPath,
   ParamReader,
   parseJson,
@@ -144,17 +144,18 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
     );
   });
 
-  it('jsonStringList: a list of strings, or the error of the list or of its first non-string item', () => {
+  it('jsonStringListOfAtMost(limit): a list of strings, or the error of the list, of its length, or of its first non-string item', () => {
     fc.assert(
-      fc.property(rawText, paramName, (raw, name) => {
+      fc.property(rawText, paramName, fc.integer({ min: 0, max: 4 }), (raw, name, limit) => {
         const list = expectedTyped(raw, name, 'list');
         let expected = list;
         if ('value' in list) {
           const items = list.value as unknown[];
           const firstBad = items.findIndex((item) => typeof item !== 'string');
-          if (firstBad >= 0) expected = bad(`${name}[${firstBad}] is not a string`);
+          if (items.length > limit) expected = bad(`${name} is too long (limit: ${limit} items)`);
+          else if (firstBad >= 0) expected = bad(`${name}[${firstBad}] is not a string`);
         }
-        expectOutcome(() => jsonStringList(raw, name), expected);
+        expectOutcome(() => jsonStringListOfAtMost(limit)(raw, name), expected);
       }),
       { numRuns: RUNS },
     );

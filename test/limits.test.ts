@@ -1,9 +1,9 @@
-import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { api, createTestContext, FIXTURE_ENV, multipart, type TestContext } from './helpers/app.js';
 import { auth, createQueue, ids } from './helpers/fixture.js';
+import { rawPost } from './helpers/http.js';
 
 // Request limits (spec §1.9): body size on every transport, list lengths, and timeouts that cut
 // off slow or stuck clients without cutting long polls. Bodies and sockets go through a real port.
@@ -18,22 +18,9 @@ function portOf(ctx: TestContext): number {
 
 /** A POST sent with Transfer-Encoding: chunked (no Content-Length), one chunk per string. */
 function chunkedPost(port: number, contentType: string, chunks: string[]): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const request = http.request(
-      {
-        port, host: '127.0.0.1', method: 'POST', path: PROPERTIES_URL,
-        headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': contentType, 'transfer-encoding': 'chunked' },
-      },
-      (response) => {
-        let body = '';
-        response.setEncoding('utf8');
-        response.on('data', (chunk: string) => (body += chunk));
-        response.on('end', () => resolve({ status: response.statusCode!, body }));
-      },
-    );
-    request.on('error', reject);
-    for (const chunk of chunks) request.write(chunk);
-    request.end();
+  return rawPost({
+    port, path: PROPERTIES_URL, chunks,
+    headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': contentType, 'transfer-encoding': 'chunked' },
   });
 }
 

@@ -5,9 +5,9 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { api, FIXTURE_ENV } from './helpers/app.js';
+import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { apiKeys, basicAuth, emails, seedFixture } from './helpers/fixture.js';
+import { apiKeys, auth, basicAuth, emails, seedFixture } from './helpers/fixture.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
 const lines: string[] = [];
@@ -24,7 +24,7 @@ beforeAll(async () => {
   database = await createTestDatabase();
   await seedFixture(database.db);
   const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'info', DATABASE_URL: database.url });
-  app = await buildApp({ config, db: database.db }, { stream });
+  app = await buildApp({ config, db: database.db, reads: database.reads }, { stream });
   await app.ready();
 });
 afterAll(async () => {
@@ -146,5 +146,38 @@ describe('request logs', () => {
     expect(parsed().filter((line) => line.msg === 'request completed')).toHaveLength(requests.length + 1);
     expect((await completedLine('ok')).userId).toBe(13);
     expect(await completedLine('wrong-key')).not.toHaveProperty('userId');
+  });
+});
+
+describe('at trace level', () => {
+  it('no log line carries the credentials, though plugins log request headers there (multipart’s busboy options)', async () => {
+    const traceLines: string[] = [];
+    const traceStream = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        traceLines.push(...chunk.toString('utf8').split('\n').filter((line) => line !== ''));
+        done();
+      },
+    });
+    const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'trace', DATABASE_URL: database.url });
+    const traced = await buildApp({ config, db: database.db, reads: database.reads }, { stream: traceStream });
+    try {
+      await traced.ready();
+      const upload = multipart({ subscription_data: '[]' }, { name: 'upload', filename: 'a.bin', content: 'bytes' });
+      const responses = [
+        await api(traced, { method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U', ...upload }),
+        await api(traced, { method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U', form: { subscription_data: '[]' } }),
+        await api(traced, { url: '/api/v1/users/14', as: 'U' }),
+        await api(traced, { url: '/api/v1/users/14', headers: { authorization: `Basic ${apiKeys.U}` } }),
+      ];
+      expect(responses.map((res) => res.statusCode)).toEqual([200, 200, 200, 401]);
+      const busboyLine = traceLines.map((line) => JSON.parse(line) as LogLine).find((line) => line.msg === 'Providing options to busboy');
+      expect(busboyLine).toMatchObject({ level: 10, busboyOptions: { headers: { authorization: '[redacted]' } } });
+      const text = traceLines.join('\n');
+      for (const secret of [apiKeys.U, hashApiKey(apiKeys.U), Buffer.from(apiKeys.U).toString('base64'), auth('U'), auth('U').slice('Basic '.length)]) {
+        expect(text).not.toContain(secret);
+      }
+    } finally {
+      await traced.close();
+    }
   });
 });

@@ -25,10 +25,10 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'outage-'));
   postgres = await start();
   port = Number(new URL(postgres.url).port);
-  handle = createDatabase(postgres.url, { connectTimeoutMs: 1000, onPoolError: () => undefined });
+  handle = createDatabase(postgres.url, { connectTimeoutMs: 1000, onConnectionError: () => undefined });
   await migrateToLatest(handle.db);
   await seedFixture(handle.db);
-  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url }), db: handle.db });
+  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url }), db: handle.db, reads: handle.reads });
   await app.ready();
 });
 

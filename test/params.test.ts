@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/http/errors.js';
 import {
-  compareCodePoints, jsonBoolean, jsonDict, jsonInteger, jsonList, jsonStringList, ParamReader, trimmedString,
+  compareCodePoints, jsonBoolean, jsonDict, jsonInteger, jsonList, jsonListOfAtMost, jsonStringListOfAtMost, ParamReader, trimmedString,
 } from '../src/http/params.js';
 
 function errorOf(fn: () => unknown): unknown {
@@ -39,8 +39,13 @@ describe('Zulip parameter parsing (spec §1.6)', () => {
     expect(errorOf(() => jsonList('{}', 'l'))).toEqual(bad('l is not a list'));
     expect(jsonDict('{"a":true}', 'd')).toEqual({ a: true });
     for (const raw of ['[]', 'null', '5']) expect(errorOf(() => jsonDict(raw, 'd'))).toEqual(bad('d is not a dict'));
-    expect(jsonStringList('["a","b"]', 'event_types')).toEqual(['a', 'b']);
-    expect(errorOf(() => jsonStringList('["a",1]', 'event_types'))).toEqual(bad('event_types[1] is not a string'));
+    expect(jsonStringListOfAtMost(2)('["a","b"]', 'event_types')).toEqual(['a', 'b']);
+    expect(errorOf(() => jsonStringListOfAtMost(2)('["a",1]', 'event_types'))).toEqual(bad('event_types[1] is not a string'));
+    // The length is checked before the items.
+    expect(errorOf(() => jsonStringListOfAtMost(2)('["a",1,2]', 'event_types'))).toEqual(bad('event_types is too long (limit: 2 items)'));
+    expect(jsonListOfAtMost(1)('[{}]', 'l')).toEqual([{}]);
+    expect(errorOf(() => jsonListOfAtMost(1)('[1,2]', 'l'))).toEqual(bad('l is too long (limit: 1 items)'));
+    expect(errorOf(() => jsonListOfAtMost(1)('{}', 'l'))).toEqual(bad('l is not a list'));
   });
 
   it('trimmed strings: blank and length in code points', () => {

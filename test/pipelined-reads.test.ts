@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
 import { PipelinedReads, type PipelinedReadsOptions } from '../src/db/pipelined-reads.js';
-import { isDatabaseUnavailable } from '../src/http/db-errors.js';
+import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
 import { api, createTestContext } from './helpers/app.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 import { ids } from './helpers/fixture.js';
@@ -24,18 +24,20 @@ afterAll(async () => {
 });
 
 function pipelinedReads(options: Partial<PipelinedReadsOptions> = {}): PipelinedReads {
-  const reads = new PipelinedReads({ connectionString: database.url, connections: 1, connectTimeoutMs: 2000, types: pg.types, ...options });
+  const reads = new PipelinedReads({
+    connectionString: database.url, connections: 1, connectTimeoutMs: 2000, statementTimeoutMs: 0, keepAliveInitialDelayMs: 10_000, types: pg.types, ...options,
+  });
   opened.push(reads);
   return reads;
 }
 
-const backendPid = async (reads: PipelinedReads) => (await reads.query<{ pid: number }>(undefined, 'SELECT pg_backend_pid() AS pid', []))[0]!.pid;
+const backendPid = async (reads: PipelinedReads) => (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
 
 describe('PipelinedReads', () => {
   it('answers concurrent statements each with its own rows, on no more connections than configured', async () => {
     const reads = pipelinedReads({ connections: 2 });
     const answers = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => reads.query<{ n: number; pid: number }>(undefined, 'SELECT $1::int AS n, pg_backend_pid() AS pid', [i])),
+      Array.from({ length: 200 }, (_, i) => reads.run<{ n: number; pid: number }>({ text: 'SELECT $1::int AS n, pg_backend_pid() AS pid' }, [i])),
     );
     expect(answers.map((rows) => rows.map((row) => row.n))).toEqual(Array.from({ length: 200 }, (_, i) => [i]));
     expect(new Set(answers.map((rows) => rows[0]!.pid)).size).toBe(2);
@@ -43,7 +45,7 @@ describe('PipelinedReads', () => {
 
   it('a failing statement fails alone: the statements pipelined around it are answered', async () => {
     const reads = pipelinedReads();
-    const divide = (divisor: number) => reads.query<{ q: number }>(undefined, 'SELECT 6 / $1::int AS q', [divisor]);
+    const divide = (divisor: number) => reads.run<{ q: number }>({ text: 'SELECT 6 / $1::int AS q' }, [divisor]);
     const [before, failed, after] = await Promise.allSettled([divide(2), divide(0), divide(3)]);
     expect(before).toEqual({ status: 'fulfilled', value: [{ q: 3 }] });
     expect(failed).toMatchObject({ status: 'rejected', reason: { code: '22012' } }); // division_by_zero
@@ -54,9 +56,9 @@ describe('PipelinedReads', () => {
   it('a named statement is prepared once per connection, also when its first executions are pipelined together', async () => {
     const reads = pipelinedReads();
     const text = 'SELECT $1::int + 1 AS next';
-    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => reads.query<{ next: number }>('pipelined_probe', text, [i])));
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => reads.run<{ next: number }>({ name: 'pipelined_probe', text }, [i])));
     expect(answers).toEqual(Array.from({ length: 20 }, (_, i) => [{ next: i + 1 }]));
-    const prepared = await reads.query<{ statement: string }>(undefined, "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'", []);
+    const prepared = await reads.run<{ statement: string }>({ text: "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'" }, []);
     expect(prepared).toEqual([{ statement: text }]);
   });
 
@@ -76,7 +78,7 @@ describe('PipelinedReads', () => {
     const reads = pipelinedReads();
     const pid = await backendPid(reads);
     // Settled from the start: the connection's errors may arrive before the terminate statement returns.
-    const outcomes = Promise.allSettled([reads.query(undefined, 'SELECT pg_sleep(5)', []), reads.query(undefined, 'SELECT 1 AS one', [])]);
+    const outcomes = Promise.allSettled([reads.run({ text: 'SELECT pg_sleep(5)' }, []), reads.run({ text: 'SELECT 1 AS one' }, [])]);
     await vi.waitFor(async () => {
       const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
       expect(rows[0]!.n).toBe(1);
@@ -86,12 +88,22 @@ describe('PipelinedReads', () => {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
     }
-    expect(await reads.query(undefined, 'SELECT 2 AS two', [])).toEqual([{ two: 2 }]);
+    expect(await reads.run({ text: 'SELECT 2 AS two' }, [])).toEqual([{ two: 2 }]);
+  });
+
+  it('a statement running past the connections\' statement_timeout fails as unavailable; the statements queued behind it are answered', async () => {
+    const reads = pipelinedReads({ statementTimeoutMs: 200 });
+    const started = Date.now();
+    const [slow, next] = await Promise.allSettled([reads.run({ text: 'SELECT pg_sleep(5)' }, []), reads.run({ text: 'SELECT 7 AS seven' }, [])]);
+    expect(slow).toMatchObject({ status: 'rejected', reason: { code: '57014' } }); // query_canceled
+    expect(isDatabaseUnavailable((slow as PromiseRejectedResult).reason)).toBe(true);
+    expect(next).toEqual({ status: 'fulfilled', value: [{ seven: 7 }] });
+    expect(Date.now() - started).toBeLessThan(2000);
   });
 
   it('a server that cannot be reached fails the statements waiting for the connection as unavailable', async () => {
     const reads = pipelinedReads({ connectionString: 'postgres://nobody@127.0.0.1:1/none', connections: 2 });
-    const outcomes = await Promise.allSettled([reads.query(undefined, 'SELECT 1', []), reads.query(undefined, 'SELECT 2', [])]);
+    const outcomes = await Promise.allSettled([reads.run({ text: 'SELECT 1' }, []), reads.run({ text: 'SELECT 2' }, [])]);
     for (const outcome of outcomes) {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
@@ -106,10 +118,9 @@ describe('PipelinedReads', () => {
       const { port } = silent.address() as AddressInfo;
       const reads = pipelinedReads({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, connectTimeoutMs: 200 });
       const started = Date.now();
-      const failure = await reads.query(undefined, 'SELECT 1', []).catch((error: unknown) => error);
-      expect(failure).toBeInstanceOf(Error);
-      expect((failure as Error).message).toBe('Connection terminated due to connection timeout');
-      expect(isDatabaseUnavailable(failure)).toBe(true);
+      const failure = await reads.run({ text: 'SELECT 1' }, []).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(DatabaseUnavailable);
+      expect(((failure as Error).cause as Error).message).toBe('timeout expired'); // pg's own connect timeout
       expect(Date.now() - started).toBeLessThan(2000);
     } finally {
       for (const socket of sockets) socket.destroy();
@@ -121,7 +132,7 @@ describe('PipelinedReads', () => {
     await sql`CREATE TABLE pipelined_probe (a int)`.execute(database.db);
     await sql`INSERT INTO pipelined_probe VALUES (1)`.execute(database.db);
     const reads = pipelinedReads();
-    const all = () => reads.query<Record<string, number | null>>('pipelined_probe_all', 'SELECT * FROM pipelined_probe', []);
+    const all = () => reads.run<Record<string, number | null>>({ name: 'pipelined_probe_all', text: 'SELECT * FROM pipelined_probe' }, []);
     const first = await backendPid(reads);
     expect(await all()).toEqual([{ a: 1 }]);
     await sql`ALTER TABLE pipelined_probe ADD COLUMN b int`.execute(database.db);
@@ -134,7 +145,7 @@ describe('PipelinedReads', () => {
     const reads = pipelinedReads({ connections: 2 });
     const pids = new Set(await Promise.all([backendPid(reads), backendPid(reads), backendPid(reads)]));
     await reads.end();
-    const ended = reads.query(undefined, 'SELECT 1', []);
+    const ended = reads.run({ text: 'SELECT 1' }, []);
     await expect(ended).rejects.toThrow();
     expect(isDatabaseUnavailable(await ended.catch((error: unknown) => error))).toBe(true);
     expect(pids.size).toBe(2);
@@ -149,7 +160,7 @@ describe('the per-request reads of the app go through the read connections', () 
   it('GET /users/{id} is answered while every pool connection is taken; a read through the pool is not', async () => {
     const ctx = await createTestContext();
     const handle = createDatabase(ctx.database.url, { poolMax: 1, connectTimeoutMs: 500 });
-    const app = await buildApp({ config: ctx.config, db: handle.db });
+    const app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
     const held = await handle.pool.connect();
     try {
       const user = await api(app, { url: `/api/v1/users/${ids.U}`, as: 'V' });

@@ -43,7 +43,7 @@ async function allLogs(ctx: TestContext) {
 /** A second server instance on the same database, with its own connection pool. */
 async function secondInstance(ctx: TestContext): Promise<{ app: FastifyInstance; close(): Promise<void> }> {
   const handle = createDatabase(ctx.database.url);
-  const app = await buildApp({ config: ctx.config, db: handle.db });
+  const app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
   await app.ready();
   return { app, close: async () => { await app.close(); await handle.close(); } };
 }
@@ -206,7 +206,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
   });
 
   it('adds exactly one SQL statement per request', async () => {
-    const unlimited = await buildApp({ config: { ...ctx.config, rateLimiting: false }, db: ctx.db });
+    const unlimited = await buildApp({ config: { ...ctx.config, rateLimiting: false }, db: ctx.db, reads: ctx.database.reads });
     try {
       for (const [url, as] of [['/api/v1/users/14', 'M'], ['/api/v1/users/me/subscriptions', 'V'], ['/api/v1/users/14?client_gravatar=yes', 'G']] as const) {
         ctx.database.statements.length = 0;
@@ -229,7 +229,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
 
   it('with the limit lowered below the recorded requests, R counts from the request that must leave', async () => {
     await exhaustU();
-    const lowered = await buildApp({ config: { ...ctx.config, rateLimitMaxRequests: 2 }, db: ctx.db });
+    const lowered = await buildApp({ config: { ...ctx.config, rateLimitMaxRequests: 2 }, db: ctx.db, reads: ctx.database.reads });
     try {
       const res = await getV(lowered);
       const retryAfter = expectRefused(res);

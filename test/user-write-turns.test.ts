@@ -25,7 +25,7 @@ beforeEach(async () => {
   ctx = await createTestContext();
   // A small pool with a short wait, so that holding every connection shows as 503s quickly.
   handle = createDatabase(ctx.database.url, { poolMax: POOL_MAX, connectTimeoutMs: 1000 });
-  app = await buildApp({ config: ctx.config, db: handle.db });
+  app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
   await app.ready();
   lockHolder = new pg.Client({ connectionString: ctx.database.url });
   await lockHolder.connect();

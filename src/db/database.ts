@@ -1,13 +1,17 @@
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, type PostgresCursor, type PostgresPool, type PostgresPoolClient, type PostgresQueryResult, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { enableDirectQueries, withPreparedStatements } from '../lib/prepared-statements.js';
+import type { Config } from '../config.js';
+import { DatabaseUnavailable, statementFailure } from './errors.js';
 import { PipelinedReads } from './pipelined-reads.js';
 import type { DB } from './types.js';
 
 export type Database = Kysely<DB>;
 
 export interface DatabaseHandle {
+  /** Kysely over the pool: transactions and every statement that is not a per-request read. */
   db: Database;
+  /** The pipelined connections for per-request single statements (pipelined-reads.ts). */
+  reads: PipelinedReads;
   pool: pg.Pool;
   close(): Promise<void>;
 }
@@ -17,11 +21,33 @@ export interface DatabaseOptions {
   /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
   readConnections?: number;
   connectTimeoutMs?: number;
-  /** Called for errors of idle pooled connections (e.g. the server went away). */
-  onPoolError?: (error: Error) => void;
-  /** Called with the text of every statement Kysely runs (tests count round trips with it). */
+  /** Server-side statement_timeout of the pooled connections, in ms (0: none). */
+  statementTimeoutMs?: number;
+  /** statement_timeout of the pipelined read connections, in ms (0: none). */
+  readStatementTimeoutMs?: number;
+  /** Called for errors of connections no statement was waiting on (e.g. the server went away). */
+  onConnectionError?: (error: Error) => void;
+  /** Called with the text of every statement run (tests count round trips with it). */
   onQuery?: (sql: string) => void;
 }
+
+/** The options a server's configuration sets. */
+export const databaseOptionsOf = (
+  config: Pick<Config, 'dbPoolMax' | 'dbReadConnections' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs' | 'dbReadStatementTimeoutMs'>,
+): DatabaseOptions => ({
+  poolMax: config.dbPoolMax,
+  readConnections: config.dbReadConnections,
+  connectTimeoutMs: config.dbConnectTimeoutMs,
+  statementTimeoutMs: config.dbStatementTimeoutMs,
+  readStatementTimeoutMs: config.dbReadStatementTimeoutMs,
+});
+
+/**
+ * TCP keep-alive probes start after this much silence (then every second, ten times: libuv's
+ * settings on Linux), so a connection dropped without a FIN (a failover, a NAT or firewall
+ * forgetting it) is noticed in about 20 s instead of the kernel's default two hours.
+ */
+const KEEP_ALIVE_INITIAL_DELAY_MS = 10_000;
 
 // bigint columns (event ids, audit ids) stay far below 2^53; numbers are what the API serves.
 const INT8_OID = 20;
@@ -32,30 +58,84 @@ const typeParsers = {
   },
 } as pg.CustomTypesConfig;
 
+/**
+ * The pool as Kysely sees it, with typed failures: a connection that cannot be had, and a
+ * statement lost with its connection, become DatabaseUnavailable (src/db/errors.ts).
+ */
+function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>): PostgresPool {
+  const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
+  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+    function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
+    function query<R>(cursor: PostgresCursor<R>): PostgresCursor<R>;
+    function query(text: string | PostgresCursor<unknown>, values?: ReadonlyArray<unknown>): unknown {
+      if (typeof text !== 'string') return client.query(text as unknown as pg.Submittable); // Kysely's streaming cursors
+      return client.query(text, values as unknown[]).catch((error: unknown) => {
+        throw statementFailure(error, failedClients.has(client));
+      });
+    }
+    // pg-pool gives the client a new release function with every checkout: look it up each time.
+    return { query, release: () => client.release() };
+  };
+  return {
+    connect: async () => {
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (error) {
+        throw new DatabaseUnavailable('could not get a database connection', { cause: error });
+      }
+      let wrapper = wrappers.get(client);
+      if (!wrapper) wrappers.set(client, (wrapper = wrap(client)));
+      return wrapper;
+    },
+    end: () => pool.end(),
+  };
+}
+
 export function createDatabase(connectionString: string, options: DatabaseOptions = {}): DatabaseHandle {
+  const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
+  const statementTimeoutMs = options.statementTimeoutMs ?? 0;
   const pool = new pg.Pool({
     connectionString,
     max: options.poolMax ?? 20,
-    connectionTimeoutMillis: options.connectTimeoutMs ?? 2000,
+    connectionTimeoutMillis: connectTimeoutMs,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
+    ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
   });
-  // Without a listener an idle connection dropped by the server would crash the process.
-  pool.on('error', (error) => options.onPoolError?.(error));
+  const report = (error: Error) => options.onConnectionError?.(error);
+  const failedClients = new WeakSet<pg.PoolClient>();
+  // pg-pool listens for errors only while a connection is idle: a connection lent out with no
+  // statement in flight (between a transaction's statements, say) that loses its server would
+  // emit 'error' with no listener, which kills the process. Every connection gets one for its
+  // whole life; the statements that were using it fail with DatabaseUnavailable.
+  pool.on('connect', (client) => {
+    client.on('error', (error) => {
+      failedClients.add(client);
+      report(new DatabaseUnavailable('database connection lost', { cause: error }));
+    });
+  });
+  // The pool re-emits idle connections' errors, already reported by the listener above.
+  pool.on('error', () => undefined);
   const onQuery = options.onQuery;
   const db = new Kysely<DB>({
-    dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }),
+    dialect: new PostgresDialect({ pool: typedPool(pool, failedClients) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
   const reads = new PipelinedReads({
     connectionString,
     connections: options.readConnections ?? 2,
-    connectTimeoutMs: options.connectTimeoutMs ?? 2000,
+    connectTimeoutMs,
+    statementTimeoutMs: options.readStatementTimeoutMs ?? 0,
+    keepAliveInitialDelayMs: KEEP_ALIVE_INITIAL_DELAY_MS,
     types: typeParsers,
-    ...(options.onPoolError && { onIdleError: options.onPoolError }),
+    onIdleError: report,
+    ...(onQuery && { onStatement: onQuery }),
   });
-  enableDirectQueries(db, (name, sql, values) => reads.query(name, sql, values), onQuery);
   return {
     db,
+    reads,
     pool,
     close: async () => {
       await reads.end();

@@ -1,32 +1,41 @@
 import pg from 'pg';
+import { DatabaseUnavailable, statementFailure } from './errors.js';
+import type { Statement, StatementRunner } from './reusable-statement.js';
 
 /**
- * A few long-lived connections in pipeline mode for the per-request single-statement reads
- * (authentication, one user by id: the statements reusableQuery sends outside transactions).
+ * A few long-lived connections in pipeline mode for the per-request single statements
+ * (authentication with the rate-limit decision, one user by id).
  *
- * Through the pool, every such read checks a connection out, waits a full round trip with it and
- * hands it back; on a busy server the check-out, the idle timers and one socket write and wake-up
- * per statement on both sides cost more CPU than the statement itself. Here statements from many
- * requests share a connection without waiting for each other's answers: node-postgres writes them
- * back to back (each with its own Sync, so one failing statement fails alone) and PostgreSQL
- * answers them in order. Measured on the benchmark's lookup at 50 concurrent callers: about half
- * the CPU per statement on each side and twice the throughput of the pool (bench/RESULTS.md).
+ * Through the pool, every such statement checks a connection out, waits a full round trip with it
+ * and hands it back; on a busy server the check-out, the idle timers and one socket write and
+ * wake-up per statement on both sides cost more CPU than the statement itself. Here statements
+ * from many requests share a connection without waiting for each other's answers: node-postgres
+ * writes them back to back (each with its own Sync, so one failing statement fails alone) and
+ * PostgreSQL answers them in order. Measured on the benchmark's lookup at 50 concurrent callers:
+ * about half the CPU per statement on each side and twice the throughput of the pool
+ * (bench/RESULTS.md).
  *
- * What may go here: short reads by unique key, never a transaction, a lock, a session setting or a
- * long statement (it would hold up every statement queued behind it on its connection).
+ * What may go here: short autocommit statements by unique key, never a transaction, a session
+ * setting or a long statement: it would hold up every statement queued behind it on its
+ * connection. The connections' statement_timeout (DB_READ_STATEMENT_TIMEOUT_MS) bounds that.
  *
  * Connections open on first use and are replaced after an error or a disconnect: the statements
- * in flight on a lost connection fail with its error (a 503, as the pool's would), the next ones
- * open a new connection.
+ * in flight on a lost connection fail with DatabaseUnavailable (a 503, as the pool's would), the
+ * next ones open a new connection.
  */
 
 export interface PipelinedReadsOptions {
   connectionString: string;
   connections: number;
   connectTimeoutMs: number;
+  /** Server-side statement_timeout of these connections (0: none). */
+  statementTimeoutMs: number;
+  keepAliveInitialDelayMs: number;
   types: pg.CustomTypesConfig;
   /** Errors of connections that had no statement in flight (e.g. the server went away). */
   onIdleError?: (error: Error) => void;
+  /** Called with the text of every statement once it has run (tests count round trips). */
+  onStatement?: (text: string) => void;
 }
 
 interface Lane {
@@ -34,13 +43,12 @@ interface Lane {
   /** Resolved once connected; statements wait for it only while it is pending. */
   ready: Promise<void>;
   connected: boolean;
+  /** Set once the connection failed or was retired: what still fails on it is the connection's fault. */
+  failed: boolean;
   inFlight: number;
   /** Takes the connection out of use and closes it; the next statement opens another. */
   retire(): void;
 }
-
-/** What the pool says once ended (src/http/db-errors.ts answers both with 503). */
-const READS_CLOSED_MESSAGE = 'Cannot use a pool after calling end';
 
 /**
  * Errors after which a connection's prepared statements cannot serve again: a schema change under a
@@ -50,7 +58,7 @@ const READS_CLOSED_MESSAGE = 'Cannot use a pool after calling end';
  */
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
-export class PipelinedReads {
+export class PipelinedReads implements StatementRunner {
   private readonly lanes: (Lane | undefined)[];
   private closed = false;
 
@@ -58,23 +66,26 @@ export class PipelinedReads {
     this.lanes = new Array<Lane | undefined>(options.connections).fill(undefined);
   }
 
-  /** Runs one statement (by name when `name` is given: a prepared statement) and resolves to its rows. */
-  query<R>(name: string | undefined, text: string, values: unknown[]): Promise<R[]> {
-    if (this.closed) return Promise.reject(new Error(READS_CLOSED_MESSAGE));
+  /** Runs one statement (by name when it has one: a prepared statement) and resolves to its rows. */
+  run<R>(statement: Statement, values: readonly unknown[]): Promise<R[]> {
+    if (this.closed) return Promise.reject(new DatabaseUnavailable('the database connections are closed'));
     const lane = this.leastBusyLane();
-    const config: pg.QueryConfig = name === undefined ? { text, values } : { name, text, values };
+    const config: pg.QueryConfig = { ...statement, values: values as unknown[] };
     lane.inFlight++;
     const send = () => lane.client.query<R & pg.QueryResultRow>(config);
     const sent = lane.connected ? send() : lane.ready.then(send);
+    const { onStatement } = this.options;
     return sent.then(
       (result) => {
         lane.inFlight--;
+        onStatement?.(statement.text);
         return result.rows;
       },
       (error: unknown) => {
         lane.inFlight--;
+        onStatement?.(statement.text);
         if (STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
-        throw error;
+        throw statementFailure(error, lane.failed);
       },
     );
   }
@@ -98,8 +109,16 @@ export class PipelinedReads {
   }
 
   private open(slot: number): Lane {
-    const { connectionString, connectTimeoutMs, types } = this.options;
-    const client = new pg.Client({ connectionString, connectionTimeoutMillis: connectTimeoutMs, keepAlive: true, types, pipeline: true });
+    const { connectionString, connectTimeoutMs, statementTimeoutMs, keepAliveInitialDelayMs, types } = this.options;
+    const client = new pg.Client({
+      connectionString,
+      connectionTimeoutMillis: connectTimeoutMs,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: keepAliveInitialDelayMs,
+      ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
+      types,
+      pipeline: true,
+    });
     const forget = () => {
       if (this.lanes[slot] === lane) this.lanes[slot] = undefined;
     };
@@ -107,8 +126,10 @@ export class PipelinedReads {
       client,
       ready: Promise.resolve(),
       connected: false,
+      failed: false,
       inFlight: 0,
       retire: () => {
+        lane.failed = true;
         forget();
         // Closes the socket (pg leaves it open after some errors); statements still in flight on
         // a healthy connection are answered first.
@@ -119,10 +140,9 @@ export class PipelinedReads {
       () => {
         lane.connected = true;
       },
-      (error: Error) => {
+      (error: unknown) => {
         lane.retire();
-        // pg's own connect timeout says only "timeout expired"; the pool says this (a 503).
-        throw error.message === 'timeout expired' ? new Error('Connection terminated due to connection timeout', { cause: error }) : error;
+        throw new DatabaseUnavailable('could not connect to the database', { cause: error });
       },
     );
     lane.ready.catch(() => undefined); // observed by the statements waiting on it
@@ -130,9 +150,10 @@ export class PipelinedReads {
     // A lost connection may emit several errors (the server's reason, then the disconnect): the
     // first retires it and is reported when no statement was in flight to carry it.
     client.on('error', (error) => {
+      lane.failed = true;
       if (this.lanes[slot] !== lane) return;
       lane.retire();
-      if (lane.inFlight === 0) this.options.onIdleError?.(error);
+      if (lane.inFlight === 0) this.options.onIdleError?.(new DatabaseUnavailable('idle read connection lost', { cause: error }));
     });
     client.on('end', forget);
     this.lanes[slot] = lane;

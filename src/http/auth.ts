@@ -3,9 +3,9 @@ import type { FastifyRequest } from 'fastify';
 import type { Compilable } from 'kysely';
 import type { Config } from '../config.js';
 import type { Database } from '../db/database.js';
+import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
 import { API_KEY_PATTERN, apiKeyDigest, storedDigestMatches } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
-import { reusableQuery } from '../lib/reusable-query.js';
 import { badRequest, unauthorized } from './errors.js';
 
 export interface Caller {
@@ -72,43 +72,43 @@ function selectAccount(db: Database, keyHash: string) {
 /** The authentication query, for a route's lookup to extend. */
 export type AccountQuery = ReturnType<typeof selectAccount>;
 
-// Runs on every request: compiled once (see reusable-query.ts); the marker is no valid hash.
-const KEY_HASH_MARKER = '\0key hash';
-const findAccountByKeyHash = reusableQuery([KEY_HASH_MARKER], selectAccount);
+// Runs on every request: compiled once (see src/db/reusable-statement.ts).
+const findAccountByKeyHash = reusableStatement(1, selectAccount);
+
+type AccountRow = Awaited<ReturnType<AccountQuery['executeTakeFirstOrThrow']>>;
 
 /**
  * A lookup a route folds into its authentication statement, so that a hot endpoint needs one round
  * trip instead of two. `extend` LEFT JOINs the lookup's row to the caller's (tables `caller` and
  * `caller_realm`) and selects its columns, none starting with `caller_`. The whole row reaches the
  * route as `request.authLookupResult`; it is computed whether or not the credentials are
- * accepted, and used only if they are.
+ * accepted, and used only if they are. `key` names the query: the same key must always build the
+ * same query.
  */
-export interface AuthLookup {
-  /** One compiled statement per key: the same key must always build the same query. */
-  key: string;
-  /**
-   * The one value the lookup binds, if any: a positive integer (-1 stands for it while compiling).
-   * Omitted when the lookup binds nothing (it reads only the caller's own row).
-   */
-  argument?: number;
-  extend: (account: AccountQuery, argument: number) => Compilable<AccountRow>;
+export type AuthLookup =
+  /** A lookup binding one value (bound exactly once: checked when first compiled). */
+  | { key: string; argument: number; extend: (account: AccountQuery, argument: number) => Compilable<AccountRow> }
+  /** A lookup of the caller's own row only. */
+  | { key: string; argument?: undefined; extend: (account: AccountQuery) => Compilable<AccountRow> };
+
+const accountWithLookupQueries = new Map<string, (reads: StatementRunner, keyHash: string, argument: number) => Promise<AccountRow[]>>();
+
+function accountWithLookupQuery(lookup: AuthLookup) {
+  if (lookup.argument === undefined) {
+    const { extend } = lookup;
+    const query = reusableStatement(1, (db: Database, keyHash: string) => extend(selectAccount(db, keyHash)));
+    return (reads: StatementRunner, keyHash: string) => query(reads, keyHash);
+  }
+  const { extend } = lookup;
+  return reusableStatement(2, (db: Database, keyHash: string, argument: number) => extend(selectAccount(db, keyHash), argument));
 }
 
-type AccountRow = Awaited<ReturnType<AccountQuery['executeTakeFirstOrThrow']>>;
-
-const ARGUMENT_MARKER = -1;
-const accountWithLookupQueries = new Map<string, ReturnType<typeof accountWithLookupQuery>>();
-const accountWithLookupQuery = (lookup: AuthLookup) =>
-  reusableQuery([KEY_HASH_MARKER, ARGUMENT_MARKER], (db: Database, keyHash: string, argument: number) =>
-    lookup.extend(selectAccount(db, keyHash), argument),
-  );
-
 /** The caller's row, with the lookup's columns when there is one. */
-function findAccount(db: Database, keyHash: string, lookup: AuthLookup | undefined): Promise<AccountRow[]> {
-  if (!lookup) return findAccountByKeyHash(db, keyHash);
+function findAccount(reads: StatementRunner, keyHash: string, lookup: AuthLookup | undefined): Promise<AccountRow[]> {
+  if (!lookup) return findAccountByKeyHash(reads, keyHash);
   let query = accountWithLookupQueries.get(lookup.key);
   if (!query) accountWithLookupQueries.set(lookup.key, (query = accountWithLookupQuery(lookup)));
-  return query(db, keyHash, lookup.argument ?? ARGUMENT_MARKER);
+  return query(reads, keyHash, lookup.argument ?? 0);
 }
 
 /**
@@ -116,14 +116,14 @@ function findAccount(db: Database, keyHash: string, lookup: AuthLookup | undefin
  * route's lookup when one is given (its result: undefined when none ran, else the joined row).
  */
 export async function authenticate(
-  db: Database,
+  reads: StatementRunner,
   config: Config,
   request: FastifyRequest,
   lookup?: AuthLookup,
 ): Promise<{ caller: Caller; lookupResult: unknown }> {
   const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const digest = apiKeyDigest(apiKey);
-  const [row] = await findAccount(db, digest.hex, lookup);
+  const [row] = await findAccount(reads, digest.hex, lookup);
   if (!row || !storedDigestMatches(row.caller_api_key_hash, digest.bytes)) throw unauthorized('Invalid API key');
   if (row.caller_delivery_email.toLowerCase() !== email.toLowerCase()) throw unauthorized('Invalid API key');
   if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');

@@ -44,3 +44,5 @@ export const serviceUnavailable = (retryAfterSeconds: number): ApiError =>
 export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too large');
 
 export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');
+
+export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields in request body');

@@ -85,8 +85,19 @@ export const jsonList: Parser<unknown[]> = (raw, name) => checkList(parseJson(ra
 
 export const jsonDict: Parser<Record<string, unknown>> = (raw, name) => checkDict(parseJson(raw, name), name);
 
-export function jsonStringList(raw: string, name: string): string[] {
-  return jsonList(raw, name).map((item, index) => checkString(item, `${name}[${index}]`));
+/** A JSON list of at most `limit` items; the length is checked before any item (spec §1.6). */
+export function jsonListOfAtMost(limit: number): Parser<unknown[]> {
+  return (raw, name) => {
+    const list = jsonList(raw, name);
+    if (list.length > limit) throw badRequest(`${name} is too long (limit: ${limit} items)`);
+    return list;
+  };
+}
+
+/** A JSON list of at most `limit` strings. */
+export function jsonStringListOfAtMost(limit: number): Parser<string[]> {
+  const list = jsonListOfAtMost(limit);
+  return (raw, name) => list(raw, name).map((item, index) => checkString(item, `${name}[${index}]`));
 }
 
 /** A string parameter that is trimmed, must not be blank, and has a length limit in code points. */

@@ -1,7 +1,7 @@
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import { type Config, loadConfig } from '../../src/config.js';
-import type { Database } from '../../src/db/database.js';
+import { type Database, databaseOptionsOf } from '../../src/db/database.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { auth, type FixtureUser, seedFixture } from './fixture.js';
 
@@ -30,10 +30,12 @@ export interface TestAppOptions {
 
 /** The real app on a fresh copy of the migrated database. */
 export async function createTestContext(options: TestAppOptions = {}): Promise<TestContext> {
-  const database = await createTestDatabase();
+  // The database connections get the configuration's pool size and timeouts, as in production.
+  const settings = loadConfig({ ...FIXTURE_ENV, ...options.env, DATABASE_URL: 'postgres://set-below' });
+  const database = await createTestDatabase(databaseOptionsOf(settings));
   if (options.fixture !== false) await seedFixture(database.db);
-  const config = loadConfig({ ...FIXTURE_ENV, ...options.env, DATABASE_URL: database.url });
-  const app = await buildApp({ config, db: database.db });
+  const config: Config = { ...settings, databaseUrl: database.url };
+  const app = await buildApp({ config, db: database.db, reads: database.reads });
   await options.beforeReady?.(app);
   await app.ready();
   return {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { createDatabase, type DatabaseHandle } from '../../src/db/database.js';
+import { createDatabase, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
 
 export interface TestDatabase extends DatabaseHandle {
   url: string;
@@ -21,13 +21,13 @@ async function adminQuery(text: string): Promise<void> {
 }
 
 /** A fresh, migrated database copied from the template made by the global setup. */
-export async function createTestDatabase(): Promise<TestDatabase> {
+export async function createTestDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
   const name = `test_${randomBytes(6).toString('hex')}`;
   await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${inject('templateDatabase')}`);
   const url = new URL(inject('adminDatabaseUrl'));
   url.pathname = `/${name}`;
   const statements: string[] = [];
-  const handle = createDatabase(url.toString(), { onQuery: (sql) => statements.push(sql) });
+  const handle = createDatabase(url.toString(), { ...options, onQuery: (sql) => statements.push(sql) });
   return {
     ...handle,
     url: url.toString(),

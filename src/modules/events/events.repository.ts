@@ -48,10 +48,16 @@ export async function appendEvents(trx: Executor, realmId: number, userId: numbe
     WITH queues AS (
       SELECT id, next_event_id, event_types FROM event_queues WHERE user_id = ${userId} FOR UPDATE
     ), incoming AS (
-      SELECT payload, ord FROM json_array_elements(${JSON.stringify(events)}::json) WITH ORDINALITY AS e(payload, ord)
+      SELECT payload, ord, payload->>'type' AS type
+      FROM json_array_elements(${JSON.stringify(events)}::json) WITH ORDINALITY AS e(payload, ord)
+    ), accepting AS (
+      -- Each queue's type list (at most 256 names) is searched once per distinct event type, not
+      -- once per event: the events then meet their queues through a hash join on the type.
+      SELECT q.id AS queue_id, q.next_event_id, t.type
+      FROM queues q JOIN (SELECT DISTINCT type FROM incoming) t ON q.event_types IS NULL OR t.type = ANY (q.event_types)
     ), numbered AS (
-      SELECT q.id AS queue_id, q.next_event_id + row_number() OVER (PARTITION BY q.id ORDER BY i.ord) - 1 AS id, i.payload
-      FROM queues q JOIN incoming i ON q.event_types IS NULL OR i.payload->>'type' = ANY (q.event_types)
+      SELECT a.queue_id, a.next_event_id + row_number() OVER (PARTITION BY a.queue_id ORDER BY i.ord) - 1 AS id, i.payload
+      FROM accepting a JOIN incoming i ON i.type = a.type
     ), inserted AS (
       INSERT INTO events (queue_id, id, realm_id, payload)
       SELECT queue_id, id, ${realmId}, payload FROM numbered
@@ -76,8 +82,30 @@ export interface NewEventQueue {
   lifespanSeconds: number;
 }
 
-export async function createEventQueue(db: Executor, queue: NewEventQueue): Promise<void> {
+/**
+ * Creates a queue; when the user already has `maxPerUser` queues, the least recently used ones
+ * (last poll or creation; a queue with a poll in progress counts as in use) are deleted first and
+ * their waiting polls woken, so they answer BAD_EVENT_QUEUE_ID (spec O12). Runs under the user's
+ * event lock (inUserEventTransaction), so the count cannot change underneath.
+ */
+export async function createEventQueue(db: Executor, queue: NewEventQueue, maxPerUser: number): Promise<void> {
   await db
+    .with('evicted', (db) =>
+      db
+        .deleteFrom('event_queues')
+        .where('id', 'in', (eb) =>
+          eb
+            .selectFrom('event_queues')
+            .select('id')
+            .where('user_id', '=', queue.userId)
+            .orderBy(sql`poll_id IS NOT NULL`, 'desc')
+            .orderBy('last_active_at', 'desc')
+            .orderBy('created_at', 'desc')
+            .offset(maxPerUser - 1),
+        )
+        // RETURNING runs for every deleted row (an unreferenced SELECT CTE would not run at all).
+        .returning(sql<string>`pg_notify(${EVENTS_CHANNEL}, id::text)`.as('notified')),
+    )
     .insertInto('event_queues')
     .values({
       id: queue.id,
@@ -113,14 +141,23 @@ export async function deleteEventQueue(db: Database, owner: { realmId: number; i
 }
 
 /**
- * Deletes the queues idle longer than their lifespan that no live poll holds (spec §2.10 Expiry);
- * a lease left by a crashed instance runs out by itself.
+ * Deletes up to `limit` queues idle longer than their lifespan that no live poll holds (spec
+ * §2.10 Expiry), with their events, and wakes anything still waiting on them; a lease left by a
+ * crashed instance runs out by itself. Bounded, so that one statement stays well within the
+ * statement timeout however many queues expired at once: the sweep repeats it.
  */
-export async function deleteExpiredQueues(db: Database): Promise<number> {
-  const result = await db
+export async function deleteExpiredQueues(db: Database, limit: number): Promise<number> {
+  const deleted = await db
     .deleteFrom('event_queues')
-    .where(sql<boolean>`last_active_at + make_interval(secs => lifespan_seconds) < now()`)
-    .where((eb) => eb.or([eb('poll_lease_until', 'is', null), eb('poll_lease_until', '<', sql<Date>`now()`)]))
-    .executeTakeFirst();
-  return Number(result.numDeletedRows);
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('event_queues')
+        .select('id')
+        .where(sql<boolean>`last_active_at + make_interval(secs => lifespan_seconds) < now()`)
+        .where((eb) => eb.or([eb('poll_lease_until', 'is', null), eb('poll_lease_until', '<', sql<Date>`now()`)]))
+        .limit(limit),
+    )
+    .returning(sql<string>`pg_notify(${EVENTS_CHANNEL}, id::text)`.as('notified'))
+    .execute();
+  return deleted.length;
 }

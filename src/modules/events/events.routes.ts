@@ -2,14 +2,17 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { success } from '../../http/envelope.js';
 import { badRequest } from '../../http/errors.js';
-import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringList, keyPath } from '../../http/params.js';
+import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringListOfAtMost, keyPath } from '../../http/params.js';
 import { FEATURE_LEVEL } from '../server-settings/server-settings.routes.js';
 import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
-import { deleteExpiredQueues } from './events.repository.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
+
+/** Entries of event_types and fetch_event_types (spec §3.12): bounds the matching of every event. */
+export const MAX_EVENT_TYPES = 256;
+const eventTypeList = jsonStringListOfAtMost(MAX_EVENT_TYPES);
 
 /** Client capabilities register understands; other keys are accepted and ignored. */
 function parseCapabilities(raw: string, name: string): Record<string, boolean> {
@@ -20,8 +23,7 @@ function parseCapabilities(raw: string, name: string): Record<string, boolean> {
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
- * across instances: the LISTEN connection, the expiry sweep, and answering every waiting poll on
- * shutdown.
+ * across instances: the LISTEN connection and answering every waiting poll on shutdown.
  */
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
   const wakeups = new QueueWakeups();
@@ -32,21 +34,15 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     onQueueNotified: (queueId) => wakeups.wake(queueId),
     onGap: () => wakeups.wakeAll(),
   });
-  let sweepTimer: NodeJS.Timeout | undefined;
 
   app.addHook('onReady', async () => {
     await listener.start();
-    sweepTimer = setInterval(() => {
-      deleteExpiredQueues(db).catch((error: unknown) => app.log.warn({ err: error }, 'event queue sweep failed'));
-    }, config.queueSweepIntervalSeconds * 1000);
-    sweepTimer.unref();
   });
   // preClose runs before the HTTP server waits for in-flight requests: waiting polls answer now.
   app.addHook('preClose', async () => {
     await wakeups.close();
   });
   app.addHook('onClose', async () => {
-    clearInterval(sweepTimer);
     await wakeups.close();
     await listener.close();
   });
@@ -57,8 +53,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
     const capabilities = params.optional('client_capabilities', parseCapabilities, {});
-    const eventTypes = params.optional('event_types', jsonStringList);
-    const fetchEventTypes = params.optional('fetch_event_types', jsonStringList);
+    const eventTypes = params.optional('event_types', eventTypeList);
+    const fetchEventTypes = params.optional('fetch_event_types', eventTypeList);
     const queueLifespanSecs = params.optional('queue_lifespan_secs', jsonInteger, 0);
     const { queueId, state } = await registerEventQueue(db, config, request.caller, {
       notificationDefaults: notificationDefaultsFromLookup(request.authLookupResult),

@@ -59,7 +59,7 @@ export function notificationDefaultsFromLookup(row: unknown): NotificationDefaul
   return { audible: defaults.audible_default, desktop: defaults.desktop_default, email: defaults.email_default, push: defaults.push_default };
 }
 
-type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds'> & Parameters<typeof buildUserObject>[3];
+type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> & Parameters<typeof buildUserObject>[3];
 
 /** ≤ 0 means the default; anything longer than the maximum is capped. */
 export function queueLifespanSeconds(requested: number, config: RegisterConfig): number {
@@ -95,7 +95,7 @@ export async function registerEventQueue(
       // exactly the types the queue can ever accept.
       eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
       lifespanSeconds: queueLifespanSeconds(request.queueLifespanSecs, config),
-    });
+    }, config.queueMaxPerUser);
     const sections: InitialState = {};
     if (wanted('realm_user')) Object.assign(sections, await realmUserSections(trx, config, caller, request));
     if (wanted('subscription')) {

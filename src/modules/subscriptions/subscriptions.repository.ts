@@ -121,6 +121,21 @@ export async function insertSubscriptionAuditRows(
   `.execute(db);
 }
 
+/** Deletes up to `limit` audit rows older than `days` days; returns how many it deleted. */
+export async function deleteOldAuditRows(db: Executor, days: number, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('subscription_audit_log')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('subscription_audit_log')
+        .select('id')
+        .where('created_at', '<', sql<Date>`now() - make_interval(days => ${days})`)
+        .limit(limit),
+    )
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
+
 /**
  * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
  * optionally with each channel's active subscribers (active users), all in one query.

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { success } from '../../http/envelope.js';
-import { asString, jsonBoolean, jsonList } from '../../http/params.js';
+import { asString, jsonBoolean, jsonListOfAtMost } from '../../http/params.js';
 import {
   listSubscriptionsSchema,
   updateSettingByPostSchema,
@@ -16,6 +16,10 @@ import {
   parseSingleValue,
 } from './subscriptions.validation.js';
 
+/** Entries of one bulk update (spec §3.2): bounds the work and the rows one request can cause. */
+export const MAX_SUBSCRIPTION_CHANGES = 10_000;
+const subscriptionData = jsonListOfAtMost(MAX_SUBSCRIPTION_CHANGES);
+
 /** Subscription settings (spec §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
@@ -27,7 +31,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db 
 
   app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request) => {
     const params = request.zulipParams;
-    const entries = params.required('subscription_data', jsonList);
+    const entries = params.required('subscription_data', subscriptionData);
     const { changes, shapeError } = checkBulkEntries(entries);
     await applySubscriptionChanges(db, request.caller, changes, shapeError);
     return success(request);

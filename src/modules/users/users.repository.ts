@@ -3,7 +3,7 @@ import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import type { AccountQuery } from '../../http/auth.js';
 import type { DB } from '../../db/types.js';
-import { reusableQuery } from '../../lib/reusable-query.js';
+import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import type { UserRecord } from './users.serializers.js';
 
 /**
@@ -96,17 +96,22 @@ function toUserRecord(row: Omit<UserRow, 'realm_id'>, realmId: number): UserReco
   };
 }
 
-// GET /users/{id} runs this on every call: compiled once per shape of the load options (see
-// reusable-query.ts). Ids are positive, so negative markers cannot clash with a real value.
-const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
-  reusableQuery([-1, -2, -3], (db: Database, realmId: number, userId: number, viewerId: number) =>
-    selectUsers(db, realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: viewerId }) })
-      .where('users.id', '=', userId),
-  );
-const userByIdQueries = new Map<string, ReturnType<typeof userByIdQuery>>();
+// GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
+// shape of the load options.
+const userByIdQueries = new Map<string, (reads: StatementRunner, realmId: number, userId: number, viewerId: number) => Promise<UserRow[]>>();
+
+function userByIdQuery(withProfileData: boolean, restricted: boolean) {
+  if (!restricted) {
+    const query = reusableStatement(2, (db: Database, realmId: number, userId: number) =>
+      selectUsers(db, realmId, { withProfileData }).where('users.id', '=', userId));
+    return (reads: StatementRunner, realmId: number, userId: number) => query(reads, realmId, userId);
+  }
+  return reusableStatement(3, (db: Database, realmId: number, userId: number, viewerId: number) =>
+    selectUsers(db, realmId, { withProfileData, sharedChannelsWithUserId: viewerId }).where('users.id', '=', userId));
+}
 
 export async function findUserById(
-  db: Database,
+  reads: StatementRunner,
   realmId: number,
   userId: number,
   options: UserLoadOptions,
@@ -115,7 +120,7 @@ export async function findUserById(
   const shape = `${options.withProfileData}/${restricted}`;
   let query = userByIdQueries.get(shape);
   if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
-  const [row] = await query(db, realmId, userId, options.sharedChannelsWithUserId ?? 0);
+  const [row] = await query(reads, realmId, userId, options.sharedChannelsWithUserId ?? 0);
   return row && toUserRecord(row, row.realm_id);
 }
 

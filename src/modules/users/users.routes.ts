@@ -28,7 +28,7 @@ function userLookupForRequest(request: FastifyRequest): AuthLookup | undefined {
  * two parametric routes at one position, so one route takes every segment except `me` and the
  * service tells ids from emails.
  */
-export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
+export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, config }) => {
   app.get('/api/v1/users', { schema: listUsersSchema }, async (request) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
@@ -45,7 +45,7 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config 
       const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
       const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
       const options = { clientGravatar, includeCustomProfileFields };
-      const user = await getUserForViewer(db, config, request.caller, request.params.user, options, request.authLookupResult);
+      const user = await getUserForViewer(db, reads, config, request.caller, request.params.user, options, request.authLookupResult);
       return success(request, { user });
     },
   );

@@ -1,5 +1,6 @@
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import type { StatementRunner } from '../../db/reusable-statement.js';
 import type { AuthLookup } from '../../http/auth.js';
 import { badRequest } from '../../http/errors.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
@@ -54,6 +55,7 @@ function loadOptions(viewer: UserViewerInRealm, options: UserObjectOptions): Use
 
 async function findTarget(
   db: Database,
+  reads: StatementRunner,
   config: Config,
   viewer: UserViewerInRealm,
   pathValue: string,
@@ -62,7 +64,7 @@ async function findTarget(
   const idDigits = DIGITS.test(pathValue) ? pathValue : dummyAddressDigits(pathValue, fakeEmailDomain(viewer.realmSubdomain, config));
   if (idDigits !== undefined) {
     const userId = parseUserId(idDigits);
-    return userId === undefined ? undefined : findUserById(db, viewer.realmId, userId, load);
+    return userId === undefined ? undefined : findUserById(reads, viewer.realmId, userId, load);
   }
   if (!isStorableText(pathValue)) return undefined;
   // A hidden address behaves exactly like an unknown one (spec §3.6 step 2).
@@ -86,6 +88,7 @@ export function userByIdAuthLookup(pathValue: string, withProfileData: boolean):
  */
 export async function getUserForViewer(
   db: Database,
+  reads: StatementRunner,
   config: Config,
   viewer: UserViewerInRealm,
   pathValue: string,
@@ -95,7 +98,7 @@ export async function getUserForViewer(
   // A restricted viewer also needs the shared-channel fact, which the lookup leaves out.
   const target = prefetched !== undefined && !isRestrictedViewer(viewer)
     ? userRecordFromJoinedRow(prefetched)
-    : await findTarget(db, config, viewer, pathValue, loadOptions(viewer, options));
+    : await findTarget(db, reads, config, viewer, pathValue, loadOptions(viewer, options));
   if (!target) throw noSuchUser();
   if (!canAccessUser(viewer, target)) throw badRequest('Insufficient permission');
   return buildUserObject(viewer, target, options, config);

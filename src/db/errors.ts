@@ -1,0 +1,41 @@
+import pg from 'pg';
+
+/**
+ * The database cannot serve this statement now: no connection could be made, or the one the
+ * statement used was lost. Raised where connections are handled (the pool wrapper in
+ * database.ts, the pipelined reads), from the error pg gave, which is kept as `cause`; answered
+ * with 503 (spec §1.9).
+ */
+export class DatabaseUnavailable extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'DatabaseUnavailable';
+  }
+}
+
+/**
+ * SQLSTATEs that mean "not now" rather than "wrong statement": admin and crash shutdown, cannot
+ * connect now, too many connections, and a statement cancelled by statement_timeout or by a
+ * request whose client went away (57014). Class 08 (connection exceptions) is added below.
+ */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014']);
+
+/** Whether an error means "the database cannot be reached right now" (answered with 503). */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (error instanceof DatabaseUnavailable) return true;
+  if (!(error instanceof pg.DatabaseError)) return false;
+  const code = error.code ?? '';
+  return UNAVAILABLE_SQLSTATES.has(code) || code.startsWith('08');
+}
+
+/**
+ * A statement failed on `client`: a server error (pg.DatabaseError) is the statement's own; any
+ * other failure on a connection that has since failed (pg emitted 'error' on it, see `broken`)
+ * is the connection's, and becomes DatabaseUnavailable. Anything else (a programming error in the
+ * values, say) is passed on as it is.
+ */
+export function statementFailure(error: unknown, connectionFailed: boolean): unknown {
+  if (error instanceof pg.DatabaseError || error instanceof DatabaseUnavailable) return error;
+  if (!connectionFailed) return error;
+  return new DatabaseUnavailable('database connection lost', { cause: error });
+}

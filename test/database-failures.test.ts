@@ -1,0 +1,111 @@
+import { sql } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createDatabase } from '../src/db/database.js';
+import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
+import { api, createTestContext, type TestContext } from './helpers/app.js';
+
+// Connections that fail under the app: each costs the statements that used it a 503, never the
+// process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak.ts).
+
+const UNAVAILABLE = JSON.stringify({ result: 'error', msg: 'Service temporarily unavailable', code: 'SERVER_NOT_READY' });
+
+let ctx: TestContext;
+beforeAll(async () => {
+  ctx = await createTestContext();
+});
+afterAll(() => ctx.close());
+
+/** Another session holding `lock` until released. */
+async function holding(url: string, lock: string): Promise<{ release(): Promise<void> }> {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined); // the database is dropped at the end of the test
+  await client.connect();
+  await client.query('BEGIN');
+  await client.query(lock);
+  return {
+    release: async () => {
+      await client.query('ROLLBACK');
+      await client.end();
+    },
+  };
+}
+
+describe('a pooled connection lent out with no statement in flight', () => {
+  it('losing its server is reported, fails the next statement as unavailable, and the pool goes on', async () => {
+    const reported: Error[] = [];
+    const handle = createDatabase(ctx.database.url, { poolMax: 1, onConnectionError: (error) => reported.push(error) });
+    try {
+      const outcome = handle.db.transaction().execute(async (trx) => {
+        const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx);
+        await sql`SELECT pg_terminate_backend(${rows[0]!.pid})`.execute(ctx.db);
+        // The error arrives while the connection is lent out and idle: pg-pool listens for
+        // errors only on idle connections, so without our listener this would kill the process.
+        await vi.waitFor(() => expect(reported).toHaveLength(1));
+        await sql`SELECT 1`.execute(trx);
+      });
+      const failure = await outcome.catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(DatabaseUnavailable);
+      expect(isDatabaseUnavailable(failure)).toBe(true);
+      expect(reported[0]).toBeInstanceOf(DatabaseUnavailable);
+      // The broken connection left the pool (its only slot): the next statement gets a new one.
+      expect((await sql<{ one: number }>`SELECT 1 AS one`.execute(handle.db)).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await handle.close();
+    }
+  });
+
+  it('a server that refuses connections fails statements as unavailable', async () => {
+    const handle = createDatabase('postgres://nobody@127.0.0.1:1/none', { connectTimeoutMs: 500 });
+    try {
+      const failure = await sql`SELECT 1`.execute(handle.db).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(DatabaseUnavailable);
+    } finally {
+      await handle.close();
+    }
+  });
+});
+
+describe('statement timeouts (DB_STATEMENT_TIMEOUT_MS, DB_READ_STATEMENT_TIMEOUT_MS)', () => {
+  it('default to 5 s on the pool and 1 s on the pipelined reads', () => {
+    expect(ctx.config.dbStatementTimeoutMs).toBe(5000);
+    expect(ctx.config.dbReadStatementTimeoutMs).toBe(1000);
+  });
+
+  it('a statement through the pool cut off by its timeout is a 503, and the pool connection serves again', async () => {
+    const handle = createDatabase(ctx.database.url, { poolMax: 1, statementTimeoutMs: 300 });
+    try {
+      const timedOut = await sql`SELECT pg_sleep(3)`.execute(handle.db).catch((error: unknown) => error);
+      expect(timedOut).toMatchObject({ code: '57014' }); // query_canceled
+      expect(isDatabaseUnavailable(timedOut)).toBe(true);
+      expect((await sql<{ one: number }>`SELECT 1 AS one`.execute(handle.db)).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await handle.close();
+    }
+  });
+
+  it('through the app: a request whose statement waits past the timeout answers 503; others are served', async () => {
+    const timed = await createTestContext({ env: { DB_STATEMENT_TIMEOUT_MS: '300', DB_READ_STATEMENT_TIMEOUT_MS: '300' } });
+    try {
+      // Profile values are read through the pool; the authentication statement through the reads.
+      const profiles = await holding(timed.database.url, 'LOCK TABLE custom_profile_field_values IN ACCESS EXCLUSIVE MODE');
+      const started = Date.now();
+      const blocked = await api(timed.app, { url: '/api/v1/users?include_custom_profile_fields=true', as: 'U' });
+      expect(blocked.statusCode).toBe(503);
+      expect(blocked.body).toBe(UNAVAILABLE);
+      expect(blocked.headers['retry-after']).toBe('5');
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect((await api(timed.app, { url: '/api/v1/users', as: 'U' })).statusCode).toBe(200);
+      await profiles.release();
+
+      const users = await holding(timed.database.url, 'LOCK TABLE users IN ACCESS EXCLUSIVE MODE');
+      const unauthenticated = await api(timed.app, { url: '/api/v1/users/14', as: 'U' });
+      expect(unauthenticated.statusCode).toBe(503); // never a 401 while the database cannot answer
+      expect(unauthenticated.body).toBe(UNAVAILABLE);
+      await users.release();
+      expect((await api(timed.app, { url: '/api/v1/users/14', as: 'U' })).statusCode).toBe(200);
+    } finally {
+      await timed.close();
+    }
+  });
+});
