@@ -12,8 +12,15 @@
  *   order, with consecutive ids: an untouched queue (read from the database at the end), a queue
  *   long-polled throughout (heartbeats aside), and a queue registered for navigation_view only.
  *
- * Environment: SOAK_SECONDS (30), SOAK_USERS (6, plus one user of a second organization).
- * Prints a short report; exits 1 on any violation. Every loop is bounded by count and time, and
+ * With SOAK_CHAOS=1 the database misbehaves under the load: every ~0.6 s the server's connections
+ * are terminated (pg_terminate_backend), and once PostgreSQL is stopped and started again. Then a
+ * 503 is an acceptable answer anywhere (a write answered 503 may or may not have been applied: the
+ * client finds out from the database, through the user's never-polled queue, before it goes on),
+ * any other 5xx or a lost connection is still a violation, the server must still be running at the
+ * end, `/ready` must recover, and the database must still match the accepted requests exactly.
+ *
+ * Environment: SOAK_SECONDS (30), SOAK_USERS (6, plus one user of a second organization),
+ * SOAK_CHAOS (unset). Prints a short report; exits 1 on any violation. Every loop is bounded by count and time, and
  * every process started here is stopped on the way out (Ctrl-C included).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -24,14 +31,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isDeepStrictEqual } from 'node:util';
+import pg from 'pg';
 import * as ops from '../src/cli/operations.js';
 import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { freePort } from '../src/lib/free-port.js';
+import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const SOAK_SECONDS = positiveInteger('SOAK_SECONDS', 30);
+const CHAOS = process.env.SOAK_CHAOS === '1';
+/** application_name of the server's pooled and pipelined connections (the chaos loop's targets). */
+const SERVER_APPLICATION_NAME = 'soak-server';
 const USER_COUNT = positiveInteger('SOAK_USERS', 6);
 const EXTERNAL_HOST = 'soak.test';
 /** Hard limits besides the clock: requests per virtual client, and the whole run. */
@@ -78,8 +90,12 @@ async function startServer(databaseUrl: string): Promise<ServerProcess> {
       PORT: String(port),
       EXTERNAL_HOST,
       AVATAR_SALT: 'soak',
-      RATE_LIMITING: 'false',
+      // The production path (every request also records its rate-limit decision), with a rule
+      // no client reaches.
+      RATE_LIMITING: 'true',
+      RATE_LIMIT_MAX_REQUESTS: '1000000',
       LOG_LEVEL: 'warn',
+      PGAPPNAME: SERVER_APPLICATION_NAME,
       // Long polls answer with a heartbeat within 3 s, so the pollers stop promptly at the end.
       HEARTBEAT_SECONDS: '2',
       HEARTBEAT_JITTER_SECONDS: '1',
@@ -311,7 +327,7 @@ async function send(port: number, user: SimUser | undefined, operation: string, 
   try {
     const answer = await call({ port, host: user?.host, authorization: user?.authorization, ...request });
     count(statusCounts, String(answer.status));
-    if (answer.status >= 500) {
+    if (answer.status >= 500 && !(CHAOS && answer.status === 503)) {
       violation(`${user?.label ?? '-'} ${operation}: ${request.method} ${request.path} → ${answer.status} ${answer.body.slice(0, 200)}`);
     }
     return answer;
@@ -322,13 +338,48 @@ async function send(port: number, user: SimUser | undefined, operation: string, 
   }
 }
 
+/** A 503 while the chaos loop breaks the database: the request may or may not have taken effect. */
+const unavailable = (answer: Answer | undefined): boolean => CHAOS && answer?.status === 503;
+
 /** Checks the status the model predicts; returns whether the server accepted (200). */
 function expectStatus(user: SimUser, operation: string, answer: Answer | undefined, expected: number, detail: string): boolean {
-  if (!answer) return false;
+  if (!answer || unavailable(answer)) return false;
   if (answer.status !== expected) {
     violation(`${user.label} ${operation}: expected ${expected}, got ${answer.status} ${answer.body.slice(0, 200)} (${detail})`);
   }
   return answer.status === 200 && expected === 200;
+}
+
+let checker: DatabaseHandle['db'] | undefined;
+
+/**
+ * Whether a write answered 503 was applied, from the database: every accepted write appends its
+ * events to the user's never-polled queue, so its event count tells. Retries while the database is
+ * down (it is being restarted).
+ */
+async function appliedDespite503(user: SimUser, operation: string, newEvents: number): Promise<boolean> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline && !interrupted) {
+    try {
+      const { count: stored } = await checker!.selectFrom('events').select((eb) => eb.fn.countAll<string>().as('count'))
+        .where('queue_id', '=', user.queues.untouched).executeTakeFirstOrThrow();
+      const events = Number(stored);
+      count(operationCounts, `503 resolved as ${events === user.events.length ? 'not applied' : 'applied'}`);
+      if (events === user.events.length + newEvents) return true;
+      if (events !== user.events.length) violation(`${user.label} ${operation} answered 503: ${events} events stored, model has ${user.events.length} (+${newEvents})`);
+      return false;
+    } catch {
+      await sleep(250);
+    }
+  }
+  violation(`${user.label} ${operation} answered 503 and the database did not come back to tell whether it was applied`);
+  return false;
+}
+
+/** An accepted write (200), or one answered 503 that the database shows was applied. */
+async function writeApplied(user: SimUser, operation: string, answer: Answer | undefined, expected: number, detail: string, newEvents: number): Promise<boolean> {
+  if (unavailable(answer)) return expected === 200 && appliedDespite503(user, operation, newEvents);
+  return expectStatus(user, operation, answer, expected, detail);
 }
 
 // --- Random choices (Math.random: the run is a soak, not a reproducible test). ---
@@ -352,6 +403,9 @@ function randomEntry(user: SimUser): Entry {
     ? { stream_id: streamId, property: 'color', value: randomColor() }
     : { stream_id: streamId, property: pickOne(BOOLEAN_PROPERTIES), value: coin() };
 }
+
+/** How many events an accepted entry appends (spec §3.2 event table). */
+const eventsOf = (entry: Entry): number => (entry.property === 'is_muted' || entry.property === 'in_home_view' ? 2 : 1);
 
 /** Applies an accepted entry to the model: settings, audit row, events (spec §3.2 event table). */
 function applyEntry(user: SimUser, entry: Entry): void {
@@ -384,7 +438,8 @@ async function bulkUpdate(port: number, user: SimUser): Promise<void> {
   const answer = await send(port, user, 'bulk update', {
     method: 'POST', path: '/api/v1/users/me/subscriptions/properties', form: { subscription_data: JSON.stringify(entries) },
   });
-  if (expectStatus(user, 'bulk update', answer, refused ? 400 : 200, JSON.stringify(entries))) {
+  const newEvents = entries.reduce((sum, entry) => sum + eventsOf(entry), 0);
+  if (await writeApplied(user, 'bulk update', answer, refused ? 400 : 200, JSON.stringify(entries), newEvents)) {
     for (const entry of entries) applyEntry(user, entry);
   }
 }
@@ -399,7 +454,7 @@ async function singleUpdate(port: number, user: SimUser): Promise<void> {
   // A string value "true"/"yes" for is_muted is sent as the raw text: "true" is then the boolean true.
   const accepted = !refused || (entry.property === 'is_muted' && entry.value === 'true');
   if (refused && accepted) entry.value = true;
-  if (expectStatus(user, 'single update', answer, accepted ? 200 : 400, JSON.stringify(entry))) applyEntry(user, entry);
+  if (await writeApplied(user, 'single update', answer, accepted ? 200 : 400, JSON.stringify(entry), eventsOf(entry))) applyEntry(user, entry);
 }
 
 // --- Navigation views: the rules of spec §3.9–§3.11. ---
@@ -426,7 +481,7 @@ async function addView(port: number, user: SimUser): Promise<void> {
     // Surrounding spaces are trimmed by the server.
     form: { fragment: ` ${fragment} `, is_pinned: String(isPinned), ...(name !== undefined && { name: `${name}  ` }) },
   });
-  if (expectStatus(user, 'add view', answer, accepted ? 200 : 400, `${fragment} / ${name}`)) {
+  if (await writeApplied(user, 'add view', answer, accepted ? 200 : 400, `${fragment} / ${name}`, 1)) {
     const view = { fragment, is_pinned: isPinned, name: name ?? null };
     user.views.push(view);
     user.events.push({ type: 'navigation_view', op: 'add', navigation_view: { ...view } });
@@ -446,7 +501,7 @@ async function updateView(port: number, user: SimUser): Promise<void> {
     method: 'PATCH', path: `/api/v1/navigation_views/${coin() ? encodeURIComponent(target) : target}`,
     form: { ...(isPinned !== undefined && { is_pinned: String(isPinned) }), ...(name !== undefined && { name }) },
   });
-  if (expectStatus(user, 'update view', answer, expected, `${target} / ${name} / ${isPinned}`)) {
+  if (await writeApplied(user, 'update view', answer, expected, `${target} / ${name} / ${isPinned}`, 1)) {
     const data: Partial<View> = { ...(name !== undefined && { name }), ...(isPinned !== undefined && { is_pinned: isPinned }) };
     Object.assign(existing!, data);
     user.events.push({ type: 'navigation_view', op: 'update', fragment: target, data });
@@ -457,7 +512,7 @@ async function removeView(port: number, user: SimUser): Promise<void> {
   const target = user.views.length > 0 && coin(0.85) ? pickOne(user.views).fragment : `narrow/missing/${randomInt(1000)}`;
   const index = user.views.findIndex((view) => view.fragment === target);
   const answer = await send(port, user, 'remove view', { method: 'DELETE', path: `/api/v1/navigation_views/${encodeURIComponent(target)}` });
-  if (expectStatus(user, 'remove view', answer, index >= 0 ? 200 : 404, target)) {
+  if (await writeApplied(user, 'remove view', answer, index >= 0 ? 200 : 404, target, 1)) {
     user.views.splice(index, 1);
     user.events.push({ type: 'navigation_view', op: 'remove', fragment: target });
   }
@@ -502,6 +557,7 @@ async function registerAndDelete(port: number, user: SimUser): Promise<void> {
     method: 'POST', path: '/api/v1/register',
     form: { fetch_event_types: '["subscription","navigation_views"]', client_capabilities: '{"notification_settings_null":true}' },
   });
+  if (unavailable(answer)) return forgetOrphanQueues(user);
   if (!expectStatus(user, 'register', answer, 200, '')) return;
   const body = answer!.json!;
   const sameSubscriptions = isDeepStrictEqual(servedSubscriptions(body.subscriptions), modelSubscriptions(user));
@@ -511,7 +567,26 @@ async function registerAndDelete(port: number, user: SimUser): Promise<void> {
   const removed = await send(port, user, 'delete queue', {
     method: 'DELETE', path: '/api/v1/events', form: { queue_id: String(body.queue_id) },
   });
+  if (unavailable(removed)) return forgetOrphanQueues(user);
   expectStatus(user, 'delete queue', removed, 200, '');
+}
+
+/**
+ * A register or queue deletion answered 503 may have left a queue nobody knows: deleted here, so
+ * that orphans never push the user's three soak queues out (QUEUE_MAX_PER_USER). Only this user's
+ * client creates queues for the user, and it waits for this.
+ */
+async function forgetOrphanQueues(user: SimUser): Promise<void> {
+  const known = Object.values(user.queues);
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline && !interrupted) {
+    try {
+      await checker!.deleteFrom('event_queues').where('user_id', '=', user.id).where('id', 'not in', known).execute();
+      return;
+    } catch {
+      await sleep(250);
+    }
+  }
 }
 
 async function readOthers(port: number, user: SimUser, realmUserIds: number[]): Promise<void> {
@@ -540,7 +615,7 @@ async function readOthers(port: number, user: SimUser, realmUserIds: number[]): 
     }
     case 3: {
       const answer = await send(port, undefined, 'server settings', { method: 'GET', path: '/api/v1/server_settings', host: user.host });
-      if (answer?.status !== 200) violation(`${user.label} server settings → ${answer?.status}`);
+      if (answer?.status !== 200 && !unavailable(answer)) violation(`${user.label} server settings → ${answer?.status}`);
       return;
     }
     case 4: {
@@ -555,7 +630,7 @@ async function readOthers(port: number, user: SimUser, realmUserIds: number[]): 
         method: 'GET', path: '/api/v1/users', host: user.host,
         authorization: `Basic ${Buffer.from(`${user.email}:${'x'.repeat(32)}`).toString('base64')}`,
       });
-      if (answer?.status !== 401) violation(`${user.label} bad credentials → ${answer?.status}`);
+      if (answer?.status !== 401 && !unavailable(answer)) violation(`${user.label} bad credentials → ${answer?.status}`);
     }
   }
 }
@@ -594,6 +669,10 @@ async function runPoller(port: number, user: SimUser, stop: () => boolean): Prom
       path: `/api/v1/events?queue_id=${user.queues.polled}&last_event_id=${last}${done ? '&dont_block=true' : ''}`,
       timeoutMs: 20_000,
     });
+    if (unavailable(answer)) {
+      await sleep(200); // the same poll again, as a client does after a 503
+      continue;
+    }
     if (!answer || answer.status !== 200) {
       violation(`${user.label} poll → ${answer?.status} ${answer?.body.slice(0, 200)}`);
       return last;
@@ -668,18 +747,82 @@ async function verify(db: DatabaseHandle['db'], users: SimUser[]): Promise<numbe
   return eventsChecked;
 }
 
+// --- Chaos: the server's connections terminated again and again, PostgreSQL restarted once. ---
+
+interface Database {
+  url: string;
+  stop(): Promise<void>;
+}
+
+interface ChaosReport {
+  terminations: number;
+  backendsTerminated: number;
+  restarts: number;
+}
+
+/**
+ * Until `until`: every 300–900 ms terminates every backend of the server (its pool, its pipelined
+ * reads, its LISTEN connection), and once, a third of the way in, stops PostgreSQL for a second
+ * and starts it again on the same port and files. `restart` swaps the running database in.
+ */
+async function runChaos(database: () => Database, restart: () => Promise<void>, until: number): Promise<ChaosReport> {
+  const report: ChaosReport = { terminations: 0, backendsTerminated: 0, restarts: 0 };
+  const restartAt = Date.now() + (until - Date.now()) / 3;
+  while (Date.now() < until && !interrupted) {
+    await sleep(300 + randomInt(600));
+    if (report.restarts === 0 && Date.now() >= restartAt) {
+      log('chaos: restarting PostgreSQL');
+      await restart();
+      report.restarts++;
+      continue;
+    }
+    const client = new pg.Client({ connectionString: database().url });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+      const { rows } = await client.query<{ terminated: number }>(
+        `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS terminated FROM pg_stat_activity
+         WHERE pid <> pg_backend_pid() AND application_name IN ($1, $2)`,
+        [SERVER_APPLICATION_NAME, LISTENER_APPLICATION_NAME],
+      );
+      report.terminations++;
+      report.backendsTerminated += rows[0]!.terminated;
+    } catch {
+      // PostgreSQL is on its way back up: try again next round.
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+  return report;
+}
+
+/** After the chaos: the server answers /ready again within 30 s. */
+async function waitUntilReady(port: number): Promise<boolean> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const ready = await call({ method: 'GET', path: '/ready', port, timeoutMs: 2000 }).catch(() => undefined);
+    if (ready?.status === 200) return true;
+    await sleep(250);
+  }
+  return false;
+}
+
 // --- Main. ---
 
 async function main(): Promise<number> {
   const started = Date.now();
-  log(`${SOAK_SECONDS} s, ${USER_COUNT} users (+1 in a second organization)`);
+  log(`${SOAK_SECONDS} s, ${USER_COUNT} users (+1 in a second organization)${CHAOS ? ', chaos: backends terminated, PostgreSQL restarted' : ''}`);
   const workDir = await mkdtemp(join(tmpdir(), 'zulip-soak-'));
   cleanups.push(() => rm(workDir, { recursive: true, force: true }));
   await chmod(workDir, 0o755); // the postgres system user (when run as root) must reach the cluster
-  const embedded = await startEmbeddedPostgres({ directory: join(workDir, 'pg'), secretsDir: workDir, ephemeral: true });
+  // Kept on disk (the work directory goes at the end) so that the chaos run can restart it.
+  const startPostgres = (port?: number) =>
+    startEmbeddedPostgres({ directory: join(workDir, 'pg'), secretsDir: workDir, ...(port !== undefined && { port }) });
+  let embedded: Database = await startPostgres();
   cleanups.push(() => embedded.stop());
-  const handle = createDatabase(embedded.url, { poolMax: 4 });
+  const handle = createDatabase(`${embedded.url}?application_name=soak-checker`, { poolMax: 4, onConnectionError: () => undefined });
   cleanups.push(() => handle.close());
+  checker = handle.db;
   await migrateToLatest(handle.db);
   const { users, realmUserIds } = await seed(handle.db);
   const server = await startServer(embedded.url);
@@ -690,8 +833,22 @@ async function main(): Promise<number> {
   let stopPolling = false;
   const pollers = users.map((user) => runPoller(server.port, user, () => stopPolling));
   const loadStart = Date.now();
-  await Promise.all(users.map((user) => runClient(server.port, user, realmUserIds, loadStart + SOAK_SECONDS * 1000)));
+  const loadEnd = loadStart + SOAK_SECONDS * 1000;
+  const restart = async () => {
+    const port = Number(new URL(embedded.url).port);
+    await embedded.stop();
+    await sleep(1000);
+    embedded = await startPostgres(port);
+  };
+  const chaos = CHAOS ? runChaos(() => embedded, restart, loadEnd - 2000) : undefined;
+  await Promise.all(users.map((user) => runClient(server.port, user, realmUserIds, loadEnd)));
   const loadSeconds = (Date.now() - loadStart) / 1000;
+  if (chaos) {
+    const report = await chaos;
+    log(`chaos: ${report.terminations} rounds terminated ${report.backendsTerminated} backends; ${report.restarts} restart(s) of PostgreSQL`);
+    if (report.restarts !== 1 || report.backendsTerminated === 0) violation('the chaos did not happen as planned (run longer: SOAK_SECONDS)');
+    if (!(await waitUntilReady(server.port))) violation('/ready did not answer 200 within 30 s after the chaos');
+  }
   const requestsDone = requestCount;
   stopPolling = true;
   await Promise.all(pollers);
@@ -709,7 +866,7 @@ async function main(): Promise<number> {
     log(`FAILED: ${violations.length} violation(s)${violations.length > 20 ? ' (first 20 shown above)' : ''}`);
     return 1;
   }
-  log('OK: no 5xx, every answer as predicted, database and queues match the accepted requests');
+  log(`OK: no 5xx${CHAOS ? ' but 503' : ''}, every answer as predicted, database and queues match the accepted requests`);
   return 0;
 }
 
