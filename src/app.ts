@@ -4,9 +4,10 @@ import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import { isDatabaseUnavailable } from './db/errors.js';
 import type { StatementRunner } from './db/reusable-statement.js';
-import { type AuthLookup, authenticate } from './http/auth.js';
+import type { UserTransactions } from './db/user-transactions.js';
+import { type AuthLookup, authenticationHook } from './http/auth.js';
+import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
-import { rateLimitHook } from './http/rate-limit.js';
 import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
@@ -24,8 +25,10 @@ export interface AppDeps {
   config: Config;
   /** Kysely over the pool: transactions and the statements that are not per-request reads. */
   db: Database;
-  /** The pipelined connections of the per-request statements (src/db/pipelined-reads.ts). */
+  /** The pipelined connections of the per-request statements (src/db/pipelined-connections.ts). */
   reads: StatementRunner;
+  /** The transactions of users' writes (src/db/user-transactions.ts). */
+  transactions: UserTransactions;
 }
 
 /**
@@ -43,7 +46,7 @@ declare module 'fastify' {
     /** false for the endpoints that need no credentials. */
     auth?: boolean;
     /** A lookup to fold into the authentication statement for this request (see AuthLookup). */
-    authLookup?: (request: FastifyRequest) => AuthLookup | undefined;
+    authLookup?: (request: FastifyRequest) => AuthLookup<object> | undefined;
   }
 }
 
@@ -142,15 +145,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('onRequest', rejectEmptyPathParams);
     api.addHook('preParsing', limitFormFields);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
-    api.addHook('preHandler', async (request) => {
-      const { auth, authLookup } = request.routeOptions.config;
-      if (auth === false) return;
-      const { caller, lookupResult } = await authenticate(reads, config, request, authLookup?.(request));
-      request.caller = caller;
-      request.authLookupResult = lookupResult;
-    });
-    // Right after authentication, before any parameter is parsed (spec §1.1 steps 3–4).
-    if (config.rateLimiting) api.addHook('preHandler', rateLimitHook(db, config));
+    api.addHook('preHandler', authenticationHook(new AccountBatches(reads), config));
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);
   });

@@ -41,6 +41,7 @@ const EnvSchema = Type.Object({
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
   DB_READ_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
+  DB_WRITE_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
   DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 5000 }),
   DB_READ_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 1000 }),
@@ -82,8 +83,10 @@ export interface Config {
   auditLogRetentionDays: number;
   trustProxy: boolean;
   dbPoolMax: number;
-  /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
+  /** Pipelined connections for the per-request reads (src/db/pipelined-connections.ts). */
   dbReadConnections: number;
+  /** Pipelined connections for small write transactions (src/db/user-transactions.ts). */
+  dbWriteConnections: number;
   dbConnectTimeoutMs: number;
   /** Server-side statement_timeout of pooled connections, in ms (0: none); a cancelled statement is a 503. */
   dbStatementTimeoutMs: number;
@@ -168,6 +171,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,
     dbReadConnections: env.DB_READ_CONNECTIONS,
+    dbWriteConnections: env.DB_WRITE_CONNECTIONS,
     dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
     dbStatementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
     dbReadStatementTimeoutMs: env.DB_READ_STATEMENT_TIMEOUT_MS,

@@ -38,7 +38,7 @@ afterEach(async () => {
 /** An app instance with a pool of its own on the test database; close() closes both. */
 async function instance(config: Partial<Config> = {}) {
   const handle = createDatabase(ctx.database.url);
-  const app = await buildApp({ config: { ...ctx.config, ...config }, db: handle.db, reads: handle.reads });
+  const app = await buildApp({ config: { ...ctx.config, ...config }, ...handle });
   await app.ready();
   let closed = false;
   const close = async () => {

@@ -44,7 +44,7 @@ afterEach(async () => {
 /** Another app instance on the same database, with a connection pool of its own. */
 async function anotherInstance(): Promise<FastifyInstance> {
   const handle = createDatabase(ctx.database.url);
-  const app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
+  const app = await buildApp({ config: ctx.config, ...handle });
   await app.ready();
   extraInstances.push({ close: async () => { await app.close(); await handle.close(); } });
   return app;

@@ -24,7 +24,7 @@ beforeAll(async () => {
   database = await createTestDatabase();
   await seedFixture(database.db);
   const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'info', DATABASE_URL: database.url });
-  app = await buildApp({ config, db: database.db, reads: database.reads }, { stream });
+  app = await buildApp({ config, ...database }, { stream });
   await app.ready();
 });
 afterAll(async () => {
@@ -159,7 +159,7 @@ describe('at trace level', () => {
       },
     });
     const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'trace', DATABASE_URL: database.url });
-    const traced = await buildApp({ config, db: database.db, reads: database.reads }, { stream: traceStream });
+    const traced = await buildApp({ config, ...database }, { stream: traceStream });
     try {
       await traced.ready();
       const upload = multipart({ subscription_data: '[]' }, { name: 'upload', filename: 'a.bin', content: 'bytes' });

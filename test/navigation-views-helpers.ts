@@ -109,7 +109,7 @@ export async function waitForLockWaiter(context: TestContext): Promise<void> {
   for (let attempt = 0; attempt < 200; attempt++) {
     const { rows } = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%navigation_views%'
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
     `.execute(context.db);
     if (rows[0]!.n > 0) return;
     await new Promise((resolve) => setTimeout(resolve, 10));

@@ -28,7 +28,7 @@ beforeAll(async () => {
   handle = createDatabase(postgres.url, { connectTimeoutMs: 1000, onConnectionError: () => undefined });
   await migrateToLatest(handle.db);
   await seedFixture(handle.db);
-  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url }), db: handle.db, reads: handle.reads });
+  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url }), ...handle });
   await app.ready();
 });
 

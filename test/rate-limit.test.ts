@@ -43,7 +43,7 @@ async function allLogs(ctx: TestContext) {
 /** A second server instance on the same database, with its own connection pool. */
 async function secondInstance(ctx: TestContext): Promise<{ app: FastifyInstance; close(): Promise<void> }> {
   const handle = createDatabase(ctx.database.url);
-  const app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
+  const app = await buildApp({ config: ctx.config, ...handle });
   await app.ready();
   return { app, close: async () => { await app.close(); await handle.close(); } };
 }
@@ -205,8 +205,8 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     expect(res.headers['x-ratelimit-remaining']).toBe('2');
   });
 
-  it('adds exactly one SQL statement per request', async () => {
-    const unlimited = await buildApp({ config: { ...ctx.config, rateLimiting: false }, db: ctx.db, reads: ctx.database.reads });
+  it('adds no SQL statement: the decision rides in the authentication statement', async () => {
+    const unlimited = await buildApp({ config: { ...ctx.config, rateLimiting: false }, ...ctx.database });
     try {
       for (const [url, as] of [['/api/v1/users/14', 'M'], ['/api/v1/users/me/subscriptions', 'V'], ['/api/v1/users/14?client_gravatar=yes', 'G']] as const) {
         ctx.database.statements.length = 0;
@@ -214,14 +214,14 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
         const baseline = ctx.database.statements.length;
         ctx.database.statements.length = 0;
         await api(ctx.app, { url, as });
-        expect(ctx.database.statements.length, url).toBe(baseline + 1);
+        expect(ctx.database.statements.length, url).toBe(baseline);
         expect(ctx.database.statements.filter((text) => text.includes('rate_limit_logs')), url).toHaveLength(1);
       }
-      // A refusal costs authentication plus that one statement.
+      // A refusal costs that one statement and nothing else.
       await exhaustU();
       ctx.database.statements.length = 0;
       expectRefused(await getV(ctx.app));
-      expect(ctx.database.statements).toHaveLength(2);
+      expect(ctx.database.statements).toHaveLength(1);
     } finally {
       await unlimited.close();
     }
@@ -229,7 +229,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
 
   it('with the limit lowered below the recorded requests, R counts from the request that must leave', async () => {
     await exhaustU();
-    const lowered = await buildApp({ config: { ...ctx.config, rateLimitMaxRequests: 2 }, db: ctx.db, reads: ctx.database.reads });
+    const lowered = await buildApp({ config: { ...ctx.config, rateLimitMaxRequests: 2 }, ...ctx.database });
     try {
       const res = await getV(lowered);
       const retryAfter = expectRefused(res);
@@ -293,6 +293,23 @@ describe('rate limiting under concurrency', () => {
       await other.close();
     }
   });
+
+  it('300 simultaneous requests over two instances with a rule of 100: exactly 100 accepted, each remaining count once', async () => {
+    const hundred = await createTestContext({ env: { ...LIMITED, RATE_LIMIT_MAX_REQUESTS: '100' } });
+    const other = await secondInstance(hundred);
+    try {
+      const responses = await Promise.all(Array.from({ length: 300 }, (_, i) => getV(i % 2 === 0 ? hundred.app : other.app)));
+      const accepted = responses.filter((res) => res.statusCode === 200);
+      expect(accepted).toHaveLength(100);
+      expect(responses.filter((res) => res.statusCode === 429)).toHaveLength(200);
+      const remaining = accepted.map((res) => Number(res.headers['x-ratelimit-remaining'])).sort((a, b) => a - b);
+      expect(remaining).toEqual(Array.from({ length: 100 }, (_, i) => i));
+      expect(await hitsOf(hundred, ids.U)).toHaveLength(100);
+    } finally {
+      await other.close();
+      await hundred.close();
+    }
+  });
 });
 
 describe('rate limiting disabled (RATE_LIMITING=false)', () => {
@@ -309,5 +326,63 @@ describe('rate limiting disabled (RATE_LIMITING=false)', () => {
       expectNoRateHeaders(res);
     }
     expect(await allLogs(ctx)).toEqual([]);
+  });
+});
+
+describe('authentication statements of one turn of the event loop go out together', () => {
+  let ctx: TestContext;
+  beforeEach(async () => {
+    ctx = await createTestContext({ env: LIMITED });
+  });
+  afterEach(() => ctx.close());
+
+  const batchStatements = () => ctx.database.statements.filter((text) => text.includes('jsonb_to_recordset'));
+
+  it('several users: one statement decides them all, each with its own answer and headers', async () => {
+    ctx.database.statements.length = 0;
+    const callers = ['O', 'A', 'M', 'V', 'G', 'B'] as const;
+    const responses = await Promise.all(callers.map((as) => api(ctx.app, { url: '/api/v1/users/13', as })));
+    expect(responses.map((res) => res.statusCode)).toEqual(callers.map(() => 200));
+    expect(responses.map((res) => res.headers['x-ratelimit-remaining'])).toEqual(callers.map(() => '2'));
+    expect(responses.map((res) => (res.json() as { user: { user_id: number } }).user.user_id)).toEqual(callers.map(() => ids.U));
+    expect(batchStatements()).toHaveLength(1);
+    expect((await allLogs(ctx)).map((log) => log.user_id)).toEqual([ids.O, ids.A, ids.M, ids.V, ids.G, ids.B]);
+  });
+
+  it('one key twice in a turn: the second request gets a statement of its own, decided after the first', async () => {
+    ctx.database.statements.length = 0;
+    const [first, second, other, refusedAuth] = await Promise.all([
+      getV(ctx.app), getV(ctx.app), api(ctx.app, { url: '/api/v1/users/13', as: 'V' }),
+      api(ctx.app, { url: '/api/v1/users/13', headers: { authorization: basicAuth('u@example.com', apiKeys.V) } }),
+    ]);
+    // U's two requests are decided one after the other (which one first depends on the order they
+    // reach authentication): remaining 2, then 1.
+    expect([first, second].map((res) => res.headers['x-ratelimit-remaining']).sort()).toEqual(['1', '2']);
+    expect(other.headers['x-ratelimit-remaining']).toBe('2');
+    expect(refusedAuth.statusCode).toBe(401);
+    // [U], then [U, V], then [V's key with U's address]: each repeated key starts a new batch.
+    expect(batchStatements()).toHaveLength(3);
+    expect((await hitsOf(ctx, ids.V))).toHaveLength(1); // the refused request was not counted
+  });
+});
+
+describe('batches of two instances sharing users', () => {
+  it('never deadlock: the rows of a batch are taken in user id order', async () => {
+    const ctx = await createTestContext({ env: { ...LIMITED, RATE_LIMIT_MAX_REQUESTS: '10000' } });
+    const other = await secondInstance(ctx);
+    try {
+      const ask = (app: FastifyInstance, as: 'U' | 'V' | 'O' | 'A') => api(app, { url: '/api/v1/users/13', as });
+      for (let round = 0; round < 40; round++) {
+        // Each instance batches the same users, in opposite orders.
+        const responses = await Promise.all([
+          ask(ctx.app, 'U'), ask(ctx.app, 'V'), ask(ctx.app, 'O'), ask(ctx.app, 'A'),
+          ask(other.app, 'A'), ask(other.app, 'O'), ask(other.app, 'V'), ask(other.app, 'U'),
+        ]);
+        expect(responses.map((res) => res.statusCode)).toEqual(Array(8).fill(200));
+      }
+    } finally {
+      await other.close();
+      await ctx.close();
+    }
   });
 });

@@ -248,7 +248,8 @@ describe('POST /api/v1/register', () => {
     ctx.database.statements.length = 0;
     await registered();
     const all = ctx.database.statements.length;
-    // authentication, BEGIN, lock, queue, users, subscriptions, views, COMMIT
+    // Two round trips: authentication; then BEGIN, lock, queue, users, subscriptions, views,
+    // COMMIT, written back to back.
     expect(all).toBe(8);
     ctx.database.statements.length = 0;
     await registered({ fetch_event_types: '[]' });

@@ -1,6 +1,5 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db/database.js';
 import { reusableStatement } from '../src/db/reusable-statement.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 import { ids, seedFixture } from './helpers/fixture.js';
@@ -17,14 +16,14 @@ describe('reusableStatement', () => {
 
   it('builds once, then runs the same SQL with each call’s values in the arguments’ places; constants stay', async () => {
     let builds = 0;
-    const usersInRealm = reusableStatement(2, (db: Database, realmId: number, isStub: boolean) => {
+    const usersInRealm = reusableStatement<{ realmId: number; isStub: boolean }, { id: number }>(['realmId', 'isStub'], (db, args) => {
       builds++;
       return db
         .selectFrom('users')
         .select(['id'])
-        .where('realm_id', '=', realmId)
+        .where('realm_id', '=', args.realmId)
         .where('is_active', '=', true) // a constant parameter stays as it is, whatever the arguments
-        .where('is_imported_stub', '=', isStub)
+        .where('is_imported_stub', '=', args.isStub)
         .orderBy('id');
     });
     const expected = database.db
@@ -38,49 +37,65 @@ describe('reusableStatement', () => {
 
     database.statements.length = 0;
     // D (deactivated) is never listed: the constant `true` was not taken for the `false` argument.
-    expect(await usersInRealm(database.reads, ids.R, false)).toEqual([ids.O, ids.A, ids.M, ids.U, ids.V, ids.G, ids.B, ids.H].map((id) => ({ id })));
-    expect(await usersInRealm(database.reads, ids.R2, false)).toEqual([{ id: ids.X }]);
-    expect(await usersInRealm(database.reads, ids.R, true)).toEqual([]);
+    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: false })).toEqual([ids.O, ids.A, ids.M, ids.U, ids.V, ids.G, ids.B, ids.H].map((id) => ({ id })));
+    expect(await usersInRealm(database.reads, { realmId: ids.R2, isStub: false })).toEqual([{ id: ids.X }]);
+    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: true })).toEqual([]);
     expect(builds).toBe(1);
     expect(database.statements).toEqual(Array(3).fill(expected));
   });
 
-  it('refuses, at its first run, a query that does not bind an argument exactly once as it was given', async () => {
-    const unused = reusableStatement(2, (db: Database, userId: number, _unused: number) =>
-      db.selectFrom('users').select('id').where('id', '=', userId));
-    const twice = reusableStatement(1, (db: Database, userId: number) =>
-      db.selectFrom('users').select('id').where('id', '=', userId).where('bot_owner_id', '=', userId));
-    const transformed = reusableStatement(1, (db: Database, email: string) =>
-      db.selectFrom('users').select('id').where('delivery_email', '=', String(email).toLowerCase()));
+  it('refuses, at its first run, a query that does not bind each declared argument as it was given, or binds an undeclared one', async () => {
+    const unused = reusableStatement<{ userId: number; other: number }, { id: number }>(['userId', 'other'], (db, args) =>
+      db.selectFrom('users').select('id').where('id', '=', args.userId));
+    const transformed = reusableStatement<{ email: string }, { id: number }>(['email'], (db, args) =>
+      db.selectFrom('users').select('id').where('delivery_email', '=', String(args.email).toLowerCase()));
+    const undeclared = reusableStatement<{ userId: number; realmId: number }, { id: number }>(['userId'], (db, args) =>
+      db.selectFrom('users').select('id').where('id', '=', args.userId).where('realm_id', '=', args.realmId));
     database.statements.length = 0;
-    await expect(unused(database.reads, ids.U, 0)).rejects.toThrow('argument 1 is bound 0 times (must be exactly once)');
-    await expect(twice(database.reads, ids.U)).rejects.toThrow('argument 0 is bound 2 times (must be exactly once)');
-    await expect(transformed(database.reads, 'u@example.com')).rejects.toThrow('argument 0 is bound 0 times (must be exactly once)');
+    await expect(unused(database.reads, { userId: ids.U, other: 0 })).rejects.toThrow('argument other is not bound');
+    await expect(transformed(database.reads, { email: 'u@example.com' })).rejects.toThrow('argument email is not bound');
+    await expect(undeclared(database.reads, { userId: ids.U, realmId: ids.R })).rejects.toThrow('a parameter is undefined');
     expect(database.statements).toEqual([]); // nothing reached the database
   });
 
+  it('an argument used in several places is one parameter, referenced each time', async () => {
+    const sent: { text: string; values: readonly unknown[] }[] = [];
+    const recording = { run: <R>(statement: { text: string }, values: readonly unknown[]) => {
+      sent.push({ text: statement.text, values });
+      return database.reads.run<R>(statement, values);
+    } };
+    const ownedBots = reusableStatement<{ userId: number; active: boolean }, { id: number }>(['userId', 'active'], (db, args) =>
+      db.selectFrom('users').select('id').where('bot_owner_id', '=', args.userId).where('is_active', '=', args.active)
+        .where('id', '<>', args.userId).where('bot_type', '=', 1).orderBy('id'));
+    expect(await ownedBots(recording, { userId: ids.U, active: true })).toEqual([{ id: ids.B }]);
+    // userId twice as $1, active as $2, the constant 1 as $3: Kysely's four parameters become three.
+    expect(sent[0]!.text).toMatch(/"bot_owner_id" = \$1 and "is_active" = \$2 and "id" <> \$1 and "bot_type" = \$3/);
+    expect(sent[0]!.values).toEqual([ids.U, true, 1]);
+  });
+
   it('a failing statement rejects with the database error, and is counted', async () => {
-    const divide = reusableStatement(1, (db: Database, divisor: number) =>
-      db.selectFrom('users').select(sql<number>`1 / ${divisor}`.as('quotient')).where('id', '=', ids.U));
+    const divide = reusableStatement<{ divisor: number }, { quotient: number }>(['divisor'], (db, args) =>
+      db.selectFrom('users').select(sql<number>`1 / ${args.divisor}`.as('quotient')).where('id', '=', ids.U));
     database.statements.length = 0;
-    await expect(divide(database.reads, 0)).rejects.toMatchObject({ code: '22012' }); // division_by_zero
+    await expect(divide(database.reads, { divisor: 0 })).rejects.toMatchObject({ code: '22012' }); // division_by_zero
     expect(database.statements).toHaveLength(1);
-    expect(await divide(database.reads, 1)).toEqual([{ quotient: 1 }]);
+    expect(await divide(database.reads, { divisor: 1 })).toEqual([{ quotient: 1 }]);
   });
 
   it('runs as a named prepared statement on the connection that runs it; queries through the pool stay unnamed', async () => {
-    const fullName = reusableStatement(1, (db: Database, userId: number) => db.selectFrom('users').select('full_name').where('id', '=', userId));
+    const fullName = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
+      db.selectFrom('users').select('full_name').where('id', '=', args.userId));
     const fullNameSql = database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql;
-    const preparedHere = reusableStatement(1, (db: Database, userId: number) =>
-      db.selectFrom('users').select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared')).where('id', '=', userId));
+    const preparedHere = reusableStatement<{ userId: number }, { prepared: string[] }>(['userId'], (db, args) =>
+      db.selectFrom('users').select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared')).where('id', '=', args.userId));
 
-    expect(await fullName(database.reads, ids.O)).toEqual([{ full_name: 'O Owner' }]);
+    expect(await fullName(database.reads, { userId: ids.O })).toEqual([{ full_name: 'O Owner' }]);
     const adHoc = database.db.selectFrom('realms').select('subdomain').where('id', '=', ids.R);
     await adHoc.execute(); // through the pool
     // Both read connections may have served: ask until the one that prepared it answers.
     const seen = new Set<string>();
     for (let attempt = 0; attempt < 20; attempt++) {
-      const [row] = await preparedHere(database.reads, ids.O);
+      const [row] = await preparedHere(database.reads, { userId: ids.O });
       for (const statement of row?.prepared ?? []) seen.add(statement);
     }
     expect(seen).toContain(fullNameSql);

@@ -79,6 +79,8 @@ describe('graceful shutdown on SIGTERM', () => {
       method: 'POST', headers, body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
     });
     const waitingOnLock = async () => {
+      // The blocker is inside a transaction, where pg_stat_activity is read once and kept.
+      await blocker.query('SELECT pg_stat_clear_snapshot()');
       const { rows } = await blocker.query(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = $2 AND wait_event_type = 'Lock'",
         [dbName, APP_NAME],

@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
 import { KeyedTurns } from '../src/lib/keyed-turns.js';
-import { USER_EVENT_LOCK_NAMESPACE, usersWithEventTransactions } from '../src/modules/events/events.repository.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
 import { auditRows, OK, PROPERTIES_URL, subscriptionOf } from './subscriptions-helpers.js';
@@ -25,7 +25,7 @@ beforeEach(async () => {
   ctx = await createTestContext();
   // A small pool with a short wait, so that holding every connection shows as 503s quickly.
   handle = createDatabase(ctx.database.url, { poolMax: POOL_MAX, connectTimeoutMs: 1000 });
-  app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
+  app = await buildApp({ config: ctx.config, ...handle });
   await app.ready();
   lockHolder = new pg.Client({ connectionString: ctx.database.url });
   await lockHolder.connect();
@@ -63,7 +63,7 @@ describe('one user\'s writes wait their turn without holding pool connections', 
       api(app, { method: 'POST', url: PROPERTIES_URL, as: 'U', form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'color', value: color }]) } }),
     );
     await until(async () => (await lockWaiters()) === 1);
-    expect(usersWithEventTransactions()).toBe(1);
+    expect(handle.transactions.activeUsers).toBe(1);
 
     // Longer than the pool's connection wait: V's requests still get connections.
     await new Promise((resolve) => setTimeout(resolve, 1200));
@@ -81,7 +81,7 @@ describe('one user\'s writes wait their turn without holding pool connections', 
     expect(audit.map((row) => row.new_value).sort()).toEqual(colors);
     for (let i = 1; i < audit.length; i++) expect(audit[i]!.old_value).toBe(audit[i - 1]!.new_value);
     expect((await subscriptionOf(ctx, U, P)).color).toBe(audit.at(-1)!.new_value);
-    expect(usersWithEventTransactions()).toBe(0);
+    expect(handle.transactions.activeUsers).toBe(0);
   });
 });
 

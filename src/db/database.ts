@@ -1,8 +1,9 @@
 import { Kysely, type PostgresCursor, type PostgresPool, type PostgresPoolClient, type PostgresQueryResult, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config.js';
-import { DatabaseUnavailable, statementFailure } from './errors.js';
-import { PipelinedReads } from './pipelined-reads.js';
+import { connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
+import { PipelinedConnections } from './pipelined-connections.js';
+import { UserTransactions } from './user-transactions.js';
 import type { DB } from './types.js';
 
 export type Database = Kysely<DB>;
@@ -10,16 +11,22 @@ export type Database = Kysely<DB>;
 export interface DatabaseHandle {
   /** Kysely over the pool: transactions and every statement that is not a per-request read. */
   db: Database;
-  /** The pipelined connections for per-request single statements (pipelined-reads.ts). */
-  reads: PipelinedReads;
+  /** The pipelined connections for per-request single statements (pipelined-connections.ts). */
+  reads: PipelinedConnections;
+  /** The pipelined connections of small write transactions (user-transactions.ts). */
+  writes: PipelinedConnections;
+  /** The transactions of users' writes, one round trip each (user-transactions.ts). */
+  transactions: UserTransactions;
   pool: pg.Pool;
   close(): Promise<void>;
 }
 
 export interface DatabaseOptions {
   poolMax?: number;
-  /** Pipelined connections for the per-request reads (src/db/pipelined-reads.ts). */
+  /** Pipelined connections for the per-request reads (src/db/pipelined-connections.ts). */
   readConnections?: number;
+  /** Pipelined connections for small write transactions (src/db/user-transactions.ts). */
+  writeConnections?: number;
   connectTimeoutMs?: number;
   /** Server-side statement_timeout of the pooled connections, in ms (0: none). */
   statementTimeoutMs?: number;
@@ -33,10 +40,11 @@ export interface DatabaseOptions {
 
 /** The options a server's configuration sets. */
 export const databaseOptionsOf = (
-  config: Pick<Config, 'dbPoolMax' | 'dbReadConnections' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs' | 'dbReadStatementTimeoutMs'>,
+  config: Pick<Config, 'dbPoolMax' | 'dbReadConnections' | 'dbWriteConnections' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs' | 'dbReadStatementTimeoutMs'>,
 ): DatabaseOptions => ({
   poolMax: config.dbPoolMax,
   readConnections: config.dbReadConnections,
+  writeConnections: config.dbWriteConnections,
   connectTimeoutMs: config.dbConnectTimeoutMs,
   statementTimeoutMs: config.dbStatementTimeoutMs,
   readStatementTimeoutMs: config.dbReadStatementTimeoutMs,
@@ -78,12 +86,7 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>): Postgr
   };
   return {
     connect: async () => {
-      let client: pg.PoolClient;
-      try {
-        client = await pool.connect();
-      } catch (error) {
-        throw new DatabaseUnavailable('could not get a database connection', { cause: error });
-      }
+      const client = await connectOrUnavailable(pool);
       let wrapper = wrappers.get(client);
       if (!wrapper) wrappers.set(client, (wrapper = wrap(client)));
       return wrapper;
@@ -103,6 +106,9 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
     ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
+    // A user's transaction writes its statements back to back (user-transactions.ts); Kysely,
+    // sending one statement at a time, is unaffected.
+    pipeline: true,
   });
   const report = (error: Error) => options.onConnectionError?.(error);
   const failedClients = new WeakSet<pg.PoolClient>();
@@ -123,22 +129,28 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     dialect: new PostgresDialect({ pool: typedPool(pool, failedClients) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
-  const reads = new PipelinedReads({
+  const pipelined = (connections: number, timeoutMs: number) => new PipelinedConnections({
     connectionString,
-    connections: options.readConnections ?? 2,
+    connections,
     connectTimeoutMs,
-    statementTimeoutMs: options.readStatementTimeoutMs ?? 0,
+    statementTimeoutMs: timeoutMs,
     keepAliveInitialDelayMs: KEEP_ALIVE_INITIAL_DELAY_MS,
     types: typeParsers,
     onIdleError: report,
     ...(onQuery && { onStatement: onQuery }),
   });
+  const reads = pipelined(options.readConnections ?? 2, options.readStatementTimeoutMs ?? 0);
+  const writes = pipelined(options.writeConnections ?? 2, statementTimeoutMs);
+  const transactions = new UserTransactions({ pool, writes, failedClients, cancelVia: reads, ...(onQuery && { onStatement: onQuery }) });
   return {
     db,
     reads,
+    writes,
+    transactions,
     pool,
     close: async () => {
       await reads.end();
+      await writes.end();
       await db.destroy();
     },
   };

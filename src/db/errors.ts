@@ -28,6 +28,24 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return UNAVAILABLE_SQLSTATES.has(code) || code.startsWith('08');
 }
 
+/** SQLSTATE of refuse_write (migration 0006): a write's own check failed; the transaction rolled back. */
+const WRITE_REFUSED = 'ZU001';
+
+/** The reason and detail a write statement refused with, if `error` is such a refusal. */
+export function writeRefusal(error: unknown): { reason: string; detail: string } | undefined {
+  if (!(error instanceof pg.DatabaseError) || error.code !== WRITE_REFUSED) return undefined;
+  return { reason: error.message, detail: error.detail ?? '' };
+}
+
+/** A connection from the pool, or DatabaseUnavailable when none can be had (refused, timed out, pool ended). */
+export async function connectOrUnavailable(pool: pg.Pool): Promise<pg.PoolClient> {
+  try {
+    return await pool.connect();
+  } catch (error) {
+    throw new DatabaseUnavailable('could not get a database connection', { cause: error });
+  }
+}
+
 /**
  * A statement failed on `client`: a server error (pg.DatabaseError) is the statement's own; any
  * other failure on a connection that has since failed (pg emitted 'error' on it, see `broken`)

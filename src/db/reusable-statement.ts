@@ -15,7 +15,7 @@ export interface Statement {
 }
 
 /**
- * Where a statement can run: the pipelined read connections (pipelined-reads.ts) or the connection
+ * Where a statement can run: the pipelined read connections (pipelined-connections.ts) or the connection
  * of a transaction. Resolves to the rows.
  */
 export interface StatementRunner {
@@ -32,9 +32,9 @@ const compiler = new Kysely<DB>({
   },
 });
 
-/** Stands for argument `position` while the query is built: no real value can be identical to it. */
+/** Stands for argument `name` while the query is built: no real value can be identical to it. */
 class Placeholder {
-  constructor(readonly position: number) {}
+  constructor(readonly name: string) {}
 }
 
 let statementCount = 0;
@@ -47,36 +47,78 @@ let statementCount = 0;
  * per connection; its plan may become one generic plan for all values, so only statements whose
  * best plan cannot depend on the values belong here (lookups by unique keys, writes by key).
  *
- * `build` runs once, with a placeholder object standing for each argument. Every placeholder must
- * be bound exactly once, as one parameter (not transformed, not inlined, not in a list): that is
- * checked at that first compile, so a query that would silently bind a wrong value fails at once.
- * Other parameters of the query are constants, sent as they were compiled.
+ * `build` runs once, with a placeholder object standing for each argument named in `names`. Each
+ * argument is then bound exactly once, as one parameter that the statement may reference in
+ * several places ($n: Kysely numbers every occurrence apart, and the compiled text is renumbered
+ * so that all of them share the argument's one parameter, which also lets the planner see the same
+ * value everywhere). Checked at that first compile: every declared argument is used as it was
+ * given (not transformed, not inlined, not in a list), and nothing else is bound from `args`; so a
+ * query that would silently bind a wrong value fails at once. Other parameters of the query are
+ * constants, sent as they were compiled. A call passes every argument by name; names the
+ * statement does not use are ignored.
  */
-export function reusableStatement<Args extends unknown[], Row>(
-  arity: Args['length'],
-  build: (db: Kysely<DB>, ...args: Args) => Compilable<Row>,
-): (runner: StatementRunner, ...args: Args) => Promise<Row[]> {
-  let compiled: { statement: Statement; constants: readonly unknown[]; positions: number[] } | undefined;
+export function reusableStatement<Args extends Record<string, unknown>, Row>(
+  names: readonly (keyof Args & string)[],
+  build: (db: Kysely<DB>, args: Args) => Compilable<Row>,
+): (runner: StatementRunner, args: Args) => Promise<Row[]> {
+  let compiled: { statement: Statement; constants: readonly unknown[]; bound: (string | undefined)[] } | undefined;
   const compile = () => {
-    const placeholders = Array.from({ length: arity }, (_, position) => new Placeholder(position));
-    const query = build(compiler, ...(placeholders as unknown as Args)).compile();
-    const positions = query.parameters.map((value) => (value instanceof Placeholder ? value.position : -1));
-    for (const { position } of placeholders) {
-      const bound = positions.filter((p) => p === position).length;
-      if (bound !== 1) throw new Error(`reusableStatement: argument ${position} is bound ${bound} times (must be exactly once)`);
+    const placeholders = Object.fromEntries(names.map((name) => [name, new Placeholder(name)]));
+    const query = build(compiler, placeholders as unknown as Args).compile();
+    // An argument the statement does not declare reads as undefined while it is built.
+    if (query.parameters.some((value) => value === undefined)) throw new Error('reusableStatement: a parameter is undefined (an argument missing from names?)');
+    for (const name of names) {
+      if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name)) {
+        throw new Error(`reusableStatement: argument ${name} is not bound (transformed before binding, or unused)`);
+      }
     }
-    return { statement: { name: `statement_${++statementCount}`, text: query.sql }, constants: query.parameters, positions };
+    const { text, constants, bound } = shareParameters(query.sql, query.parameters);
+    return { statement: { name: `statement_${++statementCount}`, text }, constants, bound };
   };
   // Not async: the runner's promise is returned as it is, without another promise around it.
-  return (runner, ...args) => {
+  return (runner, args) => {
     try {
       compiled ??= compile();
     } catch (error) {
       return Promise.reject(error as Error);
     }
-    const { statement, constants, positions } = compiled;
-    const values = positions.map((position, i) => (position < 0 ? constants[i] : args[position]));
+    const { statement, constants, bound } = compiled;
+    const values = bound.map((name, i) => (name === undefined ? constants[i] : args[name]));
     return runner.run<Row>(statement, values);
   };
 }
 
+/**
+ * Renumbers Kysely's `$1…$n` so that every occurrence of one placeholder refers to the first one's
+ * parameter; constants keep one parameter each. Kysely writes each parameter exactly once, in
+ * order: anything else in the text (a `$` inside a raw fragment, say) is refused.
+ */
+function shareParameters(sql: string, parameters: readonly unknown[]): { text: string; constants: unknown[]; bound: (string | undefined)[] } {
+  const kept: { value: unknown; name: string | undefined }[] = [];
+  const numberOf = new Map<string, number>();
+  const renumbered = parameters.map((value) => {
+    if (value instanceof Placeholder) {
+      const existing = numberOf.get(value.name);
+      if (existing !== undefined) return existing;
+      numberOf.set(value.name, kept.length + 1);
+    }
+    kept.push({ value, name: value instanceof Placeholder ? value.name : undefined });
+    return kept.length;
+  });
+  let seen = 0;
+  const text = sql.replace(/\$(\d+)/g, (_match, digits: string) => {
+    if (Number(digits) !== ++seen) throw new Error('reusableStatement: the compiled text refers to its parameters out of order');
+    return `$${renumbered[seen - 1]!}`;
+  });
+  if (seen !== parameters.length) throw new Error('reusableStatement: the compiled text does not refer to every parameter once');
+  return { text, constants: kept.map((parameter) => parameter.value), bound: kept.map((parameter) => parameter.name) };
+}
+
+/**
+ * Runs a Kysely query on a runner (a user's transaction, say) as an unnamed statement: for queries
+ * whose shape varies with their options, built by Kysely (any instance: only its compiler is used).
+ */
+export function runQuery<Row>(runner: StatementRunner, query: Compilable<Row>): Promise<Row[]> {
+  const { sql, parameters } = query.compile();
+  return runner.run<Row>({ text: sql }, parameters);
+}

@@ -1,12 +1,11 @@
 import { isUtf8 } from 'node:buffer';
-import type { FastifyRequest } from 'fastify';
-import type { Compilable } from 'kysely';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
-import type { Database } from '../db/database.js';
-import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
 import { API_KEY_PATTERN, apiKeyDigest, storedDigestMatches } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
+import { type AccountBatches, type AccountRow, type AuthLookup, INCOMING_WEBHOOK_BOT } from './auth.repository.js';
 import { badRequest, unauthorized } from './errors.js';
+import { applyRateLimit, type RateLimitDecision, rateLimitDecision, type RateLimitRule } from './rate-limit.js';
 
 export interface Caller {
   id: number;
@@ -27,7 +26,6 @@ declare module 'fastify' {
   }
 }
 
-const INCOMING_WEBHOOK_BOT = 2;
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
@@ -51,86 +49,43 @@ export function parseBasicAuthorization(header: string | undefined): { email: st
   return { email, apiKey };
 }
 
-// The caller's columns carry a caller_ prefix, so that a route's lookup can add its own row's
-// columns under their plain names (see AuthLookup). Only what every route needs: each column costs
-// the hottest endpoint about 1.5 µs of row decoding in node-postgres (bench/RESULTS.md); a route
-// that needs more of the caller's row asks for it with a lookup.
-function selectAccount(db: Database, keyHash: string) {
-  return db
-    .selectFrom('users as caller')
-    .innerJoin('realms as caller_realm', 'caller_realm.id', 'caller.realm_id')
-    .select([
-      'caller.id as caller_id', 'caller.realm_id as caller_realm_id', 'caller.delivery_email as caller_delivery_email',
-      'caller.role as caller_role', 'caller.bot_type as caller_bot_type', 'caller.is_active as caller_is_active',
-      'caller.api_key_hash as caller_api_key_hash',
-      'caller_realm.subdomain as caller_realm_subdomain', 'caller_realm.deactivated as caller_realm_deactivated',
-      'caller_realm.can_access_all_users_group as caller_realm_can_access_all_users_group',
-    ])
-    .where('caller.api_key_hash', '=', keyHash);
-}
+/** A route's lookup, folded into the authentication statement (see auth.repository.ts). */
+export type { AuthLookup } from './auth.repository.js';
 
-/** The authentication query, for a route's lookup to extend. */
-export type AccountQuery = ReturnType<typeof selectAccount>;
-
-// Runs on every request: compiled once (see src/db/reusable-statement.ts).
-const findAccountByKeyHash = reusableStatement(1, selectAccount);
-
-type AccountRow = Awaited<ReturnType<AccountQuery['executeTakeFirstOrThrow']>>;
-
-/**
- * A lookup a route folds into its authentication statement, so that a hot endpoint needs one round
- * trip instead of two. `extend` LEFT JOINs the lookup's row to the caller's (tables `caller` and
- * `caller_realm`) and selects its columns, none starting with `caller_`. The whole row reaches the
- * route as `request.authLookupResult`; it is computed whether or not the credentials are
- * accepted, and used only if they are. `key` names the query: the same key must always build the
- * same query.
- */
-export type AuthLookup =
-  /** A lookup binding one value (bound exactly once: checked when first compiled). */
-  | { key: string; argument: number; extend: (account: AccountQuery, argument: number) => Compilable<AccountRow> }
-  /** A lookup of the caller's own row only. */
-  | { key: string; argument?: undefined; extend: (account: AccountQuery) => Compilable<AccountRow> };
-
-const accountWithLookupQueries = new Map<string, (reads: StatementRunner, keyHash: string, argument: number) => Promise<AccountRow[]>>();
-
-function accountWithLookupQuery(lookup: AuthLookup) {
-  if (lookup.argument === undefined) {
-    const { extend } = lookup;
-    const query = reusableStatement(1, (db: Database, keyHash: string) => extend(selectAccount(db, keyHash)));
-    return (reads: StatementRunner, keyHash: string) => query(reads, keyHash);
-  }
-  const { extend } = lookup;
-  return reusableStatement(2, (db: Database, keyHash: string, argument: number) => extend(selectAccount(db, keyHash), argument));
-}
-
-/** The caller's row, with the lookup's columns when there is one. */
-function findAccount(reads: StatementRunner, keyHash: string, lookup: AuthLookup | undefined): Promise<AccountRow[]> {
-  if (!lookup) return findAccountByKeyHash(reads, keyHash);
-  let query = accountWithLookupQueries.get(lookup.key);
-  if (!query) accountWithLookupQueries.set(lookup.key, (query = accountWithLookupQuery(lookup)));
-  return query(reads, keyHash, lookup.argument ?? 0);
+export interface Authentication<Extra extends object> {
+  caller: Caller;
+  /** The row of the route's lookup (the caller's columns included); undefined when it has none. */
+  lookupResult: (AccountRow & Extra) | undefined;
+  /** The rate-limit decision, when rate limiting is on. */
+  rateLimit: RateLimitDecision | undefined;
 }
 
 /**
- * Authenticates a request with one indexed query (spec §1.3 rows 6–11), which also computes the
- * route's lookup when one is given (its result: undefined when none ran, else the joined row).
+ * Authenticates a request (spec §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
+ * (§1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
+ * address and organization checks are the statement's, so that only requests this function
+ * accepts are counted.
  */
-export async function authenticate(
-  reads: StatementRunner,
+export async function authenticate<Extra extends object>(
+  accounts: AccountBatches,
   config: Config,
   request: FastifyRequest,
-  lookup?: AuthLookup,
-): Promise<{ caller: Caller; lookupResult: unknown }> {
+  lookup: AuthLookup<Extra> | undefined,
+  rule: RateLimitRule | undefined,
+): Promise<Authentication<Extra>> {
   const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const digest = apiKeyDigest(apiKey);
-  const [row] = await findAccount(reads, digest.hex, lookup);
+  const row = await accounts.find({
+    key_hash: digest.hex,
+    email,
+    subdomain: requestSubdomain(request, config),
+    lookup_argument: lookup?.argument ?? 0,
+  }, lookup, rule);
   if (!row || !storedDigestMatches(row.caller_api_key_hash, digest.bytes)) throw unauthorized('Invalid API key');
-  if (row.caller_delivery_email.toLowerCase() !== email.toLowerCase()) throw unauthorized('Invalid API key');
+  if (!row.caller_email_matches) throw unauthorized('Invalid API key');
   if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');
   if (!row.caller_is_active) throw unauthorized('Account is deactivated');
-  if (requestSubdomain(request, config) !== row.caller_realm_subdomain) {
-    throw unauthorized('Account is not associated with this subdomain');
-  }
+  if (!row.caller_subdomain_matches) throw unauthorized('Account is not associated with this subdomain');
   if (row.caller_bot_type === INCOMING_WEBHOOK_BOT) {
     throw unauthorized('This API is not available to incoming webhook bots.');
   }
@@ -143,7 +98,24 @@ export async function authenticate(
     role: row.caller_role,
     botType: row.caller_bot_type,
   };
-  return { caller, lookupResult: lookup && row };
+  return { caller, lookupResult: lookup && row, rateLimit: rule && rateLimitDecision(row) };
+}
+
+/**
+ * preHandler of every authenticated route (spec §1.1 steps 3–4): authentication, then the rate
+ * limit, in one statement, before any parameter is parsed. Routes declare `config.auth: false`
+ * when they need no credentials, and may fold a lookup in (`config.authLookup`).
+ */
+export function authenticationHook(accounts: AccountBatches, config: Config) {
+  const rule = config.rateLimiting ? { maxRequests: config.rateLimitMaxRequests, windowSeconds: config.rateLimitWindowSeconds } : undefined;
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    const { auth, authLookup } = request.routeOptions.config;
+    if (auth === false) return;
+    const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, authLookup?.(request), rule);
+    request.caller = caller;
+    request.authLookupResult = lookupResult;
+    if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
+  };
 }
 
 /** The organization subdomain the request addresses (X-Forwarded-Host only behind a trusted proxy). */

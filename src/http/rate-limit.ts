@@ -1,8 +1,22 @@
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Config } from '../config.js';
-import type { Database } from '../db/database.js';
+import type { FastifyReply } from 'fastify';
+import type { RateLimitColumns } from './auth.repository.js';
 import { ApiError } from './errors.js';
-import { recordRequest } from './rate-limit.repository.js';
+
+/** The per-user rule (spec §1.10): at most maxRequests accepted requests in any windowSeconds. */
+export interface RateLimitRule {
+  maxRequests: number;
+  windowSeconds: number;
+}
+
+export interface RateLimitDecision {
+  accepted: boolean;
+  /** Accepted requests in the window, this one included when accepted. */
+  used: number;
+  /** Unix time of the decision, in seconds (database clock, microsecond precision). */
+  nowSeconds: number;
+  /** On refusal: seconds until the request that blocks this one leaves the window. */
+  retryAfterSeconds: number;
+}
 
 /** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (spec §1.8). */
 export class RateLimitExceeded extends ApiError {
@@ -16,24 +30,28 @@ export class RateLimitExceeded extends ApiError {
   }
 }
 
-/**
- * preHandler that applies the per-user sliding-log limit (spec §1.10). Registered right after the
- * authentication preHandler, so it sees only authenticated callers and runs before any parameter
- * is parsed. The headers go on the reply before anything else can fail, so every later answer
- * (success, 4xx, 429, 500) carries them.
- */
-export function rateLimitHook(db: Database, config: Pick<Config, 'rateLimitMaxRequests' | 'rateLimitWindowSeconds'>) {
-  const rule = { maxRequests: config.rateLimitMaxRequests, windowSeconds: config.rateLimitWindowSeconds };
-  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (request.routeOptions.config.auth === false) return;
-    const { id, realmId } = request.caller;
-    const decision = await recordRequest(db, id, realmId, rule);
-    const resetAfter = decision.accepted ? rule.windowSeconds : decision.retryAfterSeconds;
-    reply.headers({
-      'x-ratelimit-limit': String(rule.maxRequests),
-      'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
-      'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
-    });
-    if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds);
+/** The decision the authentication statement took (src/http/auth.repository.ts). */
+export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
+  // Present whenever the statement accepted the credentials, which authenticate checks first.
+  if (row.rate_limit_accepted === null) throw new Error('the authentication statement took no rate-limit decision');
+  return {
+    accepted: row.rate_limit_accepted,
+    used: row.rate_limit_used ?? 0,
+    nowSeconds: row.rate_limit_now ?? 0,
+    retryAfterSeconds: row.rate_limit_retry_after ?? 0,
   };
+}
+
+/**
+ * The `X-RateLimit-*` headers of an authenticated request, set before anything else can fail so
+ * that every later answer (success, 4xx, 429, 500) carries them; a refusal is thrown as 429.
+ */
+export function applyRateLimit(reply: FastifyReply, rule: RateLimitRule, decision: RateLimitDecision): void {
+  const resetAfter = decision.accepted ? rule.windowSeconds : decision.retryAfterSeconds;
+  reply.headers({
+    'x-ratelimit-limit': String(rule.maxRequests),
+    'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
+    'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
+  });
+  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds);
 }

@@ -9,7 +9,8 @@ export const FIXTURE_ENV = {
   EXTERNAL_HOST: 'chat.example.com',
   AVATAR_SALT: 'test-salt',
   RATE_LIMITING: 'false',
-  LOG_LEVEL: 'silent',
+  // TEST_LOG_LEVEL=error (or lower) shows the test apps' logs, to see what is behind a 500.
+  LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
 };
 
 export interface TestContext {
@@ -35,7 +36,7 @@ export async function createTestContext(options: TestAppOptions = {}): Promise<T
   const database = await createTestDatabase(databaseOptionsOf(settings));
   if (options.fixture !== false) await seedFixture(database.db);
   const config: Config = { ...settings, databaseUrl: database.url };
-  const app = await buildApp({ config, db: database.db, reads: database.reads });
+  const app = await buildApp({ config, ...database }, process.env.TEST_LOG_LEVEL !== undefined);
   await options.beforeReady?.(app);
   await app.ready();
   return {

@@ -105,7 +105,7 @@ export async function seedFixture(db: Database): Promise<void> {
 /** A queue for a fixture user, made directly in the database (register is another endpoint). */
 export async function createQueue(db: Database, user: FixtureUser, eventTypes: string[] | null = null): Promise<string> {
   const id = randomUUID();
-  await createEventQueue(db, { id, realmId: users[user].realm ?? 1, userId: ids[user], eventTypes, lifespanSeconds: 600 }, 20);
+  await createEventQueue(db, { id, realmId: users[user].realm ?? 1, userId: ids[user], eventTypes, lifespanSeconds: 600 }, 20).execute();
   return id;
 }
 

@@ -1,7 +1,6 @@
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
-import { KeyedTurns } from '../../lib/keyed-turns.js';
 
 /** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
 export interface ApiEvent {
@@ -10,68 +9,73 @@ export interface ApiEvent {
 }
 
 export const EVENTS_CHANNEL = 'zulip_events';
-export const USER_EVENT_LOCK_NAMESPACE = 7001;
-
 type Executor = Kysely<DB> | Transaction<DB>;
 
-const userTurns = new KeyedTurns<number>();
-
-/**
- * Runs `work` in a transaction holding the user's event lock, which serializes the user's
- * event-producing writes and register (spec §2.10 "Register consistency") across instances.
- * Within this process the user's calls first wait their turn WITHOUT a pool connection: otherwise a
- * burst of one user's writes would fill the pool with connections waiting for that lock, and every
- * other request of the instance would time out waiting for a connection (503).
- */
-export function inUserEventTransaction<T>(db: Database, userId: number, work: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
-  return userTurns.run(userId, () =>
-    db.transaction().execute(async (trx) => {
-      await sql`SELECT pg_advisory_xact_lock(${USER_EVENT_LOCK_NAMESPACE}, ${userId})`.execute(trx);
-      return work(trx);
-    }),
-  );
+/** The arguments a write statement that appends events must have (see withEventAppend). */
+export interface EventAppendArgs extends Record<string, unknown> {
+  userId: number;
+  realmId: number;
+  /** The events as one JSON array, in order ('[]': none). */
+  events: string;
 }
 
-/** How many users have an event transaction running or waiting in this process. */
-export const usersWithEventTransactions = (): number => userTurns.activeKeys;
-
 /**
- * Appends events, in order, to every queue of the user that accepts their type, numbering them
- * per queue, and notifies waiting long polls on commit. One statement whatever the event count.
+ * The CTEs that append events, in order, to every queue of the user that accepts their type,
+ * numbering them per queue, and notify waiting long polls on commit: the first part of every
+ * write statement (settings, navigation views), which then adds its own CTEs. A write that refuses
+ * raises (refuse_write), which undoes these too; so they need no condition of their own.
+ *
+ * The events travel as one JSON array (node-postgres escapes every element of an array parameter,
+ * which cost milliseconds for a thousand events), and json_array_elements returns each element's
+ * text as sent, so payloads keep their key order. Each queue's type list (at most 256 names) is
+ * searched once per distinct event type, not once per event: the events then meet their queues
+ * through a hash join on the type.
  */
-export async function appendEvents(trx: Executor, realmId: number, userId: number, events: ApiEvent[]): Promise<void> {
-  if (events.length === 0) return;
-  // One JSON array, not a text[] of payloads: node-postgres escapes every element of an array
-  // parameter (two regular expressions each), which cost milliseconds for a thousand events.
-  // json_array_elements returns each element's text as sent, so payloads keep their key order.
-  await sql`
-    WITH queues AS (
-      SELECT id, next_event_id, event_types FROM event_queues WHERE user_id = ${userId} FOR UPDATE
-    ), incoming AS (
-      SELECT payload, ord, payload->>'type' AS type
-      FROM json_array_elements(${JSON.stringify(events)}::json) WITH ORDINALITY AS e(payload, ord)
-    ), accepting AS (
-      -- Each queue's type list (at most 256 names) is searched once per distinct event type, not
-      -- once per event: the events then meet their queues through a hash join on the type.
-      SELECT q.id AS queue_id, q.next_event_id, t.type
-      FROM queues q JOIN (SELECT DISTINCT type FROM incoming) t ON q.event_types IS NULL OR t.type = ANY (q.event_types)
-    ), numbered AS (
-      SELECT a.queue_id, a.next_event_id + row_number() OVER (PARTITION BY a.queue_id ORDER BY i.ord) - 1 AS id, i.payload
-      FROM accepting a JOIN incoming i ON i.type = a.type
-    ), inserted AS (
-      INSERT INTO events (queue_id, id, realm_id, payload)
-      SELECT queue_id, id, ${realmId}, payload FROM numbered
-      RETURNING queue_id
-    ), counted AS (
-      SELECT queue_id, count(*) AS n FROM inserted GROUP BY queue_id
-    ), bumped AS (
-      UPDATE event_queues eq SET next_event_id = eq.next_event_id + counted.n
-      FROM counted WHERE eq.id = counted.queue_id
-      RETURNING eq.id
-    )
-    SELECT pg_notify(${EVENTS_CHANNEL}, id::text) FROM bumped
-  `.execute(trx);
+export function withEventAppend(db: Kysely<DB>, args: EventAppendArgs) {
+  return db
+    .with('event_queue', (db) =>
+      db.selectFrom('event_queues').select(['id', 'next_event_id', 'event_types']).where('user_id', '=', args.userId).forUpdate())
+    // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).
+    .with('incoming_event(payload, ord, type)', () => sql<{ payload: unknown; ord: number; type: string }>`(
+      SELECT e.payload, e.ord, e.payload->>'type' FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(payload, ord))`)
+    .with('accepting', (db) =>
+      db
+        .selectFrom('event_queue as q')
+        .innerJoin((eb) => eb.selectFrom('incoming_event').select('type').distinct().as('t'), (join) =>
+          join.on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`))
+        .select(['q.id as queue_id', 'q.next_event_id', 't.type']))
+    .with('numbered_event', (db) =>
+      db
+        .selectFrom('accepting as a')
+        .innerJoin('incoming_event as i', 'i.type', 'a.type')
+        .select((eb) => [
+          'a.queue_id',
+          eb('a.next_event_id', '+', eb.fn.agg<number>('row_number').over((over) => over.partitionBy('a.queue_id').orderBy('i.ord'))).as('position'),
+          'i.payload',
+        ]))
+    .with('inserted_event', (db) =>
+      db
+        .insertInto('events')
+        .columns(['queue_id', 'id', 'realm_id', 'payload'])
+        .expression((eb) => eb.selectFrom('numbered_event').select((eb) => [
+          'queue_id', eb('position', '-', sql.lit(1)).as('id'), sql<number>`${args.realmId}::integer`.as('realm_id'), sql<unknown>`payload`.as('payload'),
+        ]))
+        .returning('queue_id'))
+    .with('event_count', (db) =>
+      db.selectFrom('inserted_event').select((eb) => ['queue_id', eb.fn.countAll<number>().as('n')]).groupBy('queue_id'))
+    .with('bumped_queue', (db) =>
+      db
+        .updateTable('event_queues as eq')
+        .from('event_count')
+        .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('event_count.n')) }))
+        // The user's queues by index (the planner cannot tell how few rows event_count holds).
+        .where('eq.user_id', '=', args.userId)
+        .whereRef('eq.id', '=', 'event_count.queue_id')
+        // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
+        .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified')));
 }
+
+export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events'] as const;
 
 export interface NewEventQueue {
   id: string;
@@ -85,11 +89,11 @@ export interface NewEventQueue {
 /**
  * Creates a queue; when the user already has `maxPerUser` queues, the least recently used ones
  * (last poll or creation; a queue with a poll in progress counts as in use) are deleted first and
- * their waiting polls woken, so they answer BAD_EVENT_QUEUE_ID (spec O12). Runs under the user's
- * event lock (inUserEventTransaction), so the count cannot change underneath.
+ * their waiting polls woken, so they answer BAD_EVENT_QUEUE_ID (spec O12). Runs in the user's
+ * transaction (src/db/user-transactions.ts), so the count cannot change underneath.
  */
-export async function createEventQueue(db: Executor, queue: NewEventQueue, maxPerUser: number): Promise<void> {
-  await db
+export function createEventQueue(db: Executor, queue: NewEventQueue, maxPerUser: number) {
+  return db
     .with('evicted', (db) =>
       db
         .deleteFrom('event_queues')
@@ -113,8 +117,7 @@ export async function createEventQueue(db: Executor, queue: NewEventQueue, maxPe
       user_id: queue.userId,
       event_types: queue.eventTypes,
       lifespan_seconds: queue.lifespanSeconds,
-    })
-    .execute();
+    });
 }
 
 /** The queue's pending events in id order, each with its "id" appended last. */

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { badRequest } from '../../http/errors.js';
 import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringListOfAtMost, keyPath } from '../../http/params.js';
@@ -25,7 +26,7 @@ function parseCapabilities(raw: string, name: string): Record<string, boolean> {
  * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
  * across instances: the LISTEN connection and answering every waiting poll on shutdown.
  */
-export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
+export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const wakeups = new QueueWakeups();
   const listener = new EventListener({
     connectionString: config.databaseUrl,
@@ -48,7 +49,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
   });
 
   const registerConfig = { authLookup: () => notificationDefaultsLookup };
-  app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request) => {
+  app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
@@ -56,7 +57,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     const eventTypes = params.optional('event_types', eventTypeList);
     const fetchEventTypes = params.optional('fetch_event_types', eventTypeList);
     const queueLifespanSecs = params.optional('queue_lifespan_secs', jsonInteger, 0);
-    const { queueId, state } = await registerEventQueue(db, config, request.caller, {
+    const { queueId, state } = await registerEventQueue(db, transactions, config, request.caller, {
       notificationDefaults: notificationDefaultsFromLookup(request.authLookupResult),
       clientGravatar,
       includeSubscribers,
@@ -65,7 +66,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
       eventTypes,
       fetchEventTypes,
       queueLifespanSecs,
-    });
+    }, clientGone(reply));
     return success(request, {
       queue_id: queueId,
       zulip_version: config.zulipVersion,
@@ -86,12 +87,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config
     if (queueId === undefined) throw badRequest("Missing 'queue_id' argument");
     if (lastEventId === undefined) throw badRequest("Missing 'last_event_id' argument");
 
-    const clientGone = new AbortController();
-    reply.raw.on('close', () => {
-      if (!reply.raw.writableFinished) clientGone.abort();
-    });
     const answer = await pollEvents({ db, config, wakeups }, request.caller, {
-      queueId, lastEventId, dontBlock, clientGone: clientGone.signal,
+      queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();
     return success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events });

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import type { Departure } from '../../http/client-gone.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { appendHeartbeat, finishPoll, type QueueOwner, refreshPoll, startPoll } from './event-polls.repository.js';
 import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
@@ -28,7 +29,7 @@ export interface PollRequest {
   lastEventId: number;
   dontBlock: boolean;
   /** Aborted when the client goes away. */
-  clientGone: AbortSignal;
+  clientGone: Departure;
 }
 
 /** `waited` answers carry queue_id; null means the client left and nothing is to be sent. */
@@ -67,18 +68,18 @@ async function waitForEvents(
   queueId: string,
   pollId: string,
   waiter: PollWaiter,
-  clientGone: AbortSignal,
+  clientGone: Departure,
 ): Promise<PollAnswer> {
   const { db, config, wakeups } = deps;
   const heartbeatDelayMs = (config.heartbeatSeconds + Math.random() * config.heartbeatJitterSeconds) * 1000;
   const heartbeatAt = Date.now() + heartbeatDelayMs;
   const onGone = () => waiter.notify();
-  clientGone.addEventListener('abort', onGone);
-  if (clientGone.aborted) waiter.notify();
+  const stopListening = clientGone.onGone(onGone);
+  if (clientGone.gone) waiter.notify();
   try {
     for (;;) {
       await waiter.wait(Math.max(0, Math.min(RECHECK_INTERVAL_MS, heartbeatAt - Date.now())));
-      if (clientGone.aborted) {
+      if (clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll.
         await finishPoll(db, queueId, pollId);
         return null;
@@ -91,7 +92,7 @@ async function waitForEvents(
       if ((await refreshPoll(db, queueId, pollId)) === 'ready') break;
     }
   } finally {
-    clientGone.removeEventListener('abort', onGone);
+    stopListening();
   }
   const events = await finishPoll(db, queueId, pollId);
   if (events === undefined) throw badEventQueueId(queueId);

@@ -1,15 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import { runQuery } from '../../db/reusable-statement.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
+import type { Departure } from '../../http/client-gone.js';
 import { isStorableText } from '../../lib/text.js';
-import { listNavigationViews, type NavigationView } from '../navigation-views/navigation-views.repository.js';
-import { listSubscriptions } from '../subscriptions/subscriptions.service.js';
-import type { SubscriptionObject } from '../subscriptions/subscriptions.serializers.js';
+import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';
+import { selectActiveSubscriptions } from '../subscriptions/subscriptions.repository.js';
+import { serializeSubscription, type SubscriptionObject } from '../subscriptions/subscriptions.serializers.js';
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
-import { listRealmUsers } from '../users/users.repository.js';
-import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
-import { createEventQueue, inUserEventTransaction } from './events.repository.js';
+import { realmUserRecords, selectRealmUsers } from '../users/users.repository.js';
+import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject, type UserRecord } from '../users/users.serializers.js';
+import { createEventQueue } from './events.repository.js';
 
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
 
@@ -42,7 +45,7 @@ export interface NotificationDefaults {
 }
 
 /** Register reads the caller's notification defaults with the authentication statement. */
-export const notificationDefaultsLookup: AuthLookup = {
+export const notificationDefaultsLookup: AuthLookup<object> = {
   key: 'caller notification defaults',
   extend: (account) =>
     account.select([
@@ -74,39 +77,49 @@ function wantedSections(request: RegisterRequest): (name: string) => boolean {
 }
 
 /**
- * Creates the queue, then reads the wanted state, in one transaction under the caller's event
- * lock: a concurrent change either commits before (its result is in the state, and it had no
- * queue to put an event in) or after (the state misses it, and the queue gets its event).
+ * Creates the queue, then reads the wanted state, in the caller's transaction (one round trip: the
+ * insert and the reads are written back to back): a concurrent change either commits before (its
+ * result is in the state, and it had no queue to put an event in) or after (the state misses it,
+ * and the queue gets its event).
  */
 export async function registerEventQueue(
   db: Database,
+  transactions: UserTransactions,
   config: RegisterConfig,
   caller: Caller,
   request: RegisterRequest,
+  departure?: Departure,
 ): Promise<{ queueId: string; state: InitialState }> {
   const queueId = randomUUID();
   const wanted = wantedSections(request);
-  const state = await inUserEventTransaction(db, caller.id, async (trx) => {
-    await createEventQueue(trx, {
-      id: queueId,
-      realmId: caller.realmId,
-      userId: caller.id,
-      // No event type contains NUL, which PostgreSQL text cannot hold: dropping such names keeps
-      // exactly the types the queue can ever accept.
-      eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
-      lifespanSeconds: queueLifespanSeconds(request.queueLifespanSecs, config),
-    }, config.queueMaxPerUser);
+  const queue = {
+    id: queueId,
+    realmId: caller.realmId,
+    userId: caller.id,
+    // No event type contains NUL, which PostgreSQL text cannot hold: dropping such names keeps
+    // exactly the types the queue can ever accept.
+    eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
+    lifespanSeconds: queueLifespanSeconds(request.queueLifespanSecs, config),
+  };
+  const state = await transactions.run(caller.id, async (tx) => {
+    // Every statement is issued before the first await (see UserTransactions.run).
+    const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
+    const users = wanted('realm_user')
+      ? runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }))
+      : undefined;
+    const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
+    const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
+    await created;
     const sections: InitialState = {};
-    if (wanted('realm_user')) Object.assign(sections, await realmUserSections(trx, config, caller, request));
-    if (wanted('subscription')) {
-      const subscriptions = await listSubscriptions(trx, caller, { includeSubscribers: request.includeSubscribers });
-      sections.subscriptions = request.notificationSettingsNull
-        ? subscriptions
-        : subscriptions.map((sub) => withUserDefaults(sub, request.notificationDefaults));
+    if (users) Object.assign(sections, realmUserSections(realmUserRecords(await users), config, caller, request));
+    if (subscriptions) {
+      const objects = (await subscriptions).map(serializeSubscription);
+      sections.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
     }
-    if (wanted('navigation_views')) sections.navigation_views = await listNavigationViews(trx, caller.realmId, caller.id);
+    if (views) sections.navigation_views = await views;
     return sections;
-  });
+  // Large: it reads the whole organization's users.
+  }, departure, 'large');
   return { queueId, state };
 }
 
@@ -125,16 +138,12 @@ function withUserDefaults(sub: SubscriptionObject, defaults: NotificationDefault
 }
 
 /** realm_users (active, plus placeholders unless user_list_incomplete) and realm_non_active_users. */
-async function realmUserSections(
-  db: Database,
+function realmUserSections(
+  users: UserRecord[],
   config: RegisterConfig,
   caller: Caller,
   request: RegisterRequest,
-): Promise<Pick<InitialState, 'realm_users' | 'realm_non_active_users'>> {
-  const users = await listRealmUsers(db, caller.realmId, {
-    withProfileData: true,
-    ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }),
-  });
+): Pick<InitialState, 'realm_users' | 'realm_non_active_users'> {
   const options = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
   const active: ApiUser[] = [];
   const nonActive: ApiUser[] = [];

@@ -1,7 +1,7 @@
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, type QueryCreator, sql } from 'kysely';
+import { reusableStatement } from '../../db/reusable-statement.js';
+import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
 import type { DB } from '../../db/types.js';
-
-type Executor = Kysely<DB> | Transaction<DB>;
 
 /** A navigation view in its API shape and key order (spec §2.9). */
 export interface NavigationView {
@@ -17,70 +17,107 @@ export interface NavigationViewChanges {
 }
 
 /** The user's views in creation order, in the API shape (also served by register). */
-export function listNavigationViews(db: Executor, realmId: number, userId: number): Promise<NavigationView[]> {
+export function selectNavigationViews(db: Kysely<DB>, realmId: number, userId: number) {
   return db
     .selectFrom('navigation_views')
     .select(['fragment', 'is_pinned', 'name'])
     .where('realm_id', '=', realmId)
     .where('user_id', '=', userId)
-    .orderBy('id')
-    .execute();
+    .orderBy('id');
 }
+
+/** How the view statements refuse (refuse_write's reason, migration 0006). */
+export const VIEW_EXISTS = 'view exists';
+export const VIEW_MISSING = 'view missing';
+
+interface ViewWriteArgs extends EventAppendArgs {
+  /** null: a fragment PostgreSQL text cannot hold (NUL), which names no view. */
+  fragment: string | null;
+  isPinned: boolean | null;
+  name: string | null;
+}
+
+const VIEW_ARGUMENTS = [...EVENT_APPEND_ARGUMENTS, 'fragment', 'isPinned', 'name'] as const;
+
+/** The user's views that have the fragment or the name (typed parameters: either may be null). */
+const matchingViews = (db: QueryCreator<DB>, args: ViewWriteArgs) =>
+  db
+    .selectFrom('navigation_views as v')
+    .where('v.user_id', '=', args.userId)
+    .where('v.realm_id', '=', args.realmId)
+    .where((eb) => eb.or([eb('v.fragment', '=', sql<string>`${args.fragment}::text`), eb('v.name', '=', sql<string>`${args.name}::text`)]));
 
 /**
- * The user's views that have this fragment or (when given) this name: everything the add and
- * update checks need, in one query. A null fragment matches no view.
+ * POST /navigation_views after its parameter checks (spec §3.9 checks 3–4): the view is inserted,
+ * with its event, unless one of the user's views has its fragment or (when given) its name; then
+ * the statement refuses (VIEW_EXISTS) and the transaction rolls back.
  */
-export async function findViewsWithFragmentOrName(
-  db: Executor,
-  realmId: number,
-  userId: number,
-  fragment: string | null,
-  name: string | undefined,
-): Promise<Pick<NavigationView, 'fragment' | 'name'>[]> {
-  if (fragment === null && name === undefined) return [];
-  return db
-    .selectFrom('navigation_views')
-    .select(['fragment', 'name'])
-    .where('realm_id', '=', realmId)
-    .where('user_id', '=', userId)
-    .where((eb) => eb.or([
-      ...(fragment === null ? [] : [eb('fragment', '=', fragment)]),
-      ...(name === undefined ? [] : [eb('name', '=', name)]),
-    ]))
-    .execute();
-}
+export const addViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(VIEW_ARGUMENTS, (db, args) =>
+  withEventAppend(db, args)
+    .with('clash', () => matchingViews(db, args).select('v.id').limit(sql.lit(1)))
+    .with('inserted', (db) =>
+      db
+        .insertInto('navigation_views')
+        .columns(['realm_id', 'user_id', 'fragment', 'is_pinned', 'name'])
+        .expression(
+          db
+            .selectNoFrom([
+              sql<number>`${args.realmId}::integer`.as('realm_id'), sql<number>`${args.userId}::integer`.as('user_id'),
+              sql<string>`${args.fragment}::text`.as('fragment'), sql<boolean>`${args.isPinned}::boolean`.as('is_pinned'),
+              sql<string | null>`${args.name}::text`.as('name'),
+            ])
+            .where((eb) => eb.not(eb.exists(eb.selectFrom('clash').select('id')))))
+        .returning('id'))
+    .selectNoFrom((eb) => [
+      eb.selectFrom('clash').select(sql<boolean>`refuse_write(${sql.lit(VIEW_EXISTS)}, '')`.as('refused')).as('refused'),
+    ]));
 
-export async function insertNavigationView(db: Executor, realmId: number, userId: number, view: NavigationView): Promise<void> {
-  await db
-    .insertInto('navigation_views')
-    .values({ realm_id: realmId, user_id: userId, fragment: view.fragment, is_pinned: view.is_pinned, name: view.name })
-    .execute();
-}
+/**
+ * PATCH /navigation_views/{fragment} after its parameter checks (spec §3.10 checks 2–3, in that
+ * order): refuses VIEW_EXISTS when any of the user's views (this one included) has the new name,
+ * VIEW_MISSING when the user has no view with the fragment; otherwise changes the given fields.
+ */
+export const updateViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(VIEW_ARGUMENTS, (db, args) =>
+  withEventAppend(db, args)
+    .with('mine', () =>
+      matchingViews(db, args).select((eb) => [
+        'v.id', eb('v.fragment', '=', sql<string>`${args.fragment}::text`).as('is_target'), eb('v.name', '=', sql<string>`${args.name}::text`).as('has_name'),
+      ]))
+    .with('updated', (db) =>
+      db
+        .updateTable('navigation_views as v')
+        .set({
+          name: sql<string>`COALESCE(${args.name}::text, v.name)`,
+          is_pinned: sql<boolean>`COALESCE(${args.isPinned}::boolean, v.is_pinned)`,
+        })
+        .where('v.id', 'in', (eb) => eb.selectFrom('mine').select('id').where('is_target', '=', sql.lit(true)))
+        .where(sql<boolean>`(${args.name}::text IS NOT NULL OR ${args.isPinned}::boolean IS NOT NULL)`)
+        .where((eb) => eb.not(eb.exists(eb.selectFrom('mine').select('id').where('has_name', '=', sql.lit(true)))))
+        .returning('v.id'))
+    .selectNoFrom((eb) => [
+      eb.case()
+        .when(eb.exists(eb.selectFrom('mine').select('id').where('has_name', '=', sql.lit(true))))
+        .then(sql<boolean>`refuse_write(${sql.lit(VIEW_EXISTS)}, '')`)
+        .when(eb.not(eb.exists(eb.selectFrom('mine').select('id').where('is_target', '=', sql.lit(true)))))
+        .then(sql<boolean>`refuse_write(${sql.lit(VIEW_MISSING)}, '')`)
+        .end()
+        .as('refused'),
+    ]));
 
-export async function updateNavigationView(
-  db: Executor,
-  realmId: number,
-  userId: number,
-  fragment: string,
-  changes: NavigationViewChanges,
-): Promise<void> {
-  await db
-    .updateTable('navigation_views')
-    .set(changes)
-    .where('realm_id', '=', realmId)
-    .where('user_id', '=', userId)
-    .where('fragment', '=', fragment)
-    .execute();
-}
-
-/** Deletes the user's view with this fragment; false when there was none. */
-export async function deleteNavigationView(db: Executor, realmId: number, userId: number, fragment: string): Promise<boolean> {
-  const result = await db
-    .deleteFrom('navigation_views')
-    .where('realm_id', '=', realmId)
-    .where('user_id', '=', userId)
-    .where('fragment', '=', fragment)
-    .executeTakeFirst();
-  return result.numDeletedRows > 0n;
-}
+/** DELETE /navigation_views/{fragment} (spec §3.11): deletes the user's view, or refuses VIEW_MISSING. */
+export const removeViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>([...EVENT_APPEND_ARGUMENTS, 'fragment'], (db, args) =>
+  withEventAppend(db, args)
+    .with('deleted', (db) =>
+      db
+        .deleteFrom('navigation_views')
+        .where('user_id', '=', args.userId)
+        .where('realm_id', '=', args.realmId)
+        .where('fragment', '=', args.fragment)
+        .returning('id'))
+    .selectNoFrom((eb) => [
+      eb.case()
+        .when(eb.not(eb.exists(eb.selectFrom('deleted').select('id'))))
+        .then(sql<boolean>`refuse_write(${sql.lit(VIEW_MISSING)}, '')`)
+        .end()
+        .as('refused'),
+    ]));

@@ -1,10 +1,11 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { badRequest } from '../../http/errors.js';
 import { jsonBoolean, trimmedString } from '../../http/params.js';
 import { isStorableText } from '../../lib/text.js';
-import { listNavigationViews } from './navigation-views.repository.js';
+import { selectNavigationViews } from './navigation-views.repository.js';
 import {
   addNavigationViewSchema,
   listNavigationViewsSchema,
@@ -26,35 +27,33 @@ function viewText(raw: string, name: string): string {
 const pathFragment = (request: FastifyRequest): string => (request.params as { '*': string })['*'];
 
 /** Navigation views of the caller (spec §3.8–§3.11). */
-export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
+export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
   app.get('/api/v1/navigation_views', { schema: listNavigationViewsSchema }, async (request) => {
     const { caller } = request;
-    const views = await listNavigationViews(db, caller.realmId, caller.id);
+    const views = await selectNavigationViews(db, caller.realmId, caller.id).execute();
     return success(request, { navigation_views: views });
   });
 
-  app.post('/api/v1/navigation_views', { schema: addNavigationViewSchema }, async (request) => {
+  app.post('/api/v1/navigation_views', { schema: addNavigationViewSchema }, async (request, reply) => {
     const params = request.zulipParams;
     const fragment = params.required('fragment', viewText);
     const isPinned = params.required('is_pinned', jsonBoolean);
     const name = params.optional('name', viewText);
-    await addNavigationView(db, request.caller, { fragment, is_pinned: isPinned, name });
+    await addNavigationView(transactions, request.caller, { fragment, is_pinned: isPinned, name }, clientGone(reply));
     return success(request);
   });
 
-  app.patch('/api/v1/navigation_views/*', { schema: updateNavigationViewSchema }, async (request) => {
+  app.patch('/api/v1/navigation_views/*', { schema: updateNavigationViewSchema }, async (request, reply) => {
     const params = request.zulipParams;
     const isPinned = params.optional('is_pinned', jsonBoolean);
     const name = params.optional('name', viewText);
-    await changeNavigationView(db, request.caller, pathFragment(request), {
-      ...(name !== undefined && { name }),
-      ...(isPinned !== undefined && { is_pinned: isPinned }),
-    });
+    const changes = { ...(name !== undefined && { name }), ...(isPinned !== undefined && { is_pinned: isPinned }) };
+    await changeNavigationView(transactions, request.caller, pathFragment(request), changes, clientGone(reply));
     return success(request);
   });
 
-  app.delete('/api/v1/navigation_views/*', { schema: removeNavigationViewSchema }, async (request) => {
-    await removeNavigationView(db, request.caller, pathFragment(request));
+  app.delete('/api/v1/navigation_views/*', { schema: removeNavigationViewSchema }, async (request, reply) => {
+    await removeNavigationView(transactions, request.caller, pathFragment(request), clientGone(reply));
     return success(request);
   });
 };

@@ -1,17 +1,18 @@
-import type { Transaction } from 'kysely';
-import type { Database } from '../../db/database.js';
-import type { DB } from '../../db/types.js';
+import { writeRefusal } from '../../db/errors.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import type { Caller } from '../../http/auth.js';
+import type { Departure } from '../../http/client-gone.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { isStorableText } from '../../lib/text.js';
-import { type ApiEvent, appendEvents, inUserEventTransaction } from '../events/events.repository.js';
+import type { ApiEvent } from '../events/events.repository.js';
 import {
-  deleteNavigationView,
-  findViewsWithFragmentOrName,
-  insertNavigationView,
+  addViewStatement,
   type NavigationView,
   type NavigationViewChanges,
-  updateNavigationView,
+  removeViewStatement,
+  updateViewStatement,
+  VIEW_EXISTS,
+  VIEW_MISSING,
 } from './navigation-views.repository.js';
 
 /** Fragments of the views every client knows (exact, case-sensitive; spec §2.9). */
@@ -27,13 +28,9 @@ export const BUILT_IN_FRAGMENTS: ReadonlySet<string> = new Set([
   'reminders',
 ]);
 
-const VIEW_EXISTS = 'Navigation view already exists.';
-const VIEW_MISSING = 'Navigation view does not exist.';
-// PATCH and DELETE of a missing view differ only in the code (spec §4 row 7).
-const updateMissing = (): ApiError => new ApiError(404, VIEW_MISSING, 'NOT_FOUND');
-const removeMissing = (): ApiError => new ApiError(404, VIEW_MISSING, 'BAD_REQUEST');
+const EXISTS_MESSAGE = 'Navigation view already exists.';
+const MISSING_MESSAGE = 'Navigation view does not exist.';
 const UNIQUE_VIOLATION = '23505';
-
 
 export interface NewNavigationView {
   fragment: string;
@@ -41,27 +38,56 @@ export interface NewNavigationView {
   name: string | undefined;
 }
 
+type ViewStatement = typeof addViewStatement;
+
+/**
+ * Runs a view statement, which also appends its event, in the caller's transaction, one round trip. The statement
+ * refuses (VIEW_EXISTS, VIEW_MISSING) by raising, which rolls everything back; `missing` is the
+ * error a missing view gets (spec §4 row 7: PATCH and DELETE differ only in the code).
+ */
+async function writeView(
+  transactions: UserTransactions,
+  caller: Caller,
+  statement: ViewStatement,
+  args: { fragment: string | null; isPinned?: boolean; name?: string },
+  event: ApiEvent,
+  missing: () => ApiError,
+  departure: Departure | undefined,
+): Promise<void> {
+  const values = {
+    userId: caller.id, realmId: caller.realmId, events: JSON.stringify([event]),
+    fragment: args.fragment, isPinned: args.isPinned ?? null, name: args.name ?? null,
+  };
+  try {
+    await transactions.run(caller.id, (tx) => statement(tx, values), departure);
+  } catch (error) {
+    const refusal = writeRefusal(error)?.reason;
+    if (refusal === VIEW_EXISTS) throw badRequest(EXISTS_MESSAGE);
+    if (refusal === VIEW_MISSING) throw missing();
+    // Backstop for a writer that bypassed the lock: the table's unique constraints still hold.
+    if (isNavigationViewUniqueViolation(error)) throw badRequest(EXISTS_MESSAGE);
+    throw error;
+  }
+}
+
 /** POST /navigation_views: checks of spec §3.9 in order, then the row and its event. */
-export async function addNavigationView(db: Database, caller: Caller, input: NewNavigationView): Promise<void> {
+export async function addNavigationView(transactions: UserTransactions, caller: Caller, input: NewNavigationView, departure?: Departure): Promise<void> {
   const builtIn = BUILT_IN_FRAGMENTS.has(input.fragment);
   if (builtIn && input.name !== undefined) throw badRequest('Built-in views cannot have a custom name');
   if (!builtIn && input.name === undefined) throw badRequest('Custom views must have a valid name.');
   const view: NavigationView = { fragment: input.fragment, is_pinned: input.is_pinned, name: input.name ?? null };
-  await inUserTransaction(db, caller, async (trx) => {
-    // Under the caller's lock no other write to their views can slip in between check and insert.
-    const clashes = await findViewsWithFragmentOrName(trx, caller.realmId, caller.id, view.fragment, input.name);
-    if (clashes.length > 0) throw badRequest(VIEW_EXISTS);
-    await insertNavigationView(trx, caller.realmId, caller.id, view);
-    return [{ type: 'navigation_view', op: 'add', navigation_view: view }];
-  });
+  const event = { type: 'navigation_view', op: 'add', navigation_view: view };
+  const args = { fragment: view.fragment, isPinned: view.is_pinned, ...(input.name !== undefined && { name: input.name }) };
+  await writeView(transactions, caller, addViewStatement, args, event, () => badRequest(EXISTS_MESSAGE), departure);
 }
 
 /** PATCH /navigation_views/{fragment}: checks of spec §3.10 in order, then the change and its event. */
 export async function changeNavigationView(
-  db: Database,
+  transactions: UserTransactions,
   caller: Caller,
   fragment: string,
   changes: NavigationViewChanges,
+  departure?: Departure,
 ): Promise<void> {
   if (BUILT_IN_FRAGMENTS.has(fragment) && changes.name !== undefined) {
     throw badRequest('Built-in views cannot have a custom name');
@@ -71,46 +97,17 @@ export async function changeNavigationView(
     ...(changes.name !== undefined && { name: changes.name }),
     ...(changes.is_pinned !== undefined && { is_pinned: changes.is_pinned }),
   };
-  await inUserTransaction(db, caller, async (trx) => {
-    const lookup = isStorableText(fragment) ? fragment : null;
-    const matches = await findViewsWithFragmentOrName(trx, caller.realmId, caller.id, lookup, changes.name);
-    // A clash with the view's own current name counts too (spec §3.10 check 2).
-    if (changes.name !== undefined && matches.some((view) => view.name === changes.name)) throw badRequest(VIEW_EXISTS);
-    if (!matches.some((view) => view.fragment === fragment)) throw updateMissing();
-    if (Object.keys(data).length > 0) await updateNavigationView(trx, caller.realmId, caller.id, fragment, data);
-    return [{ type: 'navigation_view', op: 'update', fragment, data }];
-  });
+  const args = { fragment: isStorableText(fragment) ? fragment : null, ...(changes.is_pinned !== undefined && { isPinned: changes.is_pinned }), ...(changes.name !== undefined && { name: changes.name }) };
+  const event = { type: 'navigation_view', op: 'update', fragment, data };
+  await writeView(transactions, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
 }
 
 /** DELETE /navigation_views/{fragment} (spec §3.11). */
-export async function removeNavigationView(db: Database, caller: Caller, fragment: string): Promise<void> {
-  if (!isStorableText(fragment)) throw removeMissing();
-  await inUserTransaction(db, caller, async (trx) => {
-    const deleted = await deleteNavigationView(trx, caller.realmId, caller.id, fragment);
-    if (!deleted) throw removeMissing();
-    return [{ type: 'navigation_view', op: 'remove', fragment }];
-  });
-}
-
-/**
- * Runs a write and stores the events it returns in one transaction under the caller's event lock.
- * Errors thrown inside roll everything back, so a refused request leaves no row and no event.
- */
-async function inUserTransaction(
-  db: Database,
-  caller: Caller,
-  write: (trx: Transaction<DB>) => Promise<ApiEvent[]>,
-): Promise<void> {
-  try {
-    await inUserEventTransaction(db, caller.id, async (trx) => {
-      const events = await write(trx);
-      await appendEvents(trx, caller.realmId, caller.id, events);
-    });
-  } catch (error) {
-    // Backstop for a writer that bypassed the lock: the table's unique constraints still hold.
-    if (isNavigationViewUniqueViolation(error)) throw badRequest(VIEW_EXISTS);
-    throw error;
-  }
+export async function removeNavigationView(transactions: UserTransactions, caller: Caller, fragment: string, departure?: Departure): Promise<void> {
+  const missing = () => new ApiError(404, MISSING_MESSAGE, 'BAD_REQUEST');
+  if (!isStorableText(fragment)) throw missing();
+  const event = { type: 'navigation_view', op: 'remove', fragment };
+  await writeView(transactions, caller, removeViewStatement, { fragment }, event, missing, departure);
 }
 
 function isNavigationViewUniqueViolation(error: unknown): boolean {
@@ -118,3 +115,4 @@ function isNavigationViewUniqueViolation(error: unknown): boolean {
   const { code, table } = error as { code?: unknown; table?: unknown };
   return code === UNIQUE_VIOLATION && table === 'navigation_views';
 }
+

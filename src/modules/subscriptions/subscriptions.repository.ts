@@ -1,6 +1,9 @@
 import { type Kysely, sql } from 'kysely';
+import { jsonBuildObject } from 'kysely/helpers/postgres';
+import { reusableStatement } from '../../db/reusable-statement.js';
+import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
 import type { DB } from '../../db/types.js';
-import type { BooleanColumn, SettingColumn } from './subscriptions.validation.js';
+import type { BooleanColumn } from './subscriptions.validation.js';
 
 /** Kysely<DB> or a Transaction<DB> (which extends it). */
 type Executor = Kysely<DB>;
@@ -9,117 +12,133 @@ type Executor = Kysely<DB>;
 export const MAX_ID = 2_147_483_647;
 export const isIdInRange = (id: number): boolean => Number.isSafeInteger(id) && id >= 1 && id <= MAX_ID;
 
-export interface ChannelSubscriptionState {
-  streamId: number;
-  inviteOnly: boolean;
-  isWebPublic: boolean;
-  /** The caller has an active subscription. */
-  subscribed: boolean;
-  /** The caller's current settings; null when the caller has no subscription row. */
-  settings: Record<SettingColumn, string | boolean | null> | null;
-}
-
-/**
- * The caller's view of the given channels, in one query: the channels of the caller's
- * organization that are not archived, with the caller's subscription state and settings.
- * Channels absent from the result do not exist for the caller.
- */
-export async function findChannelSubscriptionStates(
-  db: Executor,
-  caller: { id: number; realmId: number },
-  streamIds: number[],
-): Promise<Map<number, ChannelSubscriptionState>> {
-  const rows = await db
-    .selectFrom('streams as s')
-    .leftJoin('subscriptions as sub', (join) => join.onRef('sub.stream_id', '=', 's.id').on('sub.user_id', '=', caller.id))
-    .select([
-      's.id', 's.invite_only', 's.is_web_public', 'sub.active', 'sub.color', 'sub.is_muted', 'sub.pin_to_top',
-      'sub.desktop_notifications', 'sub.audible_notifications', 'sub.push_notifications', 'sub.email_notifications',
-      'sub.wildcard_mentions_notify',
-    ])
-    .where('s.realm_id', '=', caller.realmId)
-    .where('s.deactivated', '=', false)
-    // An array literal in one text parameter: node-postgres would escape each element of a JS array
-    // (see appendEvents). Exact because callers pass integers in range (isIdInRange).
-    .where(sql<boolean>`s.id = ANY(${`{${streamIds.join(',')}}`}::int[])`)
-    .execute();
-  return new Map(
-    rows.map((row) => [
-      row.id,
-      {
-        streamId: row.id,
-        inviteOnly: row.invite_only,
-        isWebPublic: row.is_web_public,
-        subscribed: row.active === true,
-        settings: row.active === null ? null : {
-          color: row.color,
-          is_muted: row.is_muted,
-          pin_to_top: row.pin_to_top,
-          desktop_notifications: row.desktop_notifications,
-          audible_notifications: row.audible_notifications,
-          push_notifications: row.push_notifications,
-          email_notifications: row.email_notifications,
-          wildcard_mentions_notify: row.wildcard_mentions_notify,
-        },
-      },
-    ]),
-  );
-}
-
 /** Final values for one subscription; undefined columns stay as they are. */
 export type SettingValues = { color?: string } & { [column in BooleanColumn]?: boolean };
 
-/** Writes the final settings of every changed subscription of the user in one statement. */
-export async function updateSubscriptionSettings(
-  db: Executor,
-  caller: { id: number; realmId: number },
-  updates: Map<number, SettingValues>,
-): Promise<void> {
-  if (updates.size === 0) return;
-  // One JSON parameter (absent keys are NULL): cheaper to send than nine arrays (see appendEvents).
-  const rows = [...updates].map(([streamId, values]) => ({ stream_id: streamId, ...values }));
-  // NULL means "not changed": the API can never set a setting back to NULL.
-  await sql`
-    UPDATE subscriptions AS sub SET
-      color = COALESCE(v.color, sub.color),
-      is_muted = COALESCE(v.is_muted, sub.is_muted),
-      pin_to_top = COALESCE(v.pin_to_top, sub.pin_to_top),
-      desktop_notifications = COALESCE(v.desktop_notifications, sub.desktop_notifications),
-      audible_notifications = COALESCE(v.audible_notifications, sub.audible_notifications),
-      push_notifications = COALESCE(v.push_notifications, sub.push_notifications),
-      email_notifications = COALESCE(v.email_notifications, sub.email_notifications),
-      wildcard_mentions_notify = COALESCE(v.wildcard_mentions_notify, sub.wildcard_mentions_notify)
-    FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(
-      stream_id int, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
-      audible_notifications boolean, push_notifications boolean, email_notifications boolean,
-      wildcard_mentions_notify boolean)
-    WHERE sub.user_id = ${caller.id} AND sub.realm_id = ${caller.realmId} AND sub.stream_id = v.stream_id
-  `.execute(db);
+export interface SettingWriteArgs extends EventAppendArgs {
+  isGuest: boolean;
+  /**
+   * The changes as one JSON array, in order: `[stream_id, column, stored value]` each (the stored
+   * column: is_muted for in_home_view), and a fourth element, the old value, when an earlier change
+   * of the request set the same setting (its value). Ids outside PostgreSQL's integer range are sent
+   * as 0, which names no channel.
+   */
+  entries: string;
+  /** The final values per subscription (`{stream_id, <column>: value…}` objects), as JSON. */
+  updates: string;
+  /** The distinct channel ids of the changes, as an array literal (`{1,2}`): their lookup by index. */
+  streamIds: string;
+  /** false: only check the channels (an entry after these failed its shape checks; events '[]'). */
+  write: boolean;
 }
 
-export interface AuditEntry {
-  streamId: number;
-  /** The stored setting name (is_muted for in_home_view). */
-  property: SettingColumn;
-  oldValue: string | boolean | null;
-  newValue: string | boolean;
-}
+/** How the settings statement refuses (refuse_write's reason; its detail is "<index>:<stream id>"). */
+export const INVALID_CHANNEL = 'invalid channel';
+export const NOT_SUBSCRIBED = 'not subscribed';
 
-/** Appends one audit row per applied change, in order, in one statement. */
-export async function insertSubscriptionAuditRows(
-  db: Executor,
-  caller: { id: number; realmId: number },
-  entries: AuditEntry[],
-): Promise<void> {
-  if (entries.length === 0) return;
-  await sql`
-    INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value)
-    SELECT ${caller.realmId}, ${caller.id}, (a.entry->>0)::int, a.entry->>1, a.entry->2, a.entry->3
-    FROM jsonb_array_elements(${JSON.stringify(entries.map((entry) => [entry.streamId, entry.property, entry.oldValue, entry.newValue]))}::jsonb)
-      WITH ORDINALITY AS a(entry, ord)
-    ORDER BY a.ord
-  `.execute(db);
-}
+/**
+ * Checks f–g of every change (spec §2.7, §3.2) and, when they all pass and `write` is set, writes
+ * the final settings, one audit row per change, old → new in order, and the events: one prepared
+ * statement, run in the user's transaction. A change that fails makes the statement raise
+ * (refuse_write, migration 0006) with the lowest failing index, so nothing is written and the
+ * transaction rolls back. The audit row's old value is the value the previous change of the same
+ * setting left, or the stored one for the first.
+ */
+export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refused: boolean | null }>(
+  [...EVENT_APPEND_ARGUMENTS, 'isGuest', 'entries', 'updates', 'streamIds', 'write'],
+  (db, args) => {
+    const write = sql<boolean>`${args.write}::boolean`;
+    return withEventAppend(db, args)
+      // Raw: table functions WITH ORDINALITY / with a column list (parenthesized for Kysely).
+      .with('entry(ord, stream_id, property, value, known_old, old)', () => sql<{
+        ord: number; stream_id: number; property: string; value: unknown; known_old: boolean; old: unknown;
+      }>`(
+        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
+        FROM jsonb_array_elements(${args.entries}::jsonb) WITH ORDINALITY AS e(item, ord))`)
+      .with('final_value', () => sql<{ stream_id: number } & SettingValues>`(
+        SELECT * FROM json_to_recordset(${args.updates}::json) AS v(
+          stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
+          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean))`)
+      .with('channel', (db) =>
+        db
+          .selectFrom('streams as s')
+          .leftJoin('subscriptions as sub', (join) => join.onRef('sub.stream_id', '=', 's.id').on('sub.user_id', '=', args.userId))
+          .select((eb) => [
+            's.id', 's.invite_only', 's.is_web_public', 'sub.active',
+            jsonBuildObject({
+              color: eb.ref('sub.color'), is_muted: eb.ref('sub.is_muted'), pin_to_top: eb.ref('sub.pin_to_top'),
+              desktop_notifications: eb.ref('sub.desktop_notifications'), audible_notifications: eb.ref('sub.audible_notifications'),
+              push_notifications: eb.ref('sub.push_notifications'), email_notifications: eb.ref('sub.email_notifications'),
+              wildcard_mentions_notify: eb.ref('sub.wildcard_mentions_notify'),
+            }).as('settings'),
+          ])
+          .where('s.realm_id', '=', args.realmId)
+          .where('s.deactivated', '=', sql.lit(false))
+          .where('s.id', '=', sql<number>`ANY(${args.streamIds}::integer[])`))
+      // The lowest-index change that fails f (no such channel for the caller) or g (not subscribed).
+      .with('failure', (db) =>
+        db
+          .selectFrom('entry as e')
+          .leftJoin('channel as c', 'c.id', 'e.stream_id')
+          .select((eb) => [
+            'e.ord', 'e.stream_id',
+            eb.or([
+              eb('c.id', 'is', null),
+              // IS TRUE: no subscription row (active NULL) is no subscription, not an unknown.
+              eb.not(eb.or([
+                eb('c.is_web_public', '=', sql.lit(true)),
+                eb('c.active', 'is', true),
+                eb.and([sql<boolean>`NOT ${args.isGuest}::boolean`, eb('c.invite_only', '=', sql.lit(false))]),
+              ])),
+            ]).as('invalid_channel'),
+          ])
+          .where('c.active', 'is not', true)
+          .orderBy('e.ord')
+          .limit(sql.lit(1)))
+      .with('updated', (db) =>
+        db
+          .updateTable('subscriptions as sub')
+          .from('final_value as v')
+          .set((eb) => ({
+            color: eb.fn.coalesce('v.color', 'sub.color'),
+            is_muted: eb.fn.coalesce('v.is_muted', 'sub.is_muted'),
+            pin_to_top: eb.fn.coalesce('v.pin_to_top', 'sub.pin_to_top'),
+            desktop_notifications: eb.fn.coalesce('v.desktop_notifications', 'sub.desktop_notifications'),
+            audible_notifications: eb.fn.coalesce('v.audible_notifications', 'sub.audible_notifications'),
+            push_notifications: eb.fn.coalesce('v.push_notifications', 'sub.push_notifications'),
+            email_notifications: eb.fn.coalesce('v.email_notifications', 'sub.email_notifications'),
+            wildcard_mentions_notify: eb.fn.coalesce('v.wildcard_mentions_notify', 'sub.wildcard_mentions_notify'),
+          }))
+          .where(write)
+          .where('sub.user_id', '=', args.userId)
+          .where('sub.realm_id', '=', args.realmId)
+          .whereRef('sub.stream_id', '=', 'v.stream_id'))
+      .with('audited', (db) =>
+        db
+          .insertInto('subscription_audit_log')
+          .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value'])
+          .expression((eb) =>
+            eb
+              .selectFrom('entry as e')
+              .innerJoin('channel as c', 'c.id', 'e.stream_id')
+              .select((eb) => [
+                sql<number>`${args.realmId}::integer`.as('realm_id'), sql<number>`${args.userId}::integer`.as('user_id'), 'e.stream_id', 'e.property',
+                // The first change of a setting starts from the stored value.
+                eb.case().when('e.known_old', '=', sql.lit(true)).then(eb.ref('e.old')).else(sql<unknown>`(c.settings -> e.property)::jsonb`).end().as('old_value'),
+                'e.value',
+              ])
+              .where(write)
+              .orderBy('e.ord')))
+      // The main query evaluates the refusal: when a change fails, the statement raises before
+      // (or instead of) committing the writes above.
+      .selectNoFrom((eb) => [
+        eb
+          .selectFrom('failure')
+          .select(sql<boolean>`refuse_write(CASE WHEN invalid_channel THEN ${sql.lit(INVALID_CHANNEL)} ELSE ${sql.lit(NOT_SUBSCRIBED)} END, ord || ':' || stream_id)`.as('refused'))
+          .as('refused'),
+      ]);
+  },
+);
 
 /** Deletes up to `limit` audit rows older than `days` days; returns how many it deleted. */
 export async function deleteOldAuditRows(db: Executor, days: number, limit: number): Promise<number> {
@@ -140,7 +159,7 @@ export async function deleteOldAuditRows(db: Executor, days: number, limit: numb
  * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
  * optionally with each channel's active subscribers (active users), all in one query.
  */
-export function listActiveSubscriptionRows(
+export function selectActiveSubscriptions(
   db: Executor,
   user: { id: number; realmId: number },
   includeSubscribers: boolean,
@@ -166,6 +185,5 @@ export function listActiveSubscriptionRows(
     .where('sub.realm_id', '=', user.realmId)
     .where('sub.active', '=', true)
     .where('s.deactivated', '=', false)
-    .orderBy(sql`s.name COLLATE "C"`)
-    .execute();
+    .orderBy(sql`s.name COLLATE "C"`);
 }

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { asString, jsonBoolean, jsonListOfAtMost } from '../../http/params.js';
 import {
@@ -21,7 +22,7 @@ export const MAX_SUBSCRIPTION_CHANGES = 10_000;
 const subscriptionData = jsonListOfAtMost(MAX_SUBSCRIPTION_CHANGES);
 
 /** Subscription settings (spec §3.2–§3.4). */
-export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db }) => {
+export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
     const params = request.zulipParams;
     const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
@@ -29,22 +30,22 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db 
     return success(request, { subscriptions });
   });
 
-  app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request) => {
+  app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request, reply) => {
     const params = request.zulipParams;
     const entries = params.required('subscription_data', subscriptionData);
     const { changes, shapeError } = checkBulkEntries(entries);
-    await applySubscriptionChanges(db, request.caller, changes, shapeError);
+    await applySubscriptionChanges(transactions, request.caller, changes, shapeError, clientGone(reply));
     return success(request);
   });
 
   // PATCH (Zulip) and POST (the brief) behave identically (spec §4 row 1).
-  const updateOneSetting: RouteHandlerMethod = async (request) => {
+  const updateOneSetting: RouteHandlerMethod = async (request, reply) => {
     const { stream_id: digits } = request.params as { stream_id: string };
     const params = request.zulipParams;
     const property = params.required('property', asString);
     const value = params.required('value', parseSingleValue);
     const change = checkSettingChange(parseChannelIdSegment(digits), property, value);
-    await applySubscriptionChanges(db, request.caller, [change]);
+    await applySubscriptionChanges(transactions, request.caller, [change], undefined, clientGone(reply));
     return success(request);
   };
   // Digits only: any other segment is not this route (404 from the router).

@@ -1,7 +1,7 @@
 import type { ApiEvent } from '../events/events.repository.js';
 import type { SettingChange } from './subscriptions.validation.js';
 
-/** A row of listActiveSubscriptionRows (channel and the user's settings). */
+/** A row of selectActiveSubscriptions (channel and the user's settings). */
 export interface SubscriptionRow {
   stream_id: number;
   name: string;

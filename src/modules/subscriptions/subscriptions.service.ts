@@ -1,16 +1,17 @@
 import type { Database } from '../../db/database.js';
+import { writeRefusal } from '../../db/errors.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import type { Caller } from '../../http/auth.js';
+import type { Departure } from '../../http/client-gone.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
-import { type ApiEvent, appendEvents, inUserEventTransaction } from '../events/events.repository.js';
+import type { ApiEvent } from '../events/events.repository.js';
 import {
-  type AuditEntry,
-  type ChannelSubscriptionState,
-  findChannelSubscriptionStates,
-  insertSubscriptionAuditRows,
+  INVALID_CHANNEL,
   isIdInRange,
-  listActiveSubscriptionRows,
+  NOT_SUBSCRIBED,
+  selectActiveSubscriptions,
   type SettingValues,
-  updateSubscriptionSettings,
+  writeSettingsStatement,
 } from './subscriptions.repository.js';
 import { changeEvents, serializeSubscription, type SubscriptionObject } from './subscriptions.serializers.js';
 import type { SettingChange, SettingColumn } from './subscriptions.validation.js';
@@ -19,75 +20,80 @@ type SettingsCaller = Pick<Caller, 'id' | 'realmId' | 'role'>;
 
 const GUEST_ROLE = 600;
 
-/** Checks f–g (spec §2.7) for one change; throws its error. */
-function checkChannel(change: SettingChange, state: ChannelSubscriptionState | undefined, isGuest: boolean): void {
-  const accessible = state !== undefined && (state.isWebPublic || state.subscribed || (!isGuest && !state.inviteOnly));
-  if (!accessible) throw badRequest('Invalid channel ID');
-  if (!state.subscribed) throw badRequest(`Not subscribed to channel ID ${change.streamId}`);
-}
+/** Larger updates run on a connection of their own (see TransactionSize): a few milliseconds at most on a shared one. */
+const SMALL_UPDATE_CHANGES = 100;
 
-interface WritePlan {
-  /** Final values per subscription (entries applied in order, last one wins). */
-  updates: Map<number, SettingValues>;
-  audit: AuditEntry[];
-  events: ApiEvent[];
-}
+// Ids beyond PostgreSQL's integer range cannot name a channel: 0 names none either.
+const storableStreamId = (id: number) => (isIdInRange(id) ? id : 0);
 
 /**
- * Replays the changes in order over the current settings: each audit row's old value is the value
- * left by the previous change (or the stored one), and only the final values are written.
+ * The changes as the statement takes them (with the old value of a setting an earlier change set),
+ * the final values per subscription (the last change wins) and the events, in order.
  */
-function planWrites(changes: SettingChange[], states: Map<number, ChannelSubscriptionState>): WritePlan {
-  const current = new Map<number, Record<string, string | boolean | null>>();
+function planWrites(changes: SettingChange[]) {
   const updates = new Map<number, SettingValues>();
-  const audit: AuditEntry[] = [];
+  const entries: unknown[][] = [];
   const events: ApiEvent[] = [];
   for (const change of changes) {
-    let settings = current.get(change.streamId);
-    if (!settings) {
-      // Checked subscribed, so the settings exist.
-      settings = { ...states.get(change.streamId)!.settings! };
-      current.set(change.streamId, settings);
-    }
-    audit.push({ streamId: change.streamId, property: change.column, oldValue: settings[change.column] ?? null, newValue: change.stored });
-    settings[change.column] = change.stored;
     let values = updates.get(change.streamId);
     if (!values) updates.set(change.streamId, (values = {}));
-    (values as Record<SettingColumn, string | boolean>)[change.column] = change.stored;
+    const set = values as Record<SettingColumn, string | boolean>;
+    const entry: unknown[] = [storableStreamId(change.streamId), change.column, change.stored];
+    if (Object.hasOwn(set, change.column)) entry.push(set[change.column]);
+    entries.push(entry);
+    set[change.column] = change.stored;
     for (const event of changeEvents(change)) events.push(event);
   }
-  return { updates, audit, events };
+  const finalValues = [...updates].filter(([streamId]) => isIdInRange(streamId)).map(([streamId, values]) => ({ stream_id: streamId, ...values }));
+  return { entries, finalValues, events };
+}
+
+/** The API error of a refused settings statement (its detail: "<1-based index>:<stream id>"). */
+function channelError(error: unknown, changes: SettingChange[]): ApiError | undefined {
+  const refusal = writeRefusal(error);
+  if (!refusal) return undefined;
+  const change = changes[Number(refusal.detail.split(':')[0]) - 1]!;
+  if (refusal.reason === INVALID_CHANNEL) return badRequest('Invalid channel ID');
+  if (refusal.reason === NOT_SUBSCRIBED) return badRequest(`Not subscribed to channel ID ${change.streamId}`);
+  return undefined;
 }
 
 /**
- * Applies subscription setting changes all-or-nothing (spec §3.2): the channel checks of every
- * change run inside the transaction that holds the caller's event lock, the lowest-index failure
- * wins (`shapeError` belongs to the entry right after `changes`), and on success the settings,
- * the audit rows and the events are written with one statement each.
+ * Applies subscription setting changes all-or-nothing (spec §3.2) in the caller's transaction,
+ * one round trip: the channel checks f–g of every change, the settings, the audit rows and the
+ * events, in one statement. The lowest-index failure wins: a channel failure of a change
+ * before `shapeError`'s entry (which belongs to the entry right after `changes`), else the shape
+ * error, for which the channels are only checked and nothing is written.
  */
 export async function applySubscriptionChanges(
-  db: Database,
+  transactions: UserTransactions,
   caller: SettingsCaller,
   changes: SettingChange[],
   shapeError?: ApiError,
+  departure?: Departure,
 ): Promise<void> {
   if (changes.length === 0) {
     if (shapeError) throw shapeError;
     return;
   }
-  await inUserEventTransaction(db, caller.id, async (trx) => {
-    // Ids beyond PostgreSQL's integer range cannot name a channel: they never reach the query.
-    const streamIds = [...new Set(changes.map((change) => change.streamId))].filter(isIdInRange);
-    const states = await findChannelSubscriptionStates(trx, caller, streamIds);
-    const isGuest = caller.role === GUEST_ROLE;
-    for (const change of changes) checkChannel(change, states.get(change.streamId), isGuest);
-    if (shapeError) throw shapeError;
-
-    const plan = planWrites(changes, states);
-    await updateSubscriptionSettings(trx, caller, plan.updates);
-    await insertSubscriptionAuditRows(trx, caller, plan.audit);
-    await appendEvents(trx, caller.realmId, caller.id, plan.events);
-  });
+  const { entries, finalValues, events } = planWrites(changes);
+  const args = {
+    userId: caller.id,
+    realmId: caller.realmId,
+    isGuest: caller.role === GUEST_ROLE,
+    entries: JSON.stringify(entries),
+    updates: JSON.stringify(finalValues),
+    // One array literal in one text parameter: node-postgres would escape each element of a JS array.
+    streamIds: `{${[...new Set(changes.map((change) => storableStreamId(change.streamId)))].join(',')}}`,
+    write: shapeError === undefined,
+    events: JSON.stringify(shapeError === undefined ? events : []),
+  };
+  try {
+    await transactions.run(caller.id, (tx) => writeSettingsStatement(tx, args), departure, changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small');
+  } catch (error) {
+    throw channelError(error, changes) ?? error;
+  }
+  if (shapeError) throw shapeError;
 }
 
 /**
@@ -99,6 +105,6 @@ export async function listSubscriptions(
   user: Pick<Caller, 'id' | 'realmId'>,
   options: { includeSubscribers: boolean },
 ): Promise<SubscriptionObject[]> {
-  const rows = await listActiveSubscriptionRows(db, user, options.includeSubscribers);
+  const rows = await selectActiveSubscriptions(db, user, options.includeSubscribers).execute();
   return rows.map(serializeSubscription);
 }

@@ -1,7 +1,7 @@
-import type { ExpressionBuilder } from 'kysely';
+import { type Expression, type ExpressionBuilder, sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
-import type { AccountQuery } from '../../http/auth.js';
+import type { AccountQuery } from '../../http/auth.repository.js';
 import type { DB } from '../../db/types.js';
 import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import type { UserRecord } from './users.serializers.js';
@@ -96,19 +96,20 @@ function toUserRecord(row: Omit<UserRow, 'realm_id'>, realmId: number): UserReco
   };
 }
 
+interface UserByIdArgs extends Record<string, unknown> {
+  realmId: number;
+  userId: number;
+  viewerId?: number;
+}
+
 // GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
 // shape of the load options.
-const userByIdQueries = new Map<string, (reads: StatementRunner, realmId: number, userId: number, viewerId: number) => Promise<UserRow[]>>();
+const userByIdQueries = new Map<string, (reads: StatementRunner, args: UserByIdArgs) => Promise<UserRow[]>>();
 
-function userByIdQuery(withProfileData: boolean, restricted: boolean) {
-  if (!restricted) {
-    const query = reusableStatement(2, (db: Database, realmId: number, userId: number) =>
-      selectUsers(db, realmId, { withProfileData }).where('users.id', '=', userId));
-    return (reads: StatementRunner, realmId: number, userId: number) => query(reads, realmId, userId);
-  }
-  return reusableStatement(3, (db: Database, realmId: number, userId: number, viewerId: number) =>
-    selectUsers(db, realmId, { withProfileData, sharedChannelsWithUserId: viewerId }).where('users.id', '=', userId));
-}
+const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
+  reusableStatement<UserByIdArgs, UserRow>(restricted ? ['realmId', 'userId', 'viewerId'] : ['realmId', 'userId'], (db, args) =>
+    selectUsers(db, args.realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: args.viewerId! }) })
+      .where('users.id', '=', args.userId));
 
 export async function findUserById(
   reads: StatementRunner,
@@ -120,20 +121,31 @@ export async function findUserById(
   const shape = `${options.withProfileData}/${restricted}`;
   let query = userByIdQueries.get(shape);
   if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
-  const [row] = await query(reads, realmId, userId, options.sharedChannelsWithUserId ?? 0);
+  const [row] = await query(reads, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
   return row && toUserRecord(row, row.realm_id);
 }
 
 /**
  * Extends the authentication query (AuthLookup) with one user by id of the caller's organization,
- * LEFT JOINed under the table's own name and column names: no restricted-viewer fact, which
- * depends on the viewer's role.
+ * joined under the table's own name and column names (one index probe per request: LATERAL with
+ * OFFSET 0, as the caller's own row): no restricted-viewer fact, which depends on the viewer's role.
  */
-export const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: number) =>
+export const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: Expression<number>) =>
   account
-    .leftJoin('users', (join) => join.onRef('users.realm_id', '=', 'caller.realm_id').on('users.id', '=', userId))
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom('users')
+          .select(USER_COLUMNS_IN_REALM)
+          .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+          .where('users.id', '=', userId)
+          .whereRef('users.realm_id', '=', 'caller.realm_id')
+          .offset(sql.lit(0))
+          .as('users'),
+      (join) => join.onTrue(),
+    )
     .select(USER_COLUMNS_IN_REALM)
-    .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')));
+    .$if(withProfileData, (qb) => qb.select('users.profile_values'));
 
 /** The user of a joinUserById row, if the join found one (in the caller's organization). */
 export function userRecordFromJoinedRow(row: unknown): UserRecord | undefined {
@@ -155,7 +167,8 @@ export async function findUserByDeliveryEmail(
 }
 
 /** Every user of the organization (active, deactivated, bots), ascending by id. */
-export async function listRealmUsers(db: Database, realmId: number, options: UserLoadOptions): Promise<UserRecord[]> {
-  const rows = await selectUsers(db, realmId, options).orderBy('users.id').execute();
-  return rows.map((row) => toUserRecord(row, row.realm_id));
-}
+export const selectRealmUsers = (db: Database, realmId: number, options: UserLoadOptions) =>
+  selectUsers(db, realmId, options).orderBy('users.id');
+
+/** The records of selectRealmUsers' rows. */
+export const realmUserRecords = (rows: UserRow[]): UserRecord[] => rows.map((row) => toUserRecord(row, row.realm_id));

@@ -10,7 +10,7 @@ import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './user
  * Runs before authentication, so it must not throw: a bad include_custom_profile_fields gets no
  * lookup here and its 400 from the handler, after the credentials are checked.
  */
-function userLookupForRequest(request: FastifyRequest): AuthLookup | undefined {
+function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | undefined {
   const raw = request.zulipParams.peek('include_custom_profile_fields');
   let withProfileData = false;
   if (raw !== undefined) {

@@ -9,7 +9,8 @@ import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer
 import {
   findUserByDeliveryEmail,
   findUserById,
-  listRealmUsers,
+  realmUserRecords,
+  selectRealmUsers,
   type UserLoadOptions,
   joinUserById,
   userRecordFromJoinedRow,
@@ -76,7 +77,7 @@ async function findTarget(
  * GET /users/{user_id}'s lookup, folded into the authentication statement (one round trip instead
  * of two on the hottest read). Only for id paths; the result is used only by unrestricted viewers.
  */
-export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup | undefined {
+export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup<object> | undefined {
   const userId = DIGITS.test(pathValue) ? parseUserId(pathValue) : undefined;
   if (userId === undefined) return undefined;
   return { key: `user by id, profile data ${withProfileData}`, argument: userId, extend: joinUserById(withProfileData) };
@@ -111,7 +112,7 @@ export async function listUsersForViewer(
   viewer: UserViewerInRealm,
   options: UserObjectOptions,
 ): Promise<ApiUser[]> {
-  const users = await listRealmUsers(db, viewer.realmId, loadOptions(viewer, options));
+  const users = realmUserRecords(await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options)).execute());
   return users.map((user) =>
     canAccessUser(viewer, user)
       ? buildUserObject(viewer, user, options, config)

@@ -1,10 +1,12 @@
 import pg from 'pg';
 import { DatabaseUnavailable, statementFailure } from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
+import { batchWritesOfThisTurn } from './socket-writes.js';
 
 /**
- * A few long-lived connections in pipeline mode for the per-request single statements
- * (authentication with the rate-limit decision, one user by id).
+ * A few long-lived connections in pipeline mode, shared by many requests: the authentication
+ * statements (src/http/auth.repository.ts) and one user by id on the read connections, small write
+ * transactions on the write connections (src/db/user-transactions.ts).
  *
  * Through the pool, every such statement checks a connection out, waits a full round trip with it
  * and hands it back; on a busy server the check-out, the idle timers and one socket write and
@@ -15,16 +17,16 @@ import type { Statement, StatementRunner } from './reusable-statement.js';
  * about half the CPU per statement on each side and twice the throughput of the pool
  * (bench/RESULTS.md).
  *
- * What may go here: short autocommit statements by unique key, never a transaction, a session
- * setting or a long statement: it would hold up every statement queued behind it on its
- * connection. The connections' statement_timeout (DB_READ_STATEMENT_TIMEOUT_MS) bounds that.
+ * What may go here: short statements, and short transactions whose statements are issued in one
+ * go (`sequence`), never a session setting or long work: it would hold up every statement queued
+ * behind it on its connection. The connections' statement_timeout bounds that.
  *
  * Connections open on first use and are replaced after an error or a disconnect: the statements
  * in flight on a lost connection fail with DatabaseUnavailable (a 503, as the pool's would), the
  * next ones open a new connection.
  */
 
-export interface PipelinedReadsOptions {
+export interface PipelinedConnectionsOptions {
   connectionString: string;
   connections: number;
   connectTimeoutMs: number;
@@ -58,32 +60,72 @@ interface Lane {
  */
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
-export class PipelinedReads implements StatementRunner {
+const closedError = () => new DatabaseUnavailable('the database connections are closed');
+
+/** Sends one statement on the connection a `sequence` was given; resolves to its rows. */
+export type Send = <R>(config: pg.QueryConfig) => Promise<R[]>;
+
+export class PipelinedConnections implements StatementRunner {
   private readonly lanes: (Lane | undefined)[];
   private closed = false;
 
-  constructor(private readonly options: PipelinedReadsOptions) {
+  constructor(private readonly options: PipelinedConnectionsOptions) {
     this.lanes = new Array<Lane | undefined>(options.connections).fill(undefined);
   }
 
   /** Runs one statement (by name when it has one: a prepared statement) and resolves to its rows. */
   run<R>(statement: Statement, values: readonly unknown[]): Promise<R[]> {
-    if (this.closed) return Promise.reject(new DatabaseUnavailable('the database connections are closed'));
+    if (this.closed) return Promise.reject(closedError());
     const lane = this.leastBusyLane();
     const config: pg.QueryConfig = { ...statement, values: values as unknown[] };
+    if (lane.connected) return this.send<R>(lane, config);
+    lane.inFlight++; // counts while it waits for the connection too
+    return lane.ready.then(
+      () => {
+        lane.inFlight--;
+        return this.send<R>(lane, config);
+      },
+      (error: unknown) => {
+        lane.inFlight--;
+        throw error;
+      },
+    );
+  }
+
+  /**
+   * Gives `issue` one connection, on which the statements it sends (synchronously, before it awaits
+   * anything) follow each other with nobody else's in between: a transaction can be written that
+   * way. Resolves to what `issue` returns.
+   */
+  async sequence<T>(issue: (send: Send) => T): Promise<T> {
+    if (this.closed) throw closedError();
+    const lane = this.leastBusyLane();
+    if (!lane.connected) {
+      lane.inFlight++;
+      try {
+        await lane.ready;
+      } finally {
+        lane.inFlight--;
+      }
+    }
+    if (lane.failed) throw new DatabaseUnavailable('database connection lost');
+    return issue(<R>(config: pg.QueryConfig) => this.send<R>(lane, config));
+  }
+
+  /** Sends on a connected lane; its writes of this turn of the event loop leave together. */
+  private send<R>(lane: Lane, config: pg.QueryConfig): Promise<R[]> {
     lane.inFlight++;
-    const send = () => lane.client.query<R & pg.QueryResultRow>(config);
-    const sent = lane.connected ? send() : lane.ready.then(send);
+    batchWritesOfThisTurn(lane.client);
     const { onStatement } = this.options;
-    return sent.then(
+    return lane.client.query<R & pg.QueryResultRow>(config).then(
       (result) => {
         lane.inFlight--;
-        onStatement?.(statement.text);
+        onStatement?.(config.text);
         return result.rows;
       },
       (error: unknown) => {
         lane.inFlight--;
-        onStatement?.(statement.text);
+        onStatement?.(config.text);
         if (STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
         throw statementFailure(error, lane.failed);
       },

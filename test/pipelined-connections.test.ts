@@ -4,14 +4,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { sql } from 'kysely';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
-import { PipelinedReads, type PipelinedReadsOptions } from '../src/db/pipelined-reads.js';
+import { PipelinedConnections, type PipelinedConnectionsOptions } from '../src/db/pipelined-connections.js';
 import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
 import { api, createTestContext } from './helpers/app.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 import { ids } from './helpers/fixture.js';
 
 let database: TestDatabase;
-const opened: PipelinedReads[] = [];
+const opened: PipelinedConnections[] = [];
 
 beforeAll(async () => {
   database = await createTestDatabase();
@@ -23,17 +23,17 @@ afterAll(async () => {
   await database.drop();
 });
 
-function pipelinedReads(options: Partial<PipelinedReadsOptions> = {}): PipelinedReads {
-  const reads = new PipelinedReads({
+function pipelinedReads(options: Partial<PipelinedConnectionsOptions> = {}): PipelinedConnections {
+  const reads = new PipelinedConnections({
     connectionString: database.url, connections: 1, connectTimeoutMs: 2000, statementTimeoutMs: 0, keepAliveInitialDelayMs: 10_000, types: pg.types, ...options,
   });
   opened.push(reads);
   return reads;
 }
 
-const backendPid = async (reads: PipelinedReads) => (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
+const backendPid = async (reads: PipelinedConnections) => (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
 
-describe('PipelinedReads', () => {
+describe('PipelinedConnections', () => {
   it('answers concurrent statements each with its own rows, on no more connections than configured', async () => {
     const reads = pipelinedReads({ connections: 2 });
     const answers = await Promise.all(
@@ -160,7 +160,7 @@ describe('the per-request reads of the app go through the read connections', () 
   it('GET /users/{id} is answered while every pool connection is taken; a read through the pool is not', async () => {
     const ctx = await createTestContext();
     const handle = createDatabase(ctx.database.url, { poolMax: 1, connectTimeoutMs: 500 });
-    const app = await buildApp({ config: ctx.config, db: handle.db, reads: handle.reads });
+    const app = await buildApp({ config: ctx.config, ...handle });
     const held = await handle.pool.connect();
     try {
       const user = await api(app, { url: `/api/v1/users/${ids.U}`, as: 'V' });

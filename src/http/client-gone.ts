@@ -1,0 +1,36 @@
+import type { FastifyReply } from 'fastify';
+
+/**
+ * Whether the client of a request went away before its answer was sent (its connection closed
+ * early), and a way to hear of it: work done for that client alone can stop
+ * (src/db/user-transactions.ts cancels its statements, a long poll ends). Lighter than an
+ * AbortSignal, an EventTarget, made for every write.
+ */
+export interface Departure {
+  readonly gone: boolean;
+  /** Calls `listener` once when the client goes; returns the function that stops listening. */
+  onGone(listener: () => void): () => void;
+}
+
+class ClientDeparture implements Departure {
+  gone = false;
+  private listeners: (() => void)[] = [];
+
+  constructor(reply: FastifyReply) {
+    reply.raw.once('close', () => {
+      if (reply.raw.writableFinished) return;
+      this.gone = true;
+      for (const listener of this.listeners.splice(0)) listener();
+    });
+  }
+
+  onGone(listener: () => void): () => void {
+    this.listeners.push(listener);
+    return () => {
+      const index = this.listeners.indexOf(listener);
+      if (index >= 0) this.listeners.splice(index, 1);
+    };
+  }
+}
+
+export const clientGone = (reply: FastifyReply): Departure => new ClientDeparture(reply);

@@ -1,0 +1,171 @@
+import net from 'node:net';
+import pg from 'pg';
+import { sql } from 'kysely';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { reusableStatement, type StatementRunner } from '../src/db/reusable-statement.js';
+import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import type { Departure } from '../src/http/client-gone.js';
+import { createTestContext, type TestContext } from './helpers/app.js';
+import { auth, ids } from './helpers/fixture.js';
+import { PROPERTIES_URL } from './subscriptions-helpers.js';
+
+// src/db/user-transactions.ts: a user's statements in one pipelined transaction under the user's
+// lock, cancelled when the client goes away.
+
+let ctx: TestContext;
+let other: pg.Client;
+beforeAll(async () => {
+  ctx = await createTestContext();
+});
+afterAll(() => ctx.close());
+beforeEach(async () => {
+  other = new pg.Client({ connectionString: ctx.database.url });
+  await other.connect();
+});
+afterEach(async () => {
+  await other.end();
+});
+
+const renameU = reusableStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
+  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'));
+const nameOfU = async () => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
+
+/** Backends waiting for U's user lock. */
+async function lockWaiters(): Promise<number> {
+  const { rows } = await other.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
+    [USER_EVENT_LOCK_NAMESPACE, ids.U],
+  );
+  return rows[0]!.n;
+}
+
+describe('UserTransactions', () => {
+  it('commits the statements of a work together, in one round trip after BEGIN and the lock', async () => {
+    ctx.database.statements.length = 0;
+    const rows = await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Renamed' }));
+    expect(rows).toEqual([{ id: ids.U }]);
+    expect(ctx.database.statements).toEqual(['BEGIN', 'SELECT pg_advisory_xact_lock($1, $2)', expect.stringContaining('update "users"'), 'COMMIT']);
+    expect(await nameOfU()).toBe('Renamed');
+    await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+  });
+
+  it('a statement issued after the work awaited is refused, and nothing of the work is kept', async () => {
+    const late = ctx.database.transactions.run(ids.U, async (tx: StatementRunner) => {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      return renameU(tx, { userId: ids.U, name: 'Too late' });
+    });
+    await expect(late).rejects.toThrow('a statement was issued after its transaction was sent');
+    expect(await nameOfU()).toBe('U Member');
+  });
+
+  it('a work that gives up at its first failed statement leaves no later failure unobserved', async () => {
+    const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
+    for (const size of ['small', 'large'] as const) {
+      const outcome = ctx.database.transactions.run(ids.U, async (tx) => {
+        const first = failing(tx, { divisor: 0 });
+        failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
+        renameU(tx, { userId: ids.U, name: 'Never' });
+        return first;
+      }, undefined, size);
+      await expect(outcome).rejects.toMatchObject({ code: '22012' }); // division_by_zero, the first failure
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50)); // an unobserved rejection would surface here
+    expect(await nameOfU()).toBe('U Member');
+  });
+
+  it('a work that throws after issuing a statement rolls it back', async () => {
+    const thrown = new Error('the work failed');
+    const outcome = ctx.database.transactions.run(ids.U, (tx) => {
+      void renameU(tx, { userId: ids.U, name: 'Half done' }).catch(() => undefined);
+      throw thrown;
+    });
+    await expect(outcome).rejects.toBe(thrown);
+    expect(await nameOfU()).toBe('U Member');
+  });
+
+  it('small transactions share the write connections: at most DB_WRITE_CONNECTIONS (2) backends for any number of users', async () => {
+    const backend = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
+      db.selectFrom('users').select(sql<number>`pg_backend_pid()`.as('pid')).where('id', '=', args.userId));
+    const users = [ids.O, ids.A, ids.M, ids.U, ids.V, ids.G];
+    const pids = await Promise.all(users.map((userId) => ctx.database.transactions.run(userId, (tx) => backend(tx, { userId }))));
+    expect(new Set(pids.map((rows) => rows[0]!.pid)).size).toBeLessThanOrEqual(2);
+    const large = await ctx.database.transactions.run(ids.U, (tx) => backend(tx, { userId: ids.U }), undefined, 'large');
+    expect(pids.map((rows) => rows[0]!.pid)).not.toContain(large[0]!.pid); // a pooled connection
+  });
+
+  it('a client gone before its turn sends nothing; a large transaction whose client leaves while it waits for the lock is cancelled and rolled back', async () => {
+    const gone: Departure = { gone: true, onGone: () => () => undefined };
+    ctx.database.statements.length = 0;
+    await expect(ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Never' }), gone))
+      .rejects.toBeInstanceOf(ClientGone);
+    expect(ctx.database.statements).toEqual([]);
+
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    let leave = () => undefined as void;
+    const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
+    const waiting = ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Cancelled' }), leaving, 'large');
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    leave();
+    await expect(waiting).rejects.toMatchObject({ code: '57014' }); // canceling statement due to user request
+    expect(await lockWaiters()).toBe(0);
+    await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    expect(await nameOfU()).toBe('U Member');
+    // The cancelled connection was closed, not handed back: the next transaction works.
+    expect(await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }), undefined, 'large')).toEqual([{ id: ids.U }]);
+  });
+});
+
+describe('a request whose client goes away', () => {
+  let port: number;
+  beforeAll(async () => {
+    await ctx.app.listen({ port: 0, host: '127.0.0.1' });
+    port = (ctx.app.server.address() as net.AddressInfo).port;
+  });
+
+  /** A bulk update sent over a socket the test can close. */
+  function bulkOverSocket(entries: object[]): net.Socket {
+    const body = new URLSearchParams({ subscription_data: JSON.stringify(entries) }).toString();
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.write(
+        `POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n` +
+          `Content-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      );
+    });
+    socket.on('error', () => undefined);
+    return socket;
+  }
+  const pinToTop = (value: boolean) => ({ stream_id: ids.P, property: 'pin_to_top', value });
+  const pinOfP = async () =>
+    (await ctx.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow()).pin_to_top;
+
+  it('a large write: the statement waiting for the user lock is cancelled and nothing is written', async () => {
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    const socket = bulkOverSocket(Array.from({ length: 101 }, () => pinToTop(true)));
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    socket.destroy(); // the client hangs up while its write waits
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(0));
+    await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await pinOfP()).toBe(false);
+    expect(await ctx.db.selectFrom('subscription_audit_log').select('id').execute()).toEqual([]);
+  });
+
+  it('a small write waiting for its turn behind the same user\'s write is never sent', async () => {
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    const first = bulkOverSocket([pinToTop(true)]);
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    const second = bulkOverSocket([pinToTop(false)]);
+    await vi.waitFor(() => expect(ctx.database.transactions.activeUsers).toBe(1));
+    await new Promise((resolve) => setTimeout(resolve, 100)); // the second request waits its turn
+    second.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    await vi.waitFor(async () => expect(await pinOfP()).toBe(true)); // the first one, sent, completes
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await pinOfP()).toBe(true); // the second one never ran
+    const audit = await ctx.db.selectFrom('subscription_audit_log').select('new_value').where('acting_user_id', '=', ids.U).execute();
+    expect(audit).toEqual([{ new_value: true }]);
+    first.destroy();
+  });
+});
