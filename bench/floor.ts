@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import formbody from '@fastify/formbody';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import pg from 'pg';
 
@@ -8,18 +9,34 @@ import pg from 'pg';
  * SHA-256 of the key looked up by its unique index, address, active and organization checks),
  * same pool size, same user object keys, but ONE query that authenticates the caller and fetches
  * the target together; no hooks, no parameter layer, no logger, no query builder. Its queries are
- * named prepared statements, as the server's per-request queries are (src/lib/prepared-statements.ts):
+ * named prepared statements, as the server's per-request statements are (src/db/reusable-statement.ts):
  * planned once per connection.
  *
  * Two more routes answer the same: /two-queries/… with two queries (authentication, then the
  * lookup, as the server does: the difference is the price of the extra round trip), and /plain/…
  * with an unnamed statement (the difference is what preparing is worth).
  *
- * Environment: DATABASE_URL, PORT, DB_POOL_MAX (default 20, as the server's).
+ * The write floor: POST /api/v1/users/me/subscriptions/properties (a 1-entry boolean change) and
+ * PATCH /api/v1/navigation_views/{fragment}, each ONE autocommit prepared statement that
+ * authenticates by key hash, applies the change, appends one audit row (settings), one event to
+ * each of the caller's queues and NOTIFYs; the address and organization checks in JavaScript, as
+ * for the read. No validation beyond that, no lock, no rate limiting.
+ *
+ * Environment: DATABASE_URL, PORT, DB_POOL_MAX (default 20, as the server's), FLOOR_LOG_FILE
+ * (when set, one JSON line per request at info level goes there, as the server's production
+ * default writes).
  */
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: Number(process.env.DB_POOL_MAX ?? 20) });
-const app = Fastify({ logger: false });
+const LOG_FILE = process.env.FLOOR_LOG_FILE;
+const app = Fastify({ logger: LOG_FILE ? { level: 'info', file: LOG_FILE } : false, disableRequestLogging: true });
+await app.register(formbody);
+if (LOG_FILE) {
+  app.addHook('onResponse', (request, reply, done) => {
+    request.log.info({ method: request.method, path: request.url.split('?', 1)[0], statusCode: reply.statusCode, responseTimeMs: reply.elapsedTime }, 'request completed');
+    done();
+  });
+}
 
 const CALLER_COLUMNS = `c.realm_id, c.delivery_email AS caller_email, c.is_active AS caller_active,
   r.deactivated AS realm_deactivated, r.subdomain`;
@@ -135,6 +152,65 @@ app.get<{ Params: { id: string } }>('/two-queries/api/v1/users/:id', async (requ
   const values = [caller.realm_id, Number(request.params.id)];
   const target = (await pool.query<TargetRow>({ name: 'target_query', text: TARGET_QUERY, values })).rows[0];
   return answer(request, reply, given.email, caller, target);
+});
+
+// --- The write floor. ---
+
+const CALLER_CTE = `caller AS (
+  SELECT c.id, c.realm_id, ${CALLER_COLUMNS} FROM users c JOIN realms r ON r.id = c.realm_id WHERE c.api_key_hash = $1
+)`;
+/** Appends $4 (the event) to every queue of the user of `changed` and notifies, as the server does. */
+const EVENT_CTES = `queued AS (
+  UPDATE event_queues q SET next_event_id = q.next_event_id + 1 FROM changed
+  WHERE q.user_id = changed.user_id RETURNING q.id, q.realm_id, q.next_event_id - 1 AS event_id
+), inserted AS (
+  INSERT INTO events (queue_id, id, realm_id, payload) SELECT id, event_id, realm_id, $4::json FROM queued RETURNING queue_id
+)`;
+const WRITE_RESULT = `SELECT caller.*, (SELECT count(*)::int FROM changed) AS changed,
+  (SELECT count(*)::int FROM (SELECT pg_notify('zulip_events', queue_id::text) FROM inserted) n) AS notified
+FROM caller`;
+const SETTING_WRITE = `WITH ${CALLER_CTE}, changed AS (
+  UPDATE subscriptions s SET pin_to_top = $3 FROM caller
+  WHERE s.user_id = caller.id AND s.stream_id = $2 AND s.active
+  RETURNING s.user_id, s.realm_id, s.stream_id
+), audit AS (
+  INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value)
+  SELECT realm_id, user_id, stream_id, 'pin_to_top', to_jsonb(NOT $3), to_jsonb($3) FROM changed
+), ${EVENT_CTES}
+${WRITE_RESULT}`;
+const VIEW_WRITE = `WITH ${CALLER_CTE}, changed AS (
+  UPDATE navigation_views v SET is_pinned = $3, name = $5 FROM caller
+  WHERE v.user_id = caller.id AND v.fragment = $2 RETURNING v.user_id
+), ${EVENT_CTES}
+${WRITE_RESULT}`;
+
+type WriteRow = CallerRow & { changed: number };
+
+async function write(request: FastifyRequest, reply: FastifyReply, name: string, text: string, values: unknown[]) {
+  const given = credentials(request.headers.authorization);
+  if (!given) return unauthorized(reply, 'Invalid authorization header for basic auth');
+  const row = (await pool.query<WriteRow>({ name, text, values: [given.keyHash, ...values] })).rows[0];
+  if (!row || row.caller_email.toLowerCase() !== given.email.toLowerCase() || !row.caller_active || row.realm_deactivated) {
+    return unauthorized(reply, 'Invalid API key');
+  }
+  if (row.subdomain !== subdomainOf(request.headers.host)) return unauthorized(reply, 'Account is not associated with this subdomain');
+  if (row.changed === 0) return reply.code(400).send({ result: 'error', msg: 'Nothing to change', code: 'BAD_REQUEST' });
+  return { result: 'success', msg: '' };
+}
+
+app.post<{ Body: { subscription_data?: string } }>('/api/v1/users/me/subscriptions/properties', async (request, reply) => {
+  const [entry] = JSON.parse(request.body.subscription_data ?? '[]') as { stream_id: number; property: string; value: boolean }[];
+  if (!entry || entry.property !== 'pin_to_top') return reply.code(400).send({ result: 'error', msg: 'pin_to_top only', code: 'BAD_REQUEST' });
+  const event = JSON.stringify({ type: 'subscription', op: 'update', property: 'pin_to_top', value: entry.value, stream_id: entry.stream_id });
+  return write(request, reply, 'setting_write', SETTING_WRITE, [entry.stream_id, entry.value, event]);
+});
+
+app.patch<{ Params: { '*': string }; Body: { is_pinned?: string; name?: string } }>('/api/v1/navigation_views/*', async (request, reply) => {
+  const fragment = request.params['*'];
+  const isPinned = request.body.is_pinned === 'true';
+  const name = request.body.name ?? null;
+  const event = JSON.stringify({ type: 'navigation_view', op: 'update', fragment, data: { ...(name !== null && { name }), is_pinned: isPinned } });
+  return write(request, reply, 'view_write', VIEW_WRITE, [fragment, isPinned, event, name]);
 });
 
 const shutdown = () => {

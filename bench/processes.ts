@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -47,12 +47,16 @@ export async function startServer(options: {
   port: number;
   readyPath: string;
   readyTimeoutMs?: number;
+  /** Where its standard output (the JSON log) goes, as a production log would; else it is kept in memory. */
+  logFile?: string;
 }): Promise<RunningProcess> {
+  const logFd = options.logFile === undefined ? undefined : openSync(options.logFile, 'a');
   const child: ChildProcess = spawn(process.execPath, options.args, {
     cwd: ROOT,
     env: { ...process.env, ...options.env, PORT: String(options.port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', logFd ?? 'pipe', 'pipe'],
   });
+  if (logFd !== undefined) closeSync(logFd); // the child has its own copy
   let output = '';
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4000);

@@ -1,5 +1,15 @@
 import type { Measurement } from './load.js';
-import { bulkName, USERS_FLOOR, USERS_FLOOR_PLAIN, USERS_FLOOR_TWO_QUERIES, USERS_OURS } from './scenarios.js';
+import {
+  bulkName, PRODUCTION_PATCH, PRODUCTION_PATCH_FLOOR, PRODUCTION_SETTING, PRODUCTION_SETTING_FLOOR, PRODUCTION_USERS,
+  PRODUCTION_USERS_FLOOR, USERS_FLOOR, USERS_FLOOR_PLAIN, USERS_FLOOR_TWO_QUERIES, USERS_OURS,
+} from './scenarios.js';
+
+/** The production-default targets of the issue tracker's #16: ours / floor, requests per second. */
+const PRODUCTION_TARGETS: { ours: string; floor: string; label: string; target: number }[] = [
+  { ours: PRODUCTION_USERS, floor: PRODUCTION_USERS_FLOOR, label: 'GET /users/{id} (rate limiting on, info logs)', target: 0.8 },
+  { ours: PRODUCTION_SETTING, floor: PRODUCTION_SETTING_FLOOR, label: '1-entry settings update', target: 0.7 },
+  { ours: PRODUCTION_PATCH, floor: PRODUCTION_PATCH_FLOOR, label: 'PATCH /navigation_views/{fragment}', target: 0.7 },
+];
 
 /** The one table `npm run bench` prints (Markdown, so it can go into bench/RESULTS.md as is). */
 
@@ -48,6 +58,13 @@ export function formatReport(rows: Row[], meta: { machine: string; settings: str
     }),
     '',
   ];
+  for (const { ours: oursName, floor: floorName, label, target } of PRODUCTION_TARGETS) {
+    const ours = byName.get(oursName);
+    const floor = byName.get(floorName);
+    if (!ours || !floor) continue;
+    const ratio = roundRatio(ours, floor);
+    lines.push(`Production defaults, ${label}: ours/floor = ${describeRatio(ours, floor)}; target ≥ ${fixed(target, 2)}: ${ratio >= target ? 'met' : 'MISSED'}`);
+  }
   const ours = byName.get(USERS_OURS);
   const floor = byName.get(USERS_FLOOR);
   if (ours && floor) {

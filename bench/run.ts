@@ -11,7 +11,7 @@ import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
 import { formatReport, type Row } from './report.js';
-import { buildScenarios, type Scenario, USERS_COMPARISON } from './scenarios.js';
+import { buildScenarios, PRODUCTION_COMPARISONS, type Scenario, type ServerKind, USERS_COMPARISON, WRITERS } from './scenarios.js';
 import { type Seeded, seedOrganization } from './seed.js';
 import { countStatements } from './statements.js';
 
@@ -23,9 +23,15 @@ import { countStatements } from './statements.js';
  *
  * Environment: BENCH_DURATION_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_CONNECTIONS (50),
  * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}; the ratio is their median), BENCH_ONLY (a regular expression:
- * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our server under --cpu-prof, profile
- * there; the floor's in its floor/ subfolder), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
+ * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our servers and the floors under
+ * --cpu-prof, profiles there; the floor's in floor/, the production-default processes' in
+ * production/ and production-floor/), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
  * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs).
+ *
+ * The production scenarios come first: a second instance of ours with the server's defaults (rate
+ * limiting on with the default rule, info logs written to a file) against a floor that writes the
+ * same request log, with callers rotating over 20,000 members (reads) or 1,000 writers (writes),
+ * in alternating rounds.
  */
 
 function positiveInteger(name: string, fallback: number): number {
@@ -45,7 +51,7 @@ const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
-const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25 };
+const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25, rotatingCallers: 20_000, writers: WRITERS };
 const SERVER_ENV = {
   AVATAR_SALT: 'bench-salt',
   LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'silent',
@@ -193,7 +199,29 @@ async function main(): Promise<number> {
     readyPath: '/health',
   });
   cleanups.push(() => floor.stop());
-  log(`server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}`);
+  // The production defaults: rate limiting on (default rule), info logs to a file.
+  const oursProduction = await startServer({
+    name: 'server (production defaults)',
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production')}`] : []), ...SERVER_ARGS],
+    env: { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, HOST: SERVER_ENV.HOST, DATABASE_URL: embedded.url },
+    port: await freePort(),
+    readyPath: '/ready',
+    logFile: join(workDir, 'server.log'),
+  });
+  cleanups.push(() => oursProduction.stop());
+  const floorProduction = await startServer({
+    name: 'floor (request log)',
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-floor')}`] : []), '--import', 'tsx', 'bench/floor.ts'],
+    env: { DATABASE_URL: embedded.url, FLOOR_LOG_FILE: join(workDir, 'floor.log') },
+    port: await freePort(),
+    readyPath: '/health',
+  });
+  cleanups.push(() => floorProduction.stop());
+  const servers: Record<ServerKind, RunningProcess> = {
+    ours, floor, 'ours-production': oursProduction, 'floor-production': floorProduction,
+  };
+  log(`server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}; with production defaults: ` +
+    `server pid ${oursProduction.pid}, floor pid ${floorProduction.pid}`);
 
   const [ourJson, floorJson] = [await fetchUserJson(ours, seeded), await fetchUserJson(floor, seeded)];
   log(`GET /users/{id} body: ours ${ourJson.length} bytes, floor ${floorJson.length} bytes`);
@@ -210,21 +238,28 @@ async function main(): Promise<number> {
   const scenarios = buildScenarios({ db: handle.db, seeded, connections: CONNECTIONS, pollerQueues })
     .filter((scenario) => ONLY.test(scenario.name))
     .filter((scenario) => pollerQueues.length > 0 || !scenario.name.startsWith('GET /events'));
-  const statements = await countStatements(embedded.url, SERVER_ENV, scenarios);
+  const statements = await countStatements(embedded.url, SERVER_ENV, scenarios.filter((scenario) => scenario.server === 'ours'));
+  const productionEnv = { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, LOG_LEVEL: 'silent' };
+  for (const [name, count] of await countStatements(embedded.url, productionEnv, scenarios.filter((scenario) => scenario.server === 'ours-production'))) {
+    statements.set(name, count);
+  }
 
   const cpu = await cpuReader(handle.db);
   const history = new Map<string, Measurement>();
-  const users = scenarios.filter((scenario) => USERS_COMPARISON.includes(scenario.name));
-  if (users.length > 0) {
-    const runs = new Map<string, Measurement[]>(users.map((scenario) => [scenario.name, []]));
+  // Comparisons run in alternating rounds (floor, ours, floor, ours…): the machine is shared and noisy.
+  const comparisons = [...PRODUCTION_COMPARISONS, USERS_COMPARISON];
+  for (const names of comparisons) {
+    const group = scenarios.filter((scenario) => names.includes(scenario.name));
+    if (group.length === 0) continue;
+    const runs = new Map<string, Measurement[]>(group.map((scenario) => [scenario.name, []]));
     for (let round = 0; round < ROUNDS; round++) {
-      for (const scenario of users) runs.get(scenario.name)!.push(await measure(scenario, scenario.server === 'ours' ? ours : floor, history, handle.db, cpu));
+      for (const scenario of group) runs.get(scenario.name)!.push(await measure(scenario, servers[scenario.server], history, handle.db, cpu));
     }
     for (const [name, measurements] of runs) history.set(name, mergeMeasurements(measurements));
   }
   for (const scenario of scenarios) {
     if (history.has(scenario.name)) continue;
-    history.set(scenario.name, await measure(scenario, scenario.server === 'ours' ? ours : floor, history, handle.db, cpu));
+    history.set(scenario.name, await measure(scenario, servers[scenario.server], history, handle.db, cpu));
   }
 
   const rows: Row[] = scenarios.map((scenario) => ({

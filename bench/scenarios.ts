@@ -1,7 +1,7 @@
 import type autocannon from 'autocannon';
 import type { Database } from '../src/db/database.js';
-import { FORM, formBody } from './load.js';
-import { type Account, createDisposableViews, type Seeded } from './seed.js';
+import { basicAuth, FORM, formBody } from './load.js';
+import { type Account, createDisposableViews, type RotatingCaller, type Seeded, WRITER_VIEW_FRAGMENT } from './seed.js';
 
 /**
  * The benchmark's scenarios. Each builds fresh requests per phase (warm-up, measured run), so
@@ -23,9 +23,16 @@ export interface ProbeRequest {
   body?: string;
 }
 
+/**
+ * Which process serves the scenario: ours and the floor as the reference rows have always run them
+ * (rate limiting off, no logs), or with the production defaults (ours: rate limiting on with the
+ * default rule, info logs written to a file; the floor: the same request log, no rate limiting).
+ */
+export type ServerKind = 'ours' | 'floor' | 'ours-production' | 'floor-production';
+
 export interface Scenario {
   name: string;
-  server: 'ours' | 'floor';
+  server: ServerKind;
   /** Whose credentials every request carries. */
   account: Account;
   /** Concurrent connections, when not the run's default (unloaded latency: 1). */
@@ -35,6 +42,9 @@ export interface Scenario {
   /** One representative request, sent in-process to count its SQL statements (ours only). */
   probe?(): Promise<ProbeRequest>;
 }
+
+/** The writers of the production write scenarios (distinct users, each written in turn). */
+export const WRITERS = 1000;
 
 export interface ScenarioContext {
   db: Database;
@@ -50,6 +60,18 @@ export const USERS_FLOOR_PLAIN = 'GET /users/{id} — floor, unprepared';
 export const USERS_OURS = 'GET /users/{id}';
 /** Measured in alternating rounds, one after the other. */
 export const USERS_COMPARISON = [USERS_FLOOR, USERS_FLOOR_TWO_QUERIES, USERS_FLOOR_PLAIN, USERS_OURS];
+export const PRODUCTION_USERS_FLOOR = 'production: GET /users/{id}, 20,000 callers — floor';
+export const PRODUCTION_USERS = 'production: GET /users/{id}, 20,000 callers';
+export const PRODUCTION_SETTING_FLOOR = 'production: 1-entry settings update, 1,000 users — write floor';
+export const PRODUCTION_SETTING = 'production: 1-entry settings update, 1,000 users';
+export const PRODUCTION_PATCH_FLOOR = 'production: PATCH /navigation_views/{fragment}, 1,000 users — write floor';
+export const PRODUCTION_PATCH = 'production: PATCH /navigation_views/{fragment}, 1,000 users';
+/** Each pair, [floor, ours], is measured in alternating rounds; the ratio is the median of theirs. */
+export const PRODUCTION_COMPARISONS: [string, string][] = [
+  [PRODUCTION_USERS_FLOOR, PRODUCTION_USERS],
+  [PRODUCTION_SETTING_FLOOR, PRODUCTION_SETTING],
+  [PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH],
+];
 export const BULK_SIZES = [1, 10, 100, 1000] as const;
 export const bulkName = (size: number, connections?: number) =>
   `POST subscriptions/properties × ${size}${connections === undefined ? '' : `, ${connections} connection`}`;
@@ -77,6 +99,27 @@ export function bulkBody(streamIds: number[], size: number, flip: boolean): stri
 }
 
 const viewPath = (fragment: string) => `/api/v1/navigation_views/${encodeURIComponent(fragment)}`;
+
+/**
+ * One request shape sent by `callers` in turn, each with its own credentials: per-caller state
+ * such as the rate-limit window is spread as it is on a busy server, and no caller is refused.
+ */
+function rotating(callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): autocannon.Request {
+  const authorizations = callers.map((caller) => basicAuth(caller.email, caller.apiKey));
+  let turn = 0;
+  const first = request(callers[0]!, 0);
+  return {
+    ...first,
+    setupRequest: (current) => {
+      const index = turn % callers.length;
+      const next = request(callers[index]!, turn++);
+      return { ...current, ...next, headers: { ...current.headers, ...next.headers, authorization: authorizations[index]! } };
+    },
+  };
+}
+
+const settingBody = (caller: RotatingCaller, turn: number) =>
+  formBody({ subscription_data: JSON.stringify([{ stream_id: caller.streamId, property: 'pin_to_top', value: turn % 2 === 0 }]) });
 
 export function buildScenarios(context: ScenarioContext): Scenario[] {
   const { db, seeded } = context;
@@ -122,10 +165,44 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
     };
   };
 
+  const writers = seeded.rotating.slice(0, WRITERS);
+  // Every PATCH of a writer's view sets a name it has not had (its own current name would clash).
+  let viewRenames = 0;
+  const productionScenario = (name: string, server: ServerKind, callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): Scenario => ({
+    name,
+    server,
+    account: callers[0]!,
+    prepare: async () => ({ requests: [rotating(callers, request)] }),
+    ...(server === 'ours-production' && {
+      probe: async () => {
+        const { method, path, body } = request(callers[0]!, 0);
+        return { method: method as ProbeRequest['method'], url: path!, ...(typeof body === 'string' && { body }) };
+      },
+    }),
+  });
+  const readUser = (): autocannon.Request => ({ method: 'GET', path: userPath });
+  const updateSetting = (caller: RotatingCaller, turn: number): autocannon.Request =>
+    ({ method: 'POST', path: '/api/v1/users/me/subscriptions/properties', headers: FORM, body: settingBody(caller, turn) });
+  const patchView = (): autocannon.Request => ({
+    method: 'PATCH',
+    path: viewPath(WRITER_VIEW_FRAGMENT),
+    headers: FORM,
+    body: formBody({ is_pinned: String(viewRenames % 2 === 0), name: `Plans ${++viewRenames}` }),
+  });
+  const productionScenarios: Scenario[] = [
+    productionScenario(PRODUCTION_USERS_FLOOR, 'floor-production', seeded.rotating, readUser),
+    productionScenario(PRODUCTION_USERS, 'ours-production', seeded.rotating, readUser),
+    productionScenario(PRODUCTION_SETTING_FLOOR, 'floor-production', writers, updateSetting),
+    productionScenario(PRODUCTION_SETTING, 'ours-production', writers, updateSetting),
+    productionScenario(PRODUCTION_PATCH_FLOOR, 'floor-production', writers, patchView),
+    productionScenario(PRODUCTION_PATCH, 'ours-production', writers, patchView),
+  ];
+
   let nextQueue = 0;
   const eventsPath = (queueId: string) => `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=true`;
 
   return [
+    ...productionScenarios,
     { name: USERS_FLOOR, server: 'floor', account: seeded.caller, prepare: staticLoad([{ method: 'GET', path: userPath }]) },
     {
       name: USERS_FLOOR_TWO_QUERIES,

@@ -13,6 +13,10 @@ import { renderMarkdown } from '../src/lib/markdown.js';
 
 export interface SeedSizes {
   users: number;
+  /** More members, each with a known key: the callers the production scenarios rotate over. */
+  rotatingCallers: number;
+  /** The first ones of those also write: a subscription, a custom view and a connected queue each. */
+  writers: number;
   channels: number;
   /** Channels the benchmark caller is subscribed to (bulk updates use the first ones). */
   callerSubscriptions: number;
@@ -25,6 +29,15 @@ export interface Account {
   apiKey: string;
 }
 
+/** One of the production scenarios' callers; writers also have these. */
+export interface RotatingCaller extends Account {
+  /** The channel of its one subscription (writers only). */
+  streamId: number;
+}
+
+/** The custom view every writer has (its PATCH target). */
+export const WRITER_VIEW_FRAGMENT = 'narrow/channel/7-writers/topic/plans';
+
 export interface Seeded {
   /** Makes every request of the write scenarios. */
   caller: Account;
@@ -36,6 +49,8 @@ export interface Seeded {
   callerStreamIds: number[];
   /** A custom view of the caller that PATCH keeps changing. */
   patchFragment: string;
+  /** Distinct members with known keys; the first `writers` of them are writers. */
+  rotating: RotatingCaller[];
   counts: Record<string, number>;
 }
 
@@ -153,12 +168,48 @@ export async function seedOrganization(db: Database, sizes: SeedSizes): Promise<
     CROSS JOIN generate_series(1, 5) AS k
   `.execute(db);
 
+  // The production scenarios' callers: members with deterministic keys (32 alphanumerics). The
+  // writers each get one subscription (channels in turn), one custom view and one event queue, as
+  // a connected client has: every write then also stores one event.
+  const rotatingKey = (g: number) => `r${String(g).padStart(31, '0')}`;
+  await sql`
+    INSERT INTO users (realm_id, delivery_email, full_name, date_joined, api_key_hash)
+    SELECT ${realmId}, 'rotating' || g || '@bench.example', 'Rotating ' || g, timestamptz '2024-01-01' + g * interval '1 minute',
+           encode(sha256(convert_to('r' || lpad(g::text, 31, '0'), 'UTF8')), 'hex')
+    FROM generate_series(1, ${sizes.rotatingCallers}) AS g
+  `.execute(db);
+  const rotatingRows = await db.selectFrom('users').select(['id', 'delivery_email'])
+    .where('delivery_email', 'like', 'rotating%@bench.example').orderBy('id').execute();
+  const liveStreamIds = streams.slice(0, archivedFrom).map((stream) => stream.id);
+  const rotating = rotatingRows.map((row, i) => ({
+    id: row.id,
+    email: row.delivery_email,
+    apiKey: rotatingKey(Number(/^rotating(\d+)@/.exec(row.delivery_email)![1])),
+    streamId: liveStreamIds[i % liveStreamIds.length]!,
+  }));
+  const writers = rotating.slice(0, sizes.writers);
+  await sql`
+    INSERT INTO subscriptions (realm_id, user_id, stream_id, color)
+    SELECT ${realmId}, w.user_id, w.stream_id, '#76ce90'
+    FROM jsonb_to_recordset(${JSON.stringify(writers.map((w) => ({ user_id: w.id, stream_id: w.streamId })))}::jsonb)
+      AS w(user_id int, stream_id int)
+  `.execute(db);
+  await sql`
+    INSERT INTO navigation_views (realm_id, user_id, fragment, is_pinned, name)
+    SELECT ${realmId}, id, ${WRITER_VIEW_FRAGMENT}, true, 'Plans' FROM unnest(${writers.map((w) => w.id)}::int[]) AS id
+  `.execute(db);
+  await sql`
+    INSERT INTO event_queues (id, realm_id, user_id, lifespan_seconds)
+    SELECT gen_random_uuid(), ${realmId}, id, 604800 FROM unnest(${writers.map((w) => w.id)}::int[]) AS id
+  `.execute(db);
+
   const { rows } = await sql<Record<string, number>>`
     SELECT (SELECT count(*) FROM users)::int AS users,
            (SELECT count(*) FROM custom_profile_field_values)::int AS profile_values,
            (SELECT count(*) FROM streams)::int AS channels,
            (SELECT count(*) FROM subscriptions)::int AS subscriptions,
-           (SELECT count(*) FROM navigation_views)::int AS navigation_views
+           (SELECT count(*) FROM navigation_views)::int AS navigation_views,
+           (SELECT count(*) FROM event_queues)::int AS event_queues
   `.execute(db);
   // Fresh statistics and visibility maps, so autovacuum does not start in the middle of a run.
   await sql`VACUUM (ANALYZE)`.execute(db);
@@ -168,6 +219,7 @@ export async function seedOrganization(db: Database, sizes: SeedSizes): Promise<
     targetUserId: target.user_id,
     callerStreamIds,
     patchFragment,
+    rotating,
     counts: rows[0]!,
   };
 }
