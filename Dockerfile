@@ -33,5 +33,6 @@ USER node
 EXPOSE 9991
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 9991) + '/ready', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-# SIGTERM: stop accepting, finish requests, answer waiting long polls, close the pool, exit 0.
+# SIGTERM: /ready answers 503 for SHUTDOWN_DRAIN_SECONDS (5 s) while requests are still served, then
+# stop accepting, finish requests, answer waiting long polls, close the pool, exit 0.
 CMD ["node", "dist/server.js"]

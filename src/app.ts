@@ -14,6 +14,7 @@ import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
+import type { Drain } from './http/drain.js';
 import { eventRoutes } from './modules/events/events.routes.js';
 import { sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
@@ -29,6 +30,8 @@ export interface AppDeps {
   reads: StatementRunner;
   /** The transactions of users' writes (src/db/user-transactions.ts). */
   transactions: UserTransactions;
+  /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
+  drain?: Drain;
 }
 
 /**
@@ -127,13 +130,18 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   // Operational endpoints, outside the API: no authentication, no parameters.
   app.get('/health', async () => ({ status: 'ok' }));
   app.get('/ready', async (_request, reply) => {
+    const notReady = () => {
+      const unavailable = serviceUnavailable(config.retryAfterSeconds);
+      return reply.code(503).headers(unavailable.headers).send(unavailable.toBody());
+    };
+    // Draining before a shutdown: not ready, whatever the database says (src/http/drain.ts).
+    if (deps.drain?.draining) return notReady();
     try {
       await sql`SELECT 1`.execute(db);
       return { status: 'ready' };
     } catch (error) {
-      const unavailable = serviceUnavailable(config.retryAfterSeconds);
       reply.log.warn({ err: error }, 'not ready');
-      return reply.code(503).headers(unavailable.headers).send(unavailable.toBody());
+      return notReady();
     }
   });
 

@@ -48,6 +48,9 @@ const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
   KEEP_ALIVE_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 72 }),
+  // The shipped HAProxy takes a replica out within inter 2 s + fastinter 1 s (fall 2) of /ready
+  // failing: 5 s leaves a margin (deploy/haproxy.cfg).
+  SHUTDOWN_DRAIN_SECONDS: Type.Integer({ minimum: 0, maximum: 3600, default: 5 }),
 });
 type Env = Static<typeof EnvSchema>;
 
@@ -98,6 +101,8 @@ export interface Config {
   connectionTimeoutSeconds: number;
   /** How long an idle keep-alive connection stays open between requests. */
   keepAliveTimeoutSeconds: number;
+  /** How long /ready answers 503 after SIGTERM, while everything else is served, before closing. */
+  shutdownDrainSeconds: number;
 }
 
 export class ConfigError extends Error {}
@@ -178,6 +183,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
     connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
     keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
+    shutdownDrainSeconds: env.SHUTDOWN_DRAIN_SECONDS,
   };
 }
 

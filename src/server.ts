@@ -9,6 +9,10 @@ import { ConfigError, loadConfig } from './config.js';
 import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
+import { Drain } from './http/drain.js';
+
+/** How long closing may take (long polls answered, in-flight requests finished) before exit 1. */
+const CLOSE_GRACE_MS = 10_000;
 
 const LOG_FLUSH_INTERVAL_MS = 1000;
 
@@ -39,8 +43,11 @@ async function main(): Promise<void> {
   // request's CPU on the hot paths.
   const logs = pino.destination({ dest: 1, sync: false, minLength: 4096 });
   setInterval(() => logs.flush(), LOG_FLUSH_INTERVAL_MS).unref();
+  // Every way out (a second SIGTERM, close-with-grace's deadline) writes what is still buffered.
+  process.on('exit', () => logs.flushSync());
   // The events listener opens its own LISTEN connection: it needs the URL, embedded or not.
-  app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle }, { stream: logs });
+  const drain = new Drain();
+  app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle, drain }, { stream: logs });
 
   if (embedded) {
     const demo = await createDemoOrganization(handle.db, config);
@@ -49,15 +56,22 @@ async function main(): Promise<void> {
   }
 
   const started = app;
-  closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
+  // SIGTERM is handled below (drain first); every other signal and fatal errors close at once.
+  let closing = false;
+  const shutdown = closeWithGrace({ delay: CLOSE_GRACE_MS, skip: ['SIGTERM'] }, async ({ signal, err }) => {
+    closing = true;
+    drain.finish();
     if (err) started.log.error({ err }, 'closing after an error');
-    else started.log.info({ signal }, 'shutting down');
+    else if (signal) started.log.info({ signal }, 'shutting down');
     logs.flush();
     await started.close();
-    logs.flushSync();
     await handle.close();
     await forgetServer?.();
     await embedded?.stop();
+  });
+  drainOnSigterm(started, drain, config.shutdownDrainSeconds, {
+    closing: () => closing,
+    close: shutdown.close,
   });
 
   await started.listen({ port: config.port, host: config.host });
@@ -68,6 +82,34 @@ async function main(): Promise<void> {
 function reportConnectionError(app: FastifyInstance | undefined, error: Error): void {
   if (app) app.log.warn({ err: error }, 'database connection failed');
   else console.warn(`database connection failed: ${error.message}`);
+}
+
+/**
+ * SIGTERM (container runtimes, orchestrators) drains before closing: /ready answers 503 for
+ * `seconds` while everything else is served, so that the load balancer's health checks take this
+ * instance out before it stops accepting. The close that follows has its own CLOSE_GRACE_MS, so
+ * the process exits at most drain + close time after the signal. A second SIGTERM during the
+ * drain ends it early; during the close it exits 1, as close-with-grace does for other signals.
+ * SIGINT (Ctrl-C in a terminal) closes at once, also during the drain.
+ */
+function drainOnSigterm(app: FastifyInstance, drain: Drain, seconds: number, shutdown: { closing(): boolean; close(): void }): void {
+  process.on('SIGTERM', () => {
+    if (shutdown.closing()) {
+      app.log.error({ signal: 'SIGTERM' }, 'second signal while closing, exiting');
+      process.exit(1);
+    }
+    if (drain.draining) {
+      app.log.info({ signal: 'SIGTERM' }, 'second signal, ending the drain');
+      drain.finish();
+      return;
+    }
+    app.log.info({ signal: 'SIGTERM', drainSeconds: seconds }, 'draining');
+    void drain.start(seconds).then(() => {
+      if (shutdown.closing()) return;
+      app.log.info({ signal: 'SIGTERM' }, 'shutting down');
+      shutdown.close();
+    });
+  });
 }
 
 main().catch((error: unknown) => {

@@ -36,34 +36,36 @@ export function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
-  const collect = (stream: NodeJS.ReadableStream, lines: string[], onLine?: (line: string) => void) => {
-    let rest = '';
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => {
-      const parts = (rest + chunk).split('\n');
-      rest = parts.pop() ?? '';
-      for (const line of parts) {
-        lines.push(line);
-        onLine?.(line);
-      }
-    });
-  };
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`server did not start:\n${stdout.join('\n')}\n${stderr.join('\n')}`));
     }, options.startTimeoutMs ?? 60_000);
-    collect(child.stdout!, stdout, (line) => {
+    collectLines(child.stdout!, stdout, (line) => {
       const listening = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(line);
       if (!listening) return;
       clearTimeout(timer);
       resolve({ child, url: listening[1]!, stdout, stderr, exited });
     });
-    collect(child.stderr!, stderr);
+    collectLines(child.stderr!, stderr);
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
       reject(new Error(`server exited (${code ?? signal}) before listening:\n${stdout.join('\n')}\n${stderr.join('\n')}`));
     });
+  });
+}
+
+/** Appends each complete line of `stream` to `lines` (and hands it to `onLine`) as it arrives. */
+export function collectLines(stream: NodeJS.ReadableStream, lines: string[], onLine?: (line: string) => void): void {
+  let rest = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk: string) => {
+    const parts = (rest + chunk).split('\n');
+    rest = parts.pop() ?? '';
+    for (const line of parts) {
+      lines.push(line);
+      onLine?.(line);
+    }
   });
 }
 

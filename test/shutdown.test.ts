@@ -55,6 +55,8 @@ describe('graceful shutdown on SIGTERM', () => {
       env: {
         ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'test-salt', EXTERNAL_HOST: 'chat.example.com',
         PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITING: 'false', PGAPPNAME: APP_NAME,
+        // The close itself; the drain before it has its own tests below.
+        SHUTDOWN_DRAIN_SECONDS: '0',
       },
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
@@ -132,7 +134,10 @@ describe('graceful shutdown on SIGTERM', () => {
     dataDir = mkdtempSync(join(tmpdir(), 'zulip-shutdown-'));
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
-      env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', EXTERNAL_HOST: 'chat.example.com' },
+      env: {
+        ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', EXTERNAL_HOST: 'chat.example.com',
+        SHUTDOWN_DRAIN_SECONDS: '0',
+      },
       startTimeoutMs: 180_000,
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
@@ -150,6 +155,94 @@ describe('graceful shutdown on SIGTERM', () => {
     expect(processesMentioning(clusterDir)).toEqual([]);
     // The admin command line no longer finds a running server on this DATA_DIR.
     expect(existsSync(join(dataDir, 'embedded-server.json'))).toBe(false);
+  });
+});
+
+describe('draining before the close (SIGTERM)', () => {
+  /** A server on a fixture database, draining `drainSeconds` on SIGTERM. */
+  async function drainingServer(drainSeconds: number): Promise<ServerProcess> {
+    database = await createTestDatabase();
+    await seedFixture(database.db);
+    return spawnServer({
+      args: ['--import', 'tsx', 'src/server.ts'],
+      env: {
+        ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'test-salt', EXTERNAL_HOST: 'chat.example.com',
+        PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITING: 'false', SHUTDOWN_DRAIN_SECONDS: String(drainSeconds),
+      },
+    });
+  }
+  const get = (path: string) => fetch(`${server!.url}${path}`, { headers });
+  const notReadyBody = JSON.stringify({ result: 'error', msg: 'Service temporarily unavailable', code: 'SERVER_NOT_READY' });
+  const isNotReady = async () => {
+    const ready = await fetch(`${server!.url}/ready`);
+    const body = await ready.text();
+    return ready.status === 503 && ready.headers.get('retry-after') === '5' && body === notReadyBody;
+  };
+
+  it('/ready answers 503 while requests, writes and long polls are still served; then it closes and exits 0', async () => {
+    // Longer than the close's own 10 s deadline, which must not cut the drain short.
+    server = await drainingServer(11);
+    expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+    const registered = await fetch(`${server.url}/api/v1/register`, {
+      method: 'POST', headers, body: new URLSearchParams({ event_types: '["subscription"]' }),
+    });
+    const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
+    const poll = (lastEventId: number) => fetch(`${server!.url}/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`, { headers });
+    const firstPoll = poll(-1);
+
+    const signalledAt = Date.now();
+    server.child.kill('SIGTERM');
+    await eventually(isNotReady, '/ready to answer 503', 3000);
+
+    // Everything else is served, on new connections too.
+    expect(await freshRequest(server.url)).toBe(200);
+    expect((await get('/api/v1/users/13')).status).toBe(200);
+    const write = await fetch(`${server.url}/api/v1/users/me/subscriptions/properties`, {
+      method: 'POST', headers, body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
+    });
+    expect(write.status).toBe(200);
+    // The waiting poll is woken by the write's event, as on any other day.
+    const polled = (await (await firstPoll).json()) as { events: { id: number; type: string; property: string }[] };
+    expect(polled.events).toEqual([expect.objectContaining({ id: 0, type: 'subscription', property: 'pin_to_top' })]);
+    // A poll that starts during the drain waits until the close answers it with nothing.
+    let secondPollAnswered = false;
+    const secondPoll = poll(0).then(async (response) => {
+      secondPollAnswered = true;
+      return { status: response.status, body: await response.text() };
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect(secondPollAnswered).toBe(false);
+    expect(await isNotReady()).toBe(true);
+    expect(server.child.exitCode).toBeNull();
+
+    expect(await secondPoll).toEqual({ status: 200, body: JSON.stringify({ result: 'success', msg: '', events: [], queue_id: queueId }) });
+    const exit = await exitWithin(server, 20_000);
+    expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
+    expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(11_000);
+    const messages = logLines(server).map((line) => line.msg);
+    expect(messages.indexOf('draining')).toBeGreaterThanOrEqual(0);
+    expect(messages.indexOf('shutting down')).toBeGreaterThan(messages.indexOf('draining'));
+    expect(logLines(server)).toContainEqual(expect.objectContaining({ msg: 'draining', signal: 'SIGTERM', drainSeconds: 11 }));
+    expect(server.stderr.join('\n')).toBe('');
+  });
+
+  it('a second SIGTERM ends the drain early and the close runs as usual', async () => {
+    server = await drainingServer(120);
+    server.child.kill('SIGTERM');
+    await eventually(isNotReady, '/ready to answer 503', 3000);
+    expect((await get('/api/v1/users/13')).status).toBe(200);
+    server.child.kill('SIGTERM');
+    expect(await exitWithin(server, 5000)).toEqual({ code: 0, signal: null });
+    expect(logLines(server).map((line) => line.msg)).toEqual(expect.arrayContaining(['draining', 'second signal, ending the drain', 'shutting down']));
+  });
+
+  it('SIGINT (Ctrl-C) does not drain: the server closes at once', async () => {
+    server = await drainingServer(120);
+    server.child.kill('SIGINT');
+    expect(await exitWithin(server, 5000)).toEqual({ code: 0, signal: null });
+    const messages = logLines(server).map((line) => line.msg);
+    expect(messages).toContain('shutting down');
+    expect(messages).not.toContain('draining');
   });
 });
 

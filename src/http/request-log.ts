@@ -8,7 +8,8 @@ const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * The request id: the load balancer's `X-Request-Id` when it sent a sane one (so one id follows the
- * request through nginx and the app), else a UUID, unique across instances unlike Fastify's counter.
+ * request through the balancer and the app; deploy/haproxy.cfg checks the same rule), else a UUID,
+ * unique across instances unlike Fastify's counter.
  */
 export function requestId(raw: IncomingMessage): string {
   const header = raw.headers['x-request-id'];
