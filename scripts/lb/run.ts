@@ -165,7 +165,8 @@ async function main(): Promise<string[]> {
     }
   }
 
-  await sleep(500);
+  // The instances write their logs at least once a second (src/server.ts): every line is out by now.
+  await sleep(1500);
   const logs = checkLogs(client.exchanges, balancer.accessLog(), instances);
   problems.push(...logs.problems);
   const observed = checkObservedHeaders(observedFile);
