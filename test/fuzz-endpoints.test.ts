@@ -180,7 +180,13 @@ function valueFor(name: string): fc.Arbitrary<string> {
     case 'event_types':
     case 'fetch_event_types':
       return jsonStringList;
+    case 'user_ids':
+      return fc.oneof(
+        { arbitrary: fc.array(fc.oneof(fc.constantFrom(10, 13, 15, 18, 30, 0, -1, 2147483648, 1e20), fc.integer())).map((ids) => JSON.stringify(ids)), weight: 3 },
+        { arbitrary: rawText, weight: 1 },
+      );
     case 'queue_lifespan_secs':
+    case 'idle_queue_timeout':
     case 'last_event_id':
       return fc.oneof(
         { arbitrary: fc.constantFrom('-1', '0', '1'), weight: 2 },
@@ -255,7 +261,7 @@ const ROUTES: RouteShape[] = [
       fc.tuple(field('property', fc.constant('color')), field('value', fc.constantFrom('#abc', '#12345f'))),
     ),
   },
-  { label: '/users', methods: ['GET'], path: pick('/api/v1/users'), params: ['client_gravatar', 'include_custom_profile_fields'] },
+  { label: '/users', methods: ['GET'], path: pick('/api/v1/users'), params: ['client_gravatar', 'include_custom_profile_fields', 'user_ids'] },
   {
     label: '/users/{user_id|email}',
     methods: ['GET'],
@@ -293,11 +299,12 @@ const ROUTES: RouteShape[] = [
     label: '/register',
     methods: ['POST'],
     path: pick('/api/v1/register'),
-    params: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs'],
+    params: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'],
     valid: fc.tuple(
       field('event_types', validStringList),
       field('fetch_event_types', validStringList),
       field('queue_lifespan_secs', fc.oneof(fc.integer().map(String), fc.constantFrom('1e300', '-1e300', '5.0'))),
+      field('idle_queue_timeout', fc.oneof(fc.integer({ min: 1 }).map(String), fc.constantFrom('"mobile"', '1e300', '5.0'))),
     ).chain((fields) => fc.subarray(fields)),
   },
   {

@@ -84,7 +84,7 @@ const USER_QUERY = ['client_gravatar', 'include_custom_profile_fields'];
 const SINGLE_SETTING: ParameterLists = { body: ['property', 'value'], path: ['stream_id'], required: ['property', 'value'] };
 const EXPECTED: Record<string, ParameterLists> = {
   'GET /api/v1/server_settings': {},
-  'GET /api/v1/users': { query: USER_QUERY },
+  'GET /api/v1/users': { query: [...USER_QUERY, 'user_ids'] },
   'GET /api/v1/users/{user}': { query: USER_QUERY, path: ['user'] },
   'GET /api/v1/users/me/subscriptions': { query: ['include_subscribers'] },
   'POST /api/v1/users/me/subscriptions/properties': { body: ['subscription_data'], required: ['subscription_data'] },
@@ -95,7 +95,7 @@ const EXPECTED: Record<string, ParameterLists> = {
   'PATCH /api/v1/navigation_views/{fragment}': { body: ['is_pinned', 'name'], path: ['fragment'] },
   'DELETE /api/v1/navigation_views/{fragment}': { path: ['fragment'] },
   'POST /api/v1/register': {
-    body: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs'],
+    body: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'],
   },
   'GET /api/v1/events': { query: ['last_event_id', 'queue_id', 'dont_block'], required: ['last_event_id', 'queue_id'] },
   'DELETE /api/v1/events': { body: ['queue_id'], required: ['queue_id'] },
@@ -132,7 +132,7 @@ describe('GET /api/openapi.json', () => {
     }
     const register = document.paths['/api/v1/register']!.post!.requestBody as OpenAPIV3.RequestBodyObject;
     expect(register.required).toBe(false);
-    expect(Object.keys(register.content['multipart/form-data']!.encoding ?? {})).toEqual(['client_capabilities', 'event_types', 'fetch_event_types']);
+    expect(Object.keys(register.content['multipart/form-data']!.encoding ?? {})).toEqual(['client_capabilities', 'event_types', 'fetch_event_types', 'idle_queue_timeout']);
   });
 
   it('declares HTTP basic authentication, and responses with the Zulip envelopes', () => {
@@ -159,12 +159,13 @@ describe('GET /api/openapi.json', () => {
       form: {
         client_gravatar: 'false', include_subscribers: 'true', client_capabilities: '{"notification_settings_null":true}',
         event_types: '["navigation_view"]', fetch_event_types: '["navigation_views"]', queue_lifespan_secs: '60',
+        idle_queue_timeout: '"mobile"',
       },
     });
     const queueId = queue.json().queue_id as string;
     const requests: Parameters<typeof api>[1][] = [
       { url: '/api/v1/server_settings' },
-      { url: '/api/v1/users?client_gravatar=false&include_custom_profile_fields=true', as: 'U' },
+      { url: '/api/v1/users?client_gravatar=false&include_custom_profile_fields=true&user_ids=%5B14%5D', as: 'U' },
       { url: '/api/v1/users/14?client_gravatar=false&include_custom_profile_fields=true', as: 'U' },
       { url: '/api/v1/users/me/subscriptions?include_subscribers=true', as: 'U' },
       {

@@ -53,8 +53,8 @@ const P_SUBSCRIPTION = {
   rendered_description: '<p>General chat</p>', stream_id: 100, stream_weekly_traffic: null, wildcard_mentions_notify: null,
 };
 
-const header = (queueId: string) => ({
-  result: 'success', msg: '', queue_id: queueId, zulip_version: '12.0-dev', zulip_feature_level: 490,
+const header = (queueId: string, idleQueueTimeoutSecs = 600) => ({
+  result: 'success', msg: '', queue_id: queueId, idle_queue_timeout_secs: idleQueueTimeoutSecs, zulip_version: '12.0-dev', zulip_feature_level: 490,
   zulip_merge_base: '12.0-dev', event_queue_longpoll_timeout_seconds: 90,
 });
 
@@ -160,9 +160,11 @@ describe('POST /api/v1/register', () => {
     expect(JSON.stringify(stored.body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, desktop_notifications: true }]));
   });
 
-  it('case 155: include_subscribers adds the active subscribers', async () => {
-    const { body } = await registered({ fetch_event_types: '["subscription"]', include_subscribers: 'true' });
-    expect(JSON.stringify(body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, subscribers: [13, 14, 15] }]));
+  it('case 155: include_subscribers adds the active subscribers; partial (feature level 412) too', async () => {
+    for (const value of ['true', 'partial']) {
+      const { body } = await registered({ fetch_event_types: '["subscription"]', include_subscribers: value });
+      expect(JSON.stringify(body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, subscribers: [13, 14, 15] }]));
+    }
   });
 
   it('case 156: a restricted guest gets placeholders, or nothing with user_list_incomplete', async () => {
@@ -202,7 +204,8 @@ describe('POST /api/v1/register', () => {
       [{ queue_lifespan_secs: 'abc' }, 'queue_lifespan_secs is not valid JSON'],
       [{ queue_lifespan_secs: '1.5' }, 'queue_lifespan_secs is not an integer'],
       [{ client_gravatar: 'yes' }, 'client_gravatar is not valid JSON'],
-      [{ include_subscribers: 'partial' }, 'include_subscribers is not valid JSON'],
+      [{ include_subscribers: 'Partial' }, 'include_subscribers is not valid JSON'],
+      [{ include_subscribers: '"partial"' }, 'include_subscribers is not a boolean'],
       [{ include_subscribers: '1', event_types: 'foo' }, 'include_subscribers is not a boolean'],
       [{ client_capabilities: '[]', event_types: 'foo' }, 'client_capabilities is not a dict'],
     ];
@@ -227,6 +230,50 @@ describe('POST /api/v1/register', () => {
     expect((await queues(ctx.db)).map((queue) => queue.lifespan_seconds).sort((a, b) => a - b)).toEqual(
       lifespans.map(([, stored]) => stored).sort((a, b) => a - b),
     );
+  });
+
+  it('idle_queue_timeout (feature level 481): seconds or "mobile", capped at the maximum; it wins over queue_lifespan_secs; the effective value is returned', async () => {
+    const cases: [Record<string, string>, number][] = [
+      [{}, 600],
+      [{ idle_queue_timeout: '3600' }, 3600],
+      [{ idle_queue_timeout: '1' }, 1],
+      [{ idle_queue_timeout: '"mobile"' }, 43_200],
+      [{ idle_queue_timeout: ' "mobile" ' }, 43_200],
+      [{ idle_queue_timeout: '604800' }, 604_800],
+      [{ idle_queue_timeout: '10000000' }, 604_800],
+      [{ queue_lifespan_secs: '60' }, 60],
+      [{ queue_lifespan_secs: '60', idle_queue_timeout: '3600' }, 3600],
+      [{ queue_lifespan_secs: '0', idle_queue_timeout: '"mobile"' }, 43_200],
+    ];
+    for (const [form, seconds] of cases) {
+      const { res, body } = await registered({ ...form, fetch_event_types: '[]' });
+      expect(res.body, JSON.stringify(form)).toBe(JSON.stringify({ ...header(body.queue_id, seconds), last_event_id: -1 }));
+      const queue = await ctx.db.selectFrom('event_queues').select('lifespan_seconds').where('id', '=', body.queue_id).executeTakeFirstOrThrow();
+      expect(queue.lifespan_seconds).toBe(seconds);
+    }
+  });
+
+  it('idle_queue_timeout: bad values are 400s, checked after queue_lifespan_secs, and create no queue', async () => {
+    const cases: [Record<string, string>, string][] = [
+      [{ idle_queue_timeout: 'mobile' }, 'idle_queue_timeout is not valid JSON'],
+      [{ idle_queue_timeout: '' }, 'idle_queue_timeout is not valid JSON'],
+      [{ idle_queue_timeout: '0' }, 'idle_queue_timeout is too small'],
+      [{ idle_queue_timeout: '-60' }, 'idle_queue_timeout is too small'],
+      [{ idle_queue_timeout: '"desktop"' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: '"3600"' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: '1.5' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: 'true' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: 'null' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: '["mobile"]' }, 'Invalid idle_queue_timeout'],
+      [{ idle_queue_timeout: '0', queue_lifespan_secs: 'x' }, 'queue_lifespan_secs is not valid JSON'],
+      [{ idle_queue_timeout: '0', event_types: '{}' }, 'event_types is not a list'],
+    ];
+    for (const [form, msg] of cases) {
+      const res = await register(ctx.app, form);
+      expect(res.statusCode, msg).toBe(400);
+      expect(res.body).toBe(errorBody(msg));
+    }
+    expect(await queues(ctx.db)).toEqual([]);
   });
 
   it('event types containing NUL are accepted; they match no event (never a 500)', async () => {

@@ -6,7 +6,7 @@ const EXAMPLE = {
   msg: '',
   authentication_methods: {
     password: false, dev: false, email: false, ldap: false, remoteuser: false, github: false, azuread: false,
-    gitlab: false, apple: false, google: false, saml: false, 'openid connect': false,
+    gitlab: false, apple: false, google: false, saml: false, 'openid connect': false, discord: false,
   },
   zulip_version: '12.0-dev',
   zulip_merge_base: '12.0-dev',

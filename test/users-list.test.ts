@@ -17,11 +17,6 @@ const bot = (id: number, fullName: string, email: string, botType: number) => ({
   full_name: fullName, timezone: '', is_active: true, date_joined: JOINED, delivery_email: email, avatar_url: null,
   is_imported_stub: false, bot_type: botType, bot_owner_id: 13,
 });
-const placeholder = (id: number) => ({
-  email: `user${id}@chat.example.com`, user_id: id, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false,
-  role: 400, is_bot: false, full_name: 'Unknown user', timezone: '', is_active: true, date_joined: '1970-01-01T00:00:00+00:00',
-  delivery_email: null, avatar_url: '/static/images/unknown-user-avatar.png', is_imported_stub: false, profile_data: {},
-});
 
 const O = human(10, 'O Owner', 'owner@example.com', 100);
 const A = human(11, 'A Admin', 'admin@example.com', 200);
@@ -76,18 +71,45 @@ describe('GET /api/v1/users', () => {
     ]));
   });
 
-  it('case 118: a restricted guest gets placeholders in place of users it cannot access', async () => {
+  it('case 118: a restricted guest does not get the users it cannot access (feature level 437: no placeholders)', async () => {
     await restrict(ctx.db);
     const res = await list('', 'G');
-    expect(res.body).toBe(ok([placeholder(10), placeholder(11), placeholder(12), U, V, G, B, H, placeholder(18)]));
-    // Placeholders look the same with profile fields requested; accessible humans get theirs.
+    expect(res.body).toBe(ok([U, V, G, B, H]));
     const profiles = await list('?include_custom_profile_fields=true', 'G');
-    expect(profiles.body).toBe(ok([
-      placeholder(10), placeholder(11), placeholder(12), withProfile(U), withProfile(V, V_PROFILE_DATA), withProfile(G), B, H,
-      placeholder(18),
-    ]));
+    expect(profiles.body).toBe(ok([withProfile(U), withProfile(V, V_PROFILE_DATA), withProfile(G), B, H]));
     // Non-guests of the same organization are not restricted.
     expect((await list('', 'U')).body).toBe(ok([O, A, M, U, V, G, B, H, D]));
+  });
+
+  it('user_ids (feature level 384): only those users, ascending, each once; deactivated users and bots included', async () => {
+    expect((await list(`?user_ids=${encodeURIComponent('[18, 13, 16, 13]')}`)).body).toBe(ok([U, B, D]));
+    expect((await list('?user_ids=[11]&include_custom_profile_fields=true&client_gravatar=true')).body).toBe(ok([withProfile(A)]));
+    // An empty list is no user, not every user.
+    expect((await list('?user_ids=[]')).body).toBe(ok([]));
+    // Unknown ids, ids of another organization (30 is X's) and ids no user can have are left out.
+    expect((await list(`?user_ids=${encodeURIComponent('[14, 30, 999, 0, -5, 2147483648, 1e300]')}`)).body).toBe(ok([V]));
+    // A restricted guest gets only the requested users it can access.
+    await restrict(ctx.db);
+    expect((await list('?user_ids=[10,13,18]', 'G')).body).toBe(ok([U]));
+    // user_ids is a known parameter: only the unknown one is reported.
+    expect((await list('?user_ids=[17]&foo=1')).body).toBe(ok([H], { ignored_parameters_unsupported: ['foo'] }));
+  });
+
+  it('user_ids: bad values are 400s, after the parameters declared before it', async () => {
+    for (const [query, msg] of [
+      ['?user_ids=1,2', 'user_ids is not valid JSON'],
+      ['?user_ids=', 'user_ids is not valid JSON'],
+      ['?user_ids=13', 'user_ids is not a list'],
+      ['?user_ids={"a":1}', 'user_ids is not a list'],
+      ['?user_ids=[13,"14"]', 'user_ids[1] is not an integer'],
+      ['?user_ids=[1.5]', 'user_ids[0] is not an integer'],
+      ['?user_ids=[null]', 'user_ids[0] is not an integer'],
+      ['?user_ids=[1]x&client_gravatar=1', 'client_gravatar is not a boolean'],
+    ] as const) {
+      const res = await list(query.replace(/[[\]{}"]/g, encodeURIComponent));
+      expect(res.statusCode, query).toBe(400);
+      expect(res.body).toBe(JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' }));
+    }
   });
 
   it('a guest of an unrestricted organization sees everyone', async () => {
@@ -141,9 +163,9 @@ describe('GET /api/v1/users', () => {
     await ctx.db.insertInto('subscriptions').values(extra.slice(0, 30).map((user) => ({ realm_id: 1, user_id: user.id, stream_id: 100 }))).execute();
     expect(await count('U')).toEqual({ statements: 2, members: 69 });
     await restrict(ctx.db);
-    expect(await count('G')).toEqual({ statements: 2, members: 69 });
-    const members = (await list('', 'G')).json().members as { user_id: number; full_name: string }[];
-    const unknown = members.filter((m) => m.full_name === 'Unknown user').map((m) => m.user_id);
-    expect(unknown).toEqual([10, 11, 12, 18, ...extra.slice(30).map((user) => user.id)]);
+    // The guest shares channel 100 with the first 30 extra users only.
+    expect(await count('G')).toEqual({ statements: 2, members: 35 });
+    const members = (await list('', 'G')).json().members as { user_id: number }[];
+    expect(members.map((m) => m.user_id)).toEqual([13, 14, 15, 16, 17, ...extra.slice(0, 30).map((user) => user.id)]);
   });
 });

@@ -13,7 +13,7 @@ export interface ParamSources {
   query: Map<string, string>;
 }
 
-type Parser<T> = (raw: string, name: string) => T;
+export type Parser<T> = (raw: string, name: string) => T;
 
 export class ParamReader {
   readonly declared = new Set<string>(['client']);
@@ -93,6 +93,10 @@ export function jsonListOfAtMost(limit: number): Parser<unknown[]> {
     return list;
   };
 }
+
+/** A JSON list of integers (`user_ids[2] is not an integer`). */
+export const jsonIntegerList: Parser<number[]> = (raw, name) =>
+  jsonList(raw, name).map((item, index) => checkInteger(item, `${name}[${index}]`));
 
 /** A JSON list of at most `limit` strings. */
 export function jsonStringListOfAtMost(limit: number): Parser<string[]> {

@@ -3,8 +3,9 @@ import type { AppDeps } from '../../app.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { badRequest } from '../../http/errors.js';
-import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringListOfAtMost, keyPath } from '../../http/params.js';
+import { asString, checkBoolean, jsonBoolean, jsonDict, jsonInteger, jsonStringListOfAtMost, keyPath, parseJson } from '../../http/params.js';
 import { FEATURE_LEVEL } from '../server-settings/server-settings.routes.js';
+import { includeSubscribersParam } from '../subscriptions/subscriptions.routes.js';
 import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
@@ -20,6 +21,18 @@ function parseCapabilities(raw: string, name: string): Record<string, boolean> {
   const capabilities = jsonDict(raw, name);
   for (const [key, value] of Object.entries(capabilities)) checkBoolean(value, keyPath(name, key));
   return capabilities as Record<string, boolean>;
+}
+
+/**
+ * idle_queue_timeout: a JSON integer of at least 1, or the JSON string "mobile". Zulip documents
+ * the kinds, not the messages; these are its usual templates.
+ */
+function parseIdleQueueTimeout(raw: string, name: string): number | 'mobile' {
+  const value = parseJson(raw, name);
+  if (value === 'mobile') return value;
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(`Invalid ${name}`);
+  if (value < 1) throw badRequest(`${name} is too small`);
+  return value;
 }
 
 /**
@@ -52,12 +65,13 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
-    const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
+    const includeSubscribers = params.optional('include_subscribers', includeSubscribersParam, false);
     const capabilities = params.optional('client_capabilities', parseCapabilities, {});
     const eventTypes = params.optional('event_types', eventTypeList);
     const fetchEventTypes = params.optional('fetch_event_types', eventTypeList);
     const queueLifespanSecs = params.optional('queue_lifespan_secs', jsonInteger, 0);
-    const { queueId, state } = await registerEventQueue(db, transactions, config, request.caller, {
+    const idleQueueTimeout = params.optional('idle_queue_timeout', parseIdleQueueTimeout);
+    const { queueId, lifespanSeconds, state } = await registerEventQueue(db, transactions, config, request.caller, {
       notificationDefaults: notificationDefaultsFromLookup(request.authLookupResult),
       clientGravatar,
       includeSubscribers,
@@ -66,9 +80,12 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
       eventTypes,
       fetchEventTypes,
       queueLifespanSecs,
+      idleQueueTimeout,
     }, clientGone(reply));
     return success(request, {
       queue_id: queueId,
+      // Right after queue_id, as Zulip sends it (feature level 481).
+      idle_queue_timeout_secs: lifespanSeconds,
       zulip_version: config.zulipVersion,
       zulip_feature_level: FEATURE_LEVEL,
       zulip_merge_base: config.zulipVersion,

@@ -57,7 +57,7 @@ export const registerSchema = {
   tags: ['events'],
   ...formBody({
     client_gravatar: Type.Optional(jsonBoolean('As for GET /users, for the user lists.', true)),
-    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription.', false)),
+    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.', false)),
     client_capabilities: Type.Optional(
       jsonEncoded(
         Type.Record(Type.String(), Type.Boolean()),
@@ -66,11 +66,19 @@ export const registerSchema = {
     ),
     event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Event types the queue accepts (default: all). ${FETCH_NAMES}`)),
     fetch_event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Initial state sections to return (default: event_types). ${FETCH_NAMES}`)),
-    queue_lifespan_secs: Type.Optional(jsonInteger('Idle lifetime of the queue in seconds; 0 or less means 600; at most 604800.', 0)),
+    queue_lifespan_secs: Type.Optional(jsonInteger('Idle lifetime of the queue in seconds; 0 or less means 600; at most 604800. Legacy: idle_queue_timeout wins when both are given.', 0)),
+    idle_queue_timeout: Type.Optional(
+      jsonEncoded(
+        Type.Union([Type.Integer({ minimum: 1 }), Type.Literal('mobile')]),
+        'At least how long, in seconds, the queue is kept while the client does not poll (default 600; at most 604800, ' +
+          'longer values are capped), or the JSON string "mobile" for 12 hours (feature level 481).',
+      ),
+    ),
   }),
   documentedResponses: {
     200: successResponse('The queue and the initial state.', {
       queue_id: Type.String(),
+      idle_queue_timeout_secs: Type.Integer({ description: 'The effective idle lifetime of the queue, in seconds.' }),
       zulip_version: Type.String(),
       zulip_feature_level: Type.Integer(),
       zulip_merge_base: Type.String(),

@@ -27,6 +27,8 @@ export interface RegisterRequest {
   eventTypes: string[] | undefined;
   fetchEventTypes: string[] | undefined;
   queueLifespanSecs: number;
+  /** idle_queue_timeout (feature level 481); when given it decides, not queueLifespanSecs. */
+  idleQueueTimeout: number | 'mobile' | undefined;
 }
 
 export interface InitialState {
@@ -64,9 +66,18 @@ export function notificationDefaultsFromLookup(row: unknown): NotificationDefaul
 
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> & Parameters<typeof buildUserObject>[3];
 
-/** ≤ 0 means the default; anything longer than the maximum is capped. */
-export function queueLifespanSeconds(requested: number, config: RegisterConfig): number {
-  const lifespan = requested <= 0 ? config.queueDefaultLifespanSeconds : requested;
+/** What idle_queue_timeout="mobile" means: Zulip's documented 12 hours. */
+export const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
+
+/**
+ * The queue's idle lifetime: idle_queue_timeout when given, else queue_lifespan_secs (≤ 0 means
+ * the default), else the default; anything longer than the maximum is capped, as Zulip's
+ * "after applying defaults and server-side limits" says.
+ */
+export function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs' | 'idleQueueTimeout'>, config: RegisterConfig): number {
+  const { idleQueueTimeout, queueLifespanSecs } = request;
+  const lifespan = idleQueueTimeout === 'mobile' ? MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS
+    : idleQueueTimeout ?? (queueLifespanSecs <= 0 ? config.queueDefaultLifespanSeconds : queueLifespanSecs);
   return Math.min(lifespan, config.queueMaxLifespanSeconds);
 }
 
@@ -89,7 +100,7 @@ export async function registerEventQueue(
   caller: Caller,
   request: RegisterRequest,
   departure?: Departure,
-): Promise<{ queueId: string; state: InitialState }> {
+): Promise<{ queueId: string; lifespanSeconds: number; state: InitialState }> {
   const queueId = randomUUID();
   const wanted = wantedSections(request);
   const queue = {
@@ -99,7 +110,7 @@ export async function registerEventQueue(
     // No event type contains NUL, which PostgreSQL text cannot hold: dropping such names keeps
     // exactly the types the queue can ever accept.
     eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
-    lifespanSeconds: queueLifespanSeconds(request.queueLifespanSecs, config),
+    lifespanSeconds: queueLifespanSeconds(request, config),
   };
   const state = await transactions.run(caller.id, async (tx) => {
     // Every statement is issued before the first await (see UserTransactions.run).
@@ -120,7 +131,7 @@ export async function registerEventQueue(
     return sections;
   // Large: it reads the whole organization's users.
   }, departure, 'large');
-  return { queueId, state };
+  return { queueId, lifespanSeconds: queue.lifespanSeconds, state };
 }
 
 /**

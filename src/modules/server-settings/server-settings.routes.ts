@@ -9,7 +9,7 @@ import { serverSettingsSchema } from './server-settings.schemas.js';
 
 const FEATURE_LEVEL = 490;
 const AUTHENTICATION_METHODS = Object.fromEntries(
-  ['password', 'dev', 'email', 'ldap', 'remoteuser', 'github', 'azuread', 'gitlab', 'apple', 'google', 'saml', 'openid connect']
+  ['password', 'dev', 'email', 'ldap', 'remoteuser', 'github', 'azuread', 'gitlab', 'apple', 'google', 'saml', 'openid connect', 'discord']
     .map((method) => [method, false]),
 );
 

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
-import { asString, jsonBoolean, jsonListOfAtMost } from '../../http/params.js';
+import { asString, jsonBoolean, jsonListOfAtMost, type Parser } from '../../http/params.js';
 import {
   listSubscriptionsSchema,
   updateSettingByPostSchema,
@@ -21,11 +21,18 @@ import {
 export const MAX_SUBSCRIPTION_CHANGES = 10_000;
 const subscriptionData = jsonListOfAtMost(MAX_SUBSCRIPTION_CHANGES);
 
+/**
+ * include_subscribers: a JSON boolean, or `partial` (feature level 412), which lets the server send
+ * only part of large channels' subscribers; this server sends every channel's whole list, as Zulip
+ * itself does for channels under 250 subscribers.
+ */
+export const includeSubscribersParam: Parser<boolean> = (raw, name) => raw === 'partial' || jsonBoolean(raw, name);
+
 /** Subscription settings (spec §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
     const params = request.zulipParams;
-    const includeSubscribers = params.optional('include_subscribers', jsonBoolean, false);
+    const includeSubscribers = params.optional('include_subscribers', includeSubscribersParam, false);
     const subscriptions = await listSubscriptions(db, request.caller, { includeSubscribers });
     return success(request, { subscriptions });
   });

@@ -48,7 +48,7 @@ export const listSubscriptionsSchema = {
   description: 'Active subscriptions to non-archived channels, sorted by channel name.',
   tags: ['subscriptions'],
   querystring: Type.Object({
-    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription.', false)),
+    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.', false)),
   }),
   documentedResponses: {
     200: successResponse('The subscriptions.', { subscriptions: Type.Array(SubscriptionObject) }),

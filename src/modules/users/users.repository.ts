@@ -166,9 +166,14 @@ export async function findUserByDeliveryEmail(
   return row && toUserRecord(row, row.realm_id);
 }
 
-/** Every user of the organization (active, deactivated, bots), ascending by id. */
-export const selectRealmUsers = (db: Database, realmId: number, options: UserLoadOptions) =>
-  selectUsers(db, realmId, options).orderBy('users.id');
+/**
+ * Every user of the organization (active, deactivated, bots), ascending by id; only those of
+ * `userIds` when given (ids of no user of the organization match nothing).
+ */
+export const selectRealmUsers = (db: Database, realmId: number, options: UserLoadOptions, userIds?: readonly number[]) =>
+  selectUsers(db, realmId, options)
+    .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))))
+    .orderBy('users.id');
 
 /** The records of selectRealmUsers' rows. */
 export const realmUserRecords = (rows: UserRow[]): UserRecord[] => rows.map((row) => toUserRecord(row, row.realm_id));

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import type { AuthLookup } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
-import { jsonBoolean } from '../../http/params.js';
+import { jsonBoolean, jsonIntegerList } from '../../http/params.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
 
@@ -33,7 +33,8 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
-    const members = await listUsersForViewer(db, config, request.caller, { clientGravatar, includeCustomProfileFields });
+    const userIds = params.optional('user_ids', jsonIntegerList);
+    const members = await listUsersForViewer(db, config, request.caller, { clientGravatar, includeCustomProfileFields }, userIds);
     return success(request, { members });
   });
 

@@ -1,6 +1,6 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, jsonBoolean, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, jsonBoolean, jsonEncoded, successResponse } from '../../http/openapi.js';
 
 // Documentation of the user routes (spec §2.11, §3.5–§3.7); see src/http/openapi.ts.
 
@@ -43,14 +43,22 @@ const UserQuery = Type.Object({
   include_custom_profile_fields: Type.Optional(jsonBoolean('Add profile_data to each human user.', false)),
 });
 
+const UserListQuery = Type.Object({
+  ...UserQuery.properties,
+  user_ids: Type.Optional(
+    jsonEncoded(Type.Array(Type.Integer()), 'Only these users (feature level 384); ids of no user of the organization are left out. Absent: every user.'),
+  ),
+});
+
 export const listUsersSchema = {
   operationId: 'get-users',
   summary: 'Get all users',
   description:
-    'Every user of the organization (active, deactivated, bots) by ascending user_id. A user the caller ' +
-    'cannot access (a guest in a restricted organization) is replaced by an "Unknown user" placeholder.',
+    'Every user of the organization (active, deactivated, bots), or those of user_ids, by ascending ' +
+    'user_id. A user the caller cannot access (a guest in a restricted organization) is left out ' +
+    '(feature level 437).',
   tags: ['users'],
-  querystring: UserQuery,
+  querystring: UserListQuery,
   documentedResponses: {
     200: successResponse('The members.', { members: Type.Array(UserObject) }),
     ...AUTHENTICATED_ERRORS,

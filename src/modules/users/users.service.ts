@@ -17,7 +17,6 @@ import {
 } from './users.repository.js';
 import {
   type ApiUser,
-  buildInaccessibleUserPlaceholder,
   buildUserObject,
   type UserObjectOptions,
   type UserRecord,
@@ -105,17 +104,20 @@ export async function getUserForViewer(
   return buildUserObject(viewer, target, options, config);
 }
 
-/** Every user of the viewer's organization; inaccessible ones replaced in place by placeholders. */
+/**
+ * The users of the viewer's organization the viewer can access (all of them, or those of
+ * `userIds`). Since feature level 437 an inaccessible user is left out, not replaced by a
+ * placeholder as register still does (spec §3.7).
+ */
 export async function listUsersForViewer(
   db: Database,
   config: Config,
   viewer: UserViewerInRealm,
   options: UserObjectOptions,
+  userIds?: readonly number[],
 ): Promise<ApiUser[]> {
-  const users = realmUserRecords(await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options)).execute());
-  return users.map((user) =>
-    canAccessUser(viewer, user)
-      ? buildUserObject(viewer, user, options, config)
-      : buildInaccessibleUserPlaceholder(viewer, user.id, config, options),
-  );
+  // An id outside PostgreSQL's integer range names no user; bound, it would fail the statement.
+  const ids = userIds?.filter((id) => id >= 1 && id <= MAX_USER_ID);
+  const users = realmUserRecords(await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options), ids).execute());
+  return users.filter((user) => canAccessUser(viewer, user)).map((user) => buildUserObject(viewer, user, options, config));
 }
