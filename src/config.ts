@@ -36,6 +36,9 @@ const EnvSchema = Type.Object({
   QUEUE_DEFAULT_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 600 }),
   QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800 }),
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  // Spec §2.10: waiting polls re-check at least every 5 s. At most 20, so that a 60 s poll lease,
+  // renewed once less than 35 s are left, never runs out between two checks.
+  POLL_RECHECK_SECONDS: Type.Integer({ minimum: 1, maximum: 20, default: 5 }),
   QUEUE_MAX_PER_USER: Type.Integer({ minimum: 1, default: 20 }),
   AUDIT_LOG_RETENTION_DAYS: Type.Integer({ minimum: 1, default: 365 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
@@ -80,6 +83,8 @@ export interface Config {
   queueMaxLifespanSeconds: number;
   /** How often each instance deletes expired event queues and old audit rows. */
   queueSweepIntervalSeconds: number;
+  /** How often the instance checks all its waiting polls in one statement (src/modules/events/poll-rechecks.ts). */
+  pollRecheckSeconds: number;
   /** Live event queues per user; register beyond it deletes the least recently used one. */
   queueMaxPerUser: number;
   /** Subscription audit rows older than this are deleted by the sweep. */
@@ -171,6 +176,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
     queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
     queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
+    pollRecheckSeconds: env.POLL_RECHECK_SECONDS,
     queueMaxPerUser: env.QUEUE_MAX_PER_USER,
     auditLogRetentionDays: env.AUDIT_LOG_RETENTION_DAYS,
     trustProxy: env.TRUST_PROXY,

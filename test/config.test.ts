@@ -24,7 +24,8 @@ describe('configuration from the environment', () => {
       rateLimitWindowSeconds: 60, rateLimitMaxRequests: 200, bodyLimitBytes: 1048576, retryAfterSeconds: 5,
       heartbeatSeconds: 45, heartbeatJitterSeconds: 10, eventQueueLongpollTimeoutSeconds: 90,
       queueDefaultLifespanSeconds: 600, queueMaxLifespanSeconds: 604800, trustProxy: false,
-      dbPoolMax: 20, dbReadConnections: 2, dbConnectTimeoutMs: 2000, shutdownDrainSeconds: 5,
+      dbPoolMax: 20, dbReadConnections: 2, dbWriteConnections: 2, dbConnectTimeoutMs: 2000, shutdownDrainSeconds: 5,
+      pollRecheckSeconds: 5,
     });
   });
 
@@ -32,12 +33,12 @@ describe('configuration from the environment', () => {
     const config = loadConfig({
       DATABASE_URL: 'postgres://db/x', AVATAR_SALT: 's', PORT: '8080', ENABLE_GRAVATAR: 'false', TRUST_PROXY: '1',
       EXTERNAL_HOST: 'Chat.Example.com:8443', ROOT_SUBDOMAIN_ALIASES: 'www, app', DB_READ_CONNECTIONS: '4',
-      SHUTDOWN_DRAIN_SECONDS: '0',
+      SHUTDOWN_DRAIN_SECONDS: '0', POLL_RECHECK_SECONDS: '20',
     });
     expect(config).toMatchObject({
       port: 8080, enableGravatar: false, trustProxy: true, externalHost: 'chat.example.com:8443',
       fakeEmailDomain: 'chat.example.com', rootSubdomainAliases: ['www', 'app'], avatarSalt: 's', dbReadConnections: 4,
-      shutdownDrainSeconds: 0,
+      shutdownDrainSeconds: 0, pollRecheckSeconds: 20,
     });
   });
 
@@ -49,6 +50,8 @@ describe('configuration from the environment', () => {
     [{ EXTERNAL_HOST: 'bad host/' }, /^Invalid environment variable EXTERNAL_HOST="bad host\/"/],
     [{ DB_READ_CONNECTIONS: '0' }, /^Invalid environment variable DB_READ_CONNECTIONS="0"/],
     [{ SHUTDOWN_DRAIN_SECONDS: '-1' }, /^Invalid environment variable SHUTDOWN_DRAIN_SECONDS="-1"/],
+    // A longer interval would let the 60 s poll leases run out between two renewals.
+    [{ POLL_RECHECK_SECONDS: '21' }, /^Invalid environment variable POLL_RECHECK_SECONDS="21"/],
     [{ HEARTBEAT_SECONDS: '100' }, /^EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed/],
   ])('a bad value fails naming the variable: %o', (env, message) => {
     expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(ConfigError);

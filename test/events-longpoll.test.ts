@@ -123,30 +123,72 @@ describe('long poll wake-up', () => {
     ]));
   });
 
-  it('re-checks the database at least every 5 s even without a notification', async () => {
-    await setUp();
+  it('an event written without a notification is found by the periodic check (POLL_RECHECK_SECONDS)', async () => {
+    await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
     // An event written behind the server's back: no NOTIFY.
     await sql`UPDATE event_queues SET next_event_id = 1 WHERE id = ${queueId}::uuid`.execute(ctx.db);
     await sql`INSERT INTO events (queue_id, id, realm_id, payload) VALUES (${queueId}::uuid, 0, 1, '{"type":"custom"}')`.execute(ctx.db);
     const { res, elapsed } = await timed(poll, Date.now());
-    expect(elapsed).toBeLessThan(6500);
+    expect(elapsed).toBeLessThan(2500);
     expect(res.body).toBe(waited(queueId, [{ type: 'custom', id: 0 }]));
   }, 15_000);
 
+  it('waiting polls send no statement of their own: one statement per check renews every lease', async () => {
+    await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
+    const queueIds = await Promise.all(Array.from({ length: 12 }, () => registerQueue(ctx.app)));
+    const polls = [];
+    for (const queueId of queueIds) polls.push((await startWaiting(ctx.app, queueId)).poll);
+    /** Milliseconds each queue's lease has left, by queue id. */
+    const leases = async () => new Map((await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute())
+      .map((row) => [row.id, row.poll_lease_until!.getTime() - Date.now()]));
+    // Fresh leases (60 s) are left alone; those about to run out (less than 35 s left) are renewed.
+    const soon = queueIds.slice(0, 4);
+    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ANY(${soon}::uuid[])`.execute(ctx.db);
+    const before = await leases();
+    ctx.database.statements.length = 0;
+    await sleep(2500);
+    // Two or three checks in 2.5 s, whatever the number of polls; nothing else.
+    expect(ctx.database.statements.length).toBeGreaterThanOrEqual(2);
+    expect(ctx.database.statements.length).toBeLessThanOrEqual(3);
+    for (const statement of ctx.database.statements) expect(statement).toMatch(/unnest\(/);
+    const after = await leases();
+    expect(after.size).toBe(queueIds.length);
+    for (const [queueId, left] of after) {
+      if (soon.includes(queueId)) {
+        expect(before.get(queueId)).toBeLessThan(21_000);
+        expect(left).toBeGreaterThan(55_000);
+      } else {
+        expect(left).toBeLessThan(before.get(queueId)! - 2000); // not renewed: only time passed
+      }
+    }
+    for (const poll of polls) expect(await Promise.race([poll.then(() => 'answered'), sleep(0).then(() => 'waiting')])).toBe('waiting');
+    await setPinToTop(ctx.app, true);
+    for (const [index, poll] of polls.entries()) expect((await poll).body).toBe(waited(queueIds[index]!, [pinEvent(true, 0)]));
+  }, 15_000);
+
   it('the listener reconnects after losing its connection, and polls still wake promptly', async () => {
-    await setUp();
+    await setUp({ env: { POLL_RECHECK_SECONDS: '20' } });
     const [pid] = await listenerSessions();
     expect(pid).toBeDefined();
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
+    const otherQueueId = await registerQueue(ctx.app);
+    const other = await startWaiting(ctx.app, otherQueueId);
+    ctx.database.statements.length = 0;
     await sql`SELECT pg_terminate_backend(${pid!})`.execute(ctx.db);
-    // Committed while nobody listens: found by the re-check that follows the reconnection.
+    // Committed while nobody listens: found by the check that follows the reconnection (the
+    // periodic one is 20 s away), one statement for every waiting poll.
     await setPinToTop(ctx.app, true);
     const { res, elapsed } = await timed(poll, Date.now());
     expect(elapsed).toBeLessThan(3000);
     expect(res.body).toBe(waited(queueId, [pinEvent(true, 0)]));
+    expect((await other.poll).body).toBe(waited(otherQueueId, [pinEvent(true, 0)]));
+    // The checks on losing and on regaining the connection, each one statement for both polls.
+    const checks = ctx.database.statements.filter((statement) => /unnest\(/.test(statement)).length;
+    expect(checks).toBeGreaterThanOrEqual(1);
+    expect(checks).toBeLessThanOrEqual(2);
     await eventually(async () => {
       const pids = await listenerSessions();
       return pids.length === 1 && pids[0] !== pid;

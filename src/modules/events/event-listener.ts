@@ -20,8 +20,9 @@ export interface EventListenerOptions {
 
 /**
  * One dedicated connection per app instance that LISTENs on the events channel (spec §2.10
- * Wake-up), reconnecting with backoff when lost. Waiting polls also re-check on their own, so
- * a lost connection delays answers by at most the re-check interval; it never loses events.
+ * Wake-up), reconnecting with backoff when lost. Losing it and getting it back both call onGap,
+ * which checks every waiting poll in one statement (PollRechecks), so a lost connection delays
+ * answers until the reconnection; it never loses events.
  */
 export class EventListener {
   private client: pg.Client | undefined;

@@ -7,8 +7,13 @@ import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
  * it (poll_id) and until when (poll_lease_until); every statement here is one round trip.
  */
 
-/** How long a poll's hold on its queue lasts without a refresh; waiting polls refresh far more often. */
-export const POLL_LEASE_SECONDS = 30;
+/**
+ * How long a poll's hold on its queue lasts without a renewal. Each instance checks its waiting
+ * polls every POLL_RECHECK_SECONDS (at most 20) and renews the leases that have less than
+ * LEASE_RENEWAL_SECONDS left, so only a crashed instance's leases run out, and its queues expire
+ * this much later than their idle lifespan says.
+ */
+export const POLL_LEASE_SECONDS = 60;
 
 export interface QueueOwner {
   realmId: number;
@@ -94,17 +99,67 @@ export async function startPoll(
 }
 
 /**
- * Extends a waiting poll's lease. 'ready' when the poll should answer now: events are pending, or
- * the queue is gone or held by a newer poll.
+ * A waiting poll was woken: ends it if it should answer (events are pending, or a newer poll holds
+ * the queue) and returns every pending event, in one round trip; 'waiting' when it should go on
+ * waiting (a wake-up that concerned it not, such as the notification of its own start); undefined
+ * when the queue no longer exists.
  */
-export async function refreshPoll(db: Database, queueId: string, pollId: string): Promise<'ready' | 'waiting'> {
-  const { rows } = await sql<{ has_events: boolean }>`
-    UPDATE event_queues SET poll_lease_until = now() + make_interval(secs => ${POLL_LEASE_SECONDS})
-    WHERE id = ${queueId}::uuid AND poll_id = ${pollId}::uuid
-    RETURNING EXISTS (SELECT 1 FROM events WHERE queue_id = ${queueId}::uuid) AS has_events
+export async function finishPollIfReady(db: Database, queueId: string, pollId: string): Promise<ApiEvent[] | 'waiting' | undefined> {
+  const { rows } = await sql<{ ready: boolean; events: StoredEvent[] | null }>`
+    WITH q AS (
+      SELECT poll_id IS DISTINCT FROM ${pollId}::uuid OR EXISTS (SELECT 1 FROM events e WHERE e.queue_id = ${queueId}::uuid) AS ready
+      FROM event_queues WHERE id = ${queueId}::uuid
+    ), finished AS (
+      UPDATE event_queues SET
+        last_active_at = now(),
+        poll_id = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_id END,
+        poll_lease_until = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_lease_until END
+      WHERE id = ${queueId}::uuid AND (SELECT ready FROM q)
+    )
+    SELECT
+      q.ready,
+      CASE WHEN q.ready THEN coalesce(
+        (SELECT json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id)
+         FROM events e WHERE e.queue_id = ${queueId}::uuid), '[]'
+      ) END AS events
+    FROM q
   `.execute(db);
   const row = rows[0];
-  return !row || row.has_events ? 'ready' : 'waiting';
+  if (!row) return undefined;
+  return row.ready ? withIds(row.events!) : 'waiting';
+}
+
+export interface WaitingPoll {
+  queueId: string;
+  pollId: string;
+}
+
+/** A waiting poll's lease is renewed once less than this is left: every 25–30 s at the default check interval. */
+const LEASE_RENEWAL_SECONDS = 35;
+
+/**
+ * One statement for all the waiting polls of an instance: renews the leases about to run out of
+ * those that still hold their queue, and returns the polls that should answer now (events are
+ * pending, or the queue is gone or held by a newer poll), by poll id: what a missed notification
+ * would have said. Only expiring leases are written, so most checks write nothing.
+ */
+export async function recheckWaitingPolls(db: Database, polls: readonly WaitingPoll[]): Promise<string[]> {
+  const { rows } = await sql<{ poll_id: string }>`
+    WITH waiting AS (
+      SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS w (queue_id, poll_id)
+    ), held AS (
+      SELECT w.queue_id, w.poll_id FROM waiting w JOIN event_queues q ON q.id = w.queue_id AND q.poll_id = w.poll_id
+    ), renewed AS (
+      UPDATE event_queues q SET poll_lease_until = now() + make_interval(secs => ${POLL_LEASE_SECONDS})
+      FROM held h
+      WHERE q.id = h.queue_id AND q.poll_id = h.poll_id
+        AND q.poll_lease_until < now() + make_interval(secs => ${LEASE_RENEWAL_SECONDS})
+    )
+    -- A join, not NOT EXISTS: inside an OR that would be a scan of held per waiting poll.
+    SELECT w.poll_id::text AS poll_id FROM waiting w LEFT JOIN held h ON h.poll_id = w.poll_id
+    WHERE h.poll_id IS NULL OR EXISTS (SELECT 1 FROM events e WHERE e.queue_id = w.queue_id)
+  `.execute(db);
+  return rows.map((row) => row.poll_id);
 }
 
 /**

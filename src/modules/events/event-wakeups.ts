@@ -5,6 +5,8 @@
  */
 
 export class PollWaiter {
+  /** Set once the poll holds its queue and waits (QueueWakeups.hold). */
+  pollId: string | undefined;
   private notified = false;
   private release: (() => void) | undefined;
 
@@ -35,6 +37,8 @@ export class PollWaiter {
 
 export class QueueWakeups {
   private readonly waiters = new Map<string, Set<PollWaiter>>();
+  /** The polls that hold their queue and wait, by poll id, with their queue. */
+  private readonly held = new Map<string, { queueId: string; waiter: PollWaiter }>();
   private readonly polls = new Set<Promise<unknown>>();
   private closingFlag = false;
 
@@ -52,9 +56,26 @@ export class QueueWakeups {
   }
 
   unsubscribe(queueId: string, waiter: PollWaiter): void {
+    if (waiter.pollId !== undefined) this.held.delete(waiter.pollId);
     const set = this.waiters.get(queueId);
     set?.delete(waiter);
     if (set?.size === 0) this.waiters.delete(queueId);
+  }
+
+  /** The poll now holds its queue and waits: the periodic check (PollRechecks) covers it. */
+  hold(queueId: string, waiter: PollWaiter, pollId: string): void {
+    waiter.pollId = pollId;
+    this.held.set(pollId, { queueId, waiter });
+  }
+
+  /** The waiting polls that hold their queue. */
+  heldPolls(): { queueId: string; pollId: string }[] {
+    return Array.from(this.held, ([pollId, { queueId }]) => ({ queueId, pollId }));
+  }
+
+  /** The check found that this poll should answer (PollRechecks). */
+  wakePoll(pollId: string): void {
+    this.held.get(pollId)?.waiter.notify();
   }
 
   /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */

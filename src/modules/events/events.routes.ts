@@ -10,6 +10,7 @@ import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
+import { PollRechecks } from './poll-rechecks.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /** Entries of event_types and fetch_event_types (spec §3.12): bounds the matching of every event. */
@@ -41,22 +42,26 @@ function parseIdleQueueTimeout(raw: string, name: string): number | 'mobile' {
  */
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const wakeups = new QueueWakeups();
+  const rechecks = new PollRechecks({ db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log });
   const listener = new EventListener({
     connectionString: config.databaseUrl,
     connectTimeoutMs: config.dbConnectTimeoutMs,
     log: app.log,
     onQueueNotified: (queueId) => wakeups.wake(queueId),
-    onGap: () => wakeups.wakeAll(),
+    onGap: () => rechecks.request(),
   });
 
   app.addHook('onReady', async () => {
     await listener.start();
+    rechecks.start();
   });
   // preClose runs before the HTTP server waits for in-flight requests: waiting polls answer now.
   app.addHook('preClose', async () => {
+    await rechecks.close();
     await wakeups.close();
   });
   app.addHook('onClose', async () => {
+    await rechecks.close();
     await wakeups.close();
     await listener.close();
   });

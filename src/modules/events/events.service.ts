@@ -3,14 +3,12 @@ import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import type { Departure } from '../../http/client-gone.js';
 import { ApiError, badRequest } from '../../http/errors.js';
-import { appendHeartbeat, finishPoll, type QueueOwner, refreshPoll, startPoll } from './event-polls.repository.js';
+import { appendHeartbeat, finishPoll, finishPollIfReady, type QueueOwner, startPoll } from './event-polls.repository.js';
 import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
 import { type ApiEvent, deleteEventQueue } from './events.repository.js';
 
 /** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
 
-/** Waiting polls look at the database at least this often, in case a notification was missed. */
-export const RECHECK_INTERVAL_MS = 5000;
 
 // Queue ids are the lowercase UUIDs register hands out; anything else names no queue.
 const QUEUE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -73,12 +71,15 @@ async function waitForEvents(
   const { db, config, wakeups } = deps;
   const heartbeatDelayMs = (config.heartbeatSeconds + Math.random() * config.heartbeatJitterSeconds) * 1000;
   const heartbeatAt = Date.now() + heartbeatDelayMs;
+  // From now on the instance's periodic check (PollRechecks) renews this poll's lease and wakes it
+  // if a notification was missed; the poll itself only looks again when woken.
+  wakeups.hold(queueId, waiter, pollId);
   const onGone = () => waiter.notify();
   const stopListening = clientGone.onGone(onGone);
   if (clientGone.gone) waiter.notify();
   try {
     for (;;) {
-      await waiter.wait(Math.max(0, Math.min(RECHECK_INTERVAL_MS, heartbeatAt - Date.now())));
+      await waiter.wait(Math.max(0, heartbeatAt - Date.now()));
       if (clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll.
         await finishPoll(db, queueId, pollId);
@@ -89,7 +90,10 @@ async function waitForEvents(
         await appendHeartbeat(db, queueId, pollId);
         break;
       }
-      if ((await refreshPoll(db, queueId, pollId)) === 'ready') break;
+      // Woken by a notification or by the instance's periodic check.
+      const outcome = await finishPollIfReady(db, queueId, pollId);
+      if (outcome === undefined) throw badEventQueueId(queueId);
+      if (outcome !== 'waiting') return { events: outcome, waited: true };
     }
   } finally {
     stopListening();
