@@ -8,6 +8,7 @@ import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
+import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
 import { formatReport, type Row } from './report.js';
@@ -51,6 +52,9 @@ const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
+const LONG_POLLS = 'long polls';
+const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
+const LONG_POLL_IDLE_SECONDS = positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
 const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25, rotatingCallers: 20_000, writers: WRITERS };
 const SERVER_ENV = {
   AVATAR_SALT: 'bench-salt',
@@ -262,6 +266,9 @@ async function main(): Promise<number> {
     history.set(scenario.name, await measure(scenario, servers[scenario.server], history, handle.db, cpu));
   }
 
+  let longPolls: LongPollFigures | undefined;
+  if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
+
   const rows: Row[] = scenarios.map((scenario) => ({
     name: scenario.name,
     measurement: history.get(scenario.name)!,
@@ -271,7 +278,34 @@ async function main(): Promise<number> {
     machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
     settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
   }));
+  if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
   return rows.some(({ measurement: m }) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
+}
+
+/** Two more instances with the production defaults: queues registered on A, polls held on B. */
+async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: string): Promise<LongPollFigures> {
+  const instance = async (name: string) => {
+    const server = await startServer({
+      name,
+      args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, name)}`] : []), ...SERVER_ARGS],
+      env: { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, HOST: SERVER_ENV.HOST, DATABASE_URL: url },
+      port: await freePort(),
+      readyPath: '/ready',
+      logFile: join(workDir, `${name}.log`),
+    });
+    cleanups.push(() => server.stop());
+    return server;
+  };
+  const a = await instance('long-poll-a');
+  const b = await instance('long-poll-b');
+  try {
+    return await measureLongPolls({
+      db, a, b, accounts: seeded.rotating.slice(0, LONG_POLL_COUNT), idleSeconds: LONG_POLL_IDLE_SECONDS, deliveries: 50, log,
+    });
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
 }
 
 let exitCode = 1;

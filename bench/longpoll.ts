@@ -1,0 +1,267 @@
+import { readFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { sql } from 'kysely';
+import type { Database } from '../src/db/database.js';
+import { cpuSeconds } from './cpu.js';
+import { basicAuth, FORM, formBody } from './load.js';
+import type { RunningProcess } from './processes.js';
+import type { Account } from './seed.js';
+
+/**
+ * The idle long-poll scenario (issue 17): N event queues registered through instance A, each held
+ * by a blocking GET /events on instance B, then nothing happens for a while; then deliveries, each
+ * a navigation view added through A, answered by the poll waiting on B. It reports what the idle
+ * polls cost (PostgreSQL transactions/s of the whole cluster, B's CPU, B's memory per poll) and
+ * the delivery latency.
+ */
+
+export interface LongPollFigures {
+  polls: number;
+  /** Seconds the idle window lasted (PostgreSQL's statistics counters included). */
+  idleSeconds: number;
+  transactionsPerSecond: number;
+  /** Instance B's CPU while idle, in % of one core. */
+  cpuPercent: number;
+  /** B's resident memory per waiting poll above its baseline, in KB. */
+  memoryPerPollKb: number;
+  rssBeforeMb: number;
+  rssAfterMb: number;
+  /** Heartbeats answered (and polled again) during the idle window: nothing else happened. */
+  heartbeats: number;
+  deliveries: number;
+  deliveryP50Ms: number;
+  deliveryP99Ms: number;
+}
+
+/** A connected client: it polls again after every answer, as the official clients do. */
+interface PollingClient {
+  /** Resolves with the next answer that carries something other than heartbeats. */
+  nextDelivery(): Promise<void>;
+  /** Heartbeats received so far. */
+  heartbeats(): number;
+  stop(): void;
+}
+
+const STEP = 500;
+const STEP_TIMEOUT_MS = 60_000;
+// PostgreSQL (15+) publishes an idle backend's statistics up to 10 s late: the window starts this
+// long after the last activity (the opening, the deliveries), so that none of it falls into it.
+const STATS_SETTLE_MS = 11_000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function rssMb(pid: number): number {
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return match ? Number(match[1]) / 1024 : Number.NaN;
+}
+
+async function transactions(db: Database): Promise<number> {
+  await sql`SELECT pg_stat_clear_snapshot()`.execute(db);
+  const { rows } = await sql<{ n: string }>`
+    SELECT (xact_commit + xact_rollback)::text AS n FROM pg_stat_database WHERE datname = current_database()
+  `.execute(db);
+  return Number(rows[0]!.n);
+}
+
+async function registerQueue(server: RunningProcess, account: Account): Promise<string> {
+  const response = await fetch(`${server.url}/api/v1/register`, {
+    method: 'POST',
+    headers: { authorization: basicAuth(account.email, account.apiKey), ...FORM },
+    body: formBody({ event_types: '["navigation_view"]', fetch_event_types: '[]' }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  const body = (await response.json()) as { queue_id?: string };
+  if (response.status !== 200 || !body.queue_id) throw new Error(`register answered ${response.status}: ${JSON.stringify(body)}`);
+  return body.queue_id;
+}
+
+function getEvents(server: RunningProcess, agent: Agent, account: Account, queueId: string, lastEventId: number) {
+  const url = new URL(`${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`);
+  let cancel = () => {};
+  const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = request(url, { agent, headers: { authorization: basicAuth(account.email, account.apiKey) } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+    cancel = () => req.destroy();
+  });
+  return { answer, cancel: () => cancel() };
+}
+
+/** A blocking GET /events loop on its own connection (one socket per poll, as separate clients have). */
+function connectClient(server: RunningProcess, agent: Agent, account: Account, queueId: string): PollingClient {
+  let heartbeats = 0;
+  let stopped = false;
+  let cancelCurrent = () => {};
+  let delivered: (() => void) | undefined;
+  let failed: ((error: Error) => void) | undefined;
+  void (async () => {
+    let lastEventId = -1;
+    while (!stopped) {
+      const current = getEvents(server, agent, account, queueId, lastEventId);
+      cancelCurrent = current.cancel;
+      let answer: { status: number; body: string };
+      try {
+        answer = await current.answer;
+      } catch (error) {
+        if (!stopped) failed?.(error as Error);
+        return;
+      }
+      if (answer.status !== 200) {
+        failed?.(new Error(`GET /events answered ${answer.status}: ${answer.body}`));
+        return;
+      }
+      const events = (JSON.parse(answer.body) as { events: { id: number; type: string }[] }).events;
+      heartbeats += events.filter((event) => event.type === 'heartbeat').length;
+      if (events.length > 0) lastEventId = events.at(-1)!.id;
+      if (events.some((event) => event.type !== 'heartbeat')) delivered?.();
+    }
+  })();
+  return {
+    nextDelivery: () => new Promise<void>((resolve, reject) => {
+      delivered = resolve;
+      failed = reject;
+    }),
+    heartbeats: () => heartbeats,
+    stop: () => {
+      stopped = true;
+      cancelCurrent();
+    },
+  };
+}
+
+async function mapConcurrently<T, R>(items: readonly T[], concurrency: number, task: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await task(items[index]!);
+    }
+  }));
+  return results;
+}
+
+async function heldCount(db: Database, queueIds: readonly string[]): Promise<number> {
+  const { rows } = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM event_queues WHERE id = ANY(${queueIds}::uuid[]) AND poll_id IS NOT NULL
+  `.execute(db);
+  return rows[0]!.n;
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+
+export async function measureLongPolls(options: {
+  db: Database;
+  a: RunningProcess;
+  b: RunningProcess;
+  accounts: readonly Account[];
+  idleSeconds: number;
+  deliveries: number;
+  log: (line: string) => void;
+}): Promise<LongPollFigures> {
+  const { db, a, b, accounts, log } = options;
+  log(`long polls: registering ${accounts.length} queues through ${a.name}`);
+  const queueIds = await mapConcurrently(accounts, 16, (account) => registerQueue(a, account));
+  const rssBeforeMb = rssMb(b.pid);
+
+  // Opened in steps, each held before the next starts: the listen backlog never overflows.
+  const agent = new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY });
+  const clients: PollingClient[] = [];
+  const openingStarted = Date.now();
+  for (let start = 0; start < accounts.length; start += STEP) {
+    const end = Math.min(start + STEP, accounts.length);
+    for (let i = start; i < end; i++) clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    // Only this step's queues: counting all of them each time slowed the opening down.
+    while ((await heldCount(db, queueIds.slice(start, end))) < end - start) {
+      if (Date.now() > deadline) throw new Error(`only part of the first ${end} polls are held after ${STEP_TIMEOUT_MS} ms`);
+      await sleep(100);
+    }
+  }
+  log(`long polls: ${clients.length} polls held by ${b.name} after ${((Date.now() - openingStarted) / 1000).toFixed(1)} s`);
+  // B's CPU second by second from here on, printed at the end: where idle CPU goes, if anywhere.
+  const timeline: string[] = [];
+  let lastCpu = cpuSeconds(b.pid)!;
+  const sampler = setInterval(() => {
+    const now = cpuSeconds(b.pid)!;
+    timeline.push(((now - lastCpu) * 1000).toFixed(0));
+    lastCpu = now;
+  }, 1000);
+  // No transaction of the opening is published late into the window; those of the idle state
+  // published after its end stand for those of before it published in it.
+  log(`long polls: measuring ${options.idleSeconds} s of idleness after ${STATS_SETTLE_MS / 1000} s`);
+  await sleep(STATS_SETTLE_MS);
+  const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
+  const transactionsBefore = await transactions(db);
+  const cpuBefore = cpuSeconds(b.pid)!;
+  const idleStarted = Date.now();
+  const monotonicMicros = () => (process.hrtime.bigint() / 1000n).toString();
+  log(`long polls: idle window from ${monotonicMicros()} µs (monotonic clock, as in CPU profiles)`);
+  await sleep(options.idleSeconds * 1000);
+  log(`long polls: idle window until ${monotonicMicros()} µs`);
+  const transactionsAfter = await transactions(db);
+  const cpuAfter = cpuSeconds(b.pid)!;
+  const idleSeconds = (Date.now() - idleStarted) / 1000;
+  const rssAfterMb = rssMb(b.pid);
+  const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
+  // Deliveries right after the idle window, before the first heartbeats (45 s after each poll):
+  // one at a time, from the write's request to the poll's answer.
+  // The first one is a warm-up, not counted: it prepares the statements on A's and B's connections.
+  const latencies: number[] = [];
+  const stride = Math.max(1, Math.floor(accounts.length / (options.deliveries + 1)));
+  for (let n = 0; n <= options.deliveries; n++) {
+    const index = (n * stride) % accounts.length;
+    const account = accounts[index]!;
+    const delivery = clients[index]!.nextDelivery();
+    const started = performance.now();
+    const write = await fetch(`${a.url}/api/v1/navigation_views`, {
+      method: 'POST',
+      headers: { authorization: basicAuth(account.email, account.apiKey), ...FORM },
+      body: formBody({ fragment: `narrow/channel/1-longpoll/topic/${n}`, is_pinned: 'false', name: `Long poll ${n}` }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (write.status !== 200) throw new Error(`the delivery write answered ${write.status}: ${await write.text()}`);
+    const answered = await Promise.race([delivery.then(() => true), sleep(10_000).then(() => false)]);
+    if (!answered) throw new Error(`the poll of queue ${queueIds[index]} did not deliver the event within 10 s`);
+    latencies.push(performance.now() - started);
+  }
+  log(`long polls: delivery latencies in order (the first one a warm-up): ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`);
+  latencies.shift();
+  latencies.sort((x, y) => x - y);
+
+  clearInterval(sampler);
+  log(`long polls: ${b.name}'s CPU ms in each second since the polls were held: ${timeline.join(' ')}`);
+  for (const client of clients) client.stop();
+  agent.destroy();
+
+  return {
+    polls: clients.length,
+    idleSeconds,
+    transactionsPerSecond: (transactionsAfter - transactionsBefore) / idleSeconds,
+    cpuPercent: (100 * (cpuAfter - cpuBefore)) / idleSeconds,
+    heartbeats,
+    memoryPerPollKb: ((rssAfterMb - rssBeforeMb) * 1024) / clients.length,
+    rssBeforeMb,
+    rssAfterMb,
+    deliveries: latencies.length,
+    deliveryP50Ms: percentile(latencies, 50),
+    deliveryP99Ms: percentile(latencies, 99),
+  };
+}
+
+export function formatLongPolls(figures: LongPollFigures): string {
+  const f = figures;
+  return [
+    `Idle long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults)`,
+    `  PostgreSQL transactions/s while idle (whole cluster, ${f.idleSeconds.toFixed(0)} s, ${f.heartbeats} heartbeats in it): ${f.transactionsPerSecond.toFixed(1)} (target ≤ 20: ${f.transactionsPerSecond <= 20 ? 'met' : 'MISSED'})`,
+    `  instance B CPU while idle: ${f.cpuPercent.toFixed(1)} % of a core (target ≤ 5: ${f.cpuPercent <= 5 ? 'met' : 'MISSED'})`,
+    `  instance B memory: ${f.rssBeforeMb.toFixed(0)} MB before the polls, ${f.rssAfterMb.toFixed(0)} MB with them: ${f.memoryPerPollKb.toFixed(1)} KB per poll (aim ≤ 20)`,
+    `  delivery A → B, ${f.deliveries} writes: p50 ${f.deliveryP50Ms.toFixed(1)} ms, p99 ${f.deliveryP99Ms.toFixed(1)} ms (target p99 ≤ 50: ${f.deliveryP99Ms <= 50 ? 'met' : 'MISSED'})`,
+  ].join('\n');
+}
