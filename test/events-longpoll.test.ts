@@ -168,6 +168,36 @@ describe('long poll wake-up', () => {
     for (const [index, poll] of polls.entries()) expect((await poll).body).toBe(waited(queueIds[index]!, [pinEvent(true, 0)]));
   }, 15_000);
 
+  it('a check skips a queue row another transaction holds, instead of waiting for it (no lock cycle with writes)', async () => {
+    await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
+    const queueId = await registerQueue(ctx.app);
+    const { poll } = await startWaiting(ctx.app, queueId);
+    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid`.execute(ctx.db);
+    const holder = createDatabase(ctx.database.url, { poolMax: 1 });
+    try {
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const holding = holder.db.transaction().execute(async (tx) => {
+        await sql`SELECT 1 FROM event_queues WHERE id = ${queueId}::uuid FOR UPDATE`.execute(tx);
+        await released;
+      });
+      await sleep(200);
+      ctx.database.statements.length = 0;
+      await sleep(2300);
+      // Checks kept coming (a blocked one would have been the only one), and left the lease alone.
+      expect(ctx.database.statements.filter((statement) => /unnest\(/.test(statement)).length).toBeGreaterThanOrEqual(2);
+      const leaseLeft = async () => (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime() - Date.now();
+      expect(await leaseLeft()).toBeLessThan(20_000);
+      release();
+      await holding;
+      await eventually(async () => (await leaseLeft()) > 55_000, 3000);
+    } finally {
+      await holder.close();
+    }
+    await setPinToTop(ctx.app, true);
+    expect((await poll).body).toBe(waited(queueId, [pinEvent(true, 0)]));
+  }, 15_000);
+
   it('the listener reconnects after losing its connection, and polls still wake promptly', async () => {
     await setUp({ env: { POLL_RECHECK_SECONDS: '20' } });
     const [pid] = await listenerSessions();

@@ -9,9 +9,9 @@ import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
 
 /**
  * How long a poll's hold on its queue lasts without a renewal. Each instance checks its waiting
- * polls every POLL_RECHECK_SECONDS (at most 20) and renews the leases that have less than
- * LEASE_RENEWAL_SECONDS left, so only a crashed instance's leases run out, and its queues expire
- * this much later than their idle lifespan says.
+ * polls every POLL_RECHECK_SECONDS (at most 20) and renews the leases about to run out
+ * (leaseRenewalSeconds), so only a crashed instance's leases run out, and its queues expire this
+ * much later than their idle lifespan says.
  */
 export const POLL_LEASE_SECONDS = 60;
 
@@ -134,8 +134,11 @@ export interface WaitingPoll {
   pollId: string;
 }
 
-/** A waiting poll's lease is renewed once less than this is left: every 25–30 s at the default check interval. */
-const LEASE_RENEWAL_SECONDS = 35;
+/**
+ * A waiting poll's lease is renewed once less than this is left (every 25–30 s at the default 5 s
+ * interval); with longer intervals, early enough that two failed checks in a row still leave time.
+ */
+export const leaseRenewalSeconds = (checkIntervalSeconds: number): number => Math.max(35, 3 * checkIntervalSeconds + 5);
 
 /**
  * One statement for all the waiting polls of an instance: renews the leases about to run out of
@@ -143,17 +146,22 @@ const LEASE_RENEWAL_SECONDS = 35;
  * pending, or the queue is gone or held by a newer poll), by poll id: what a missed notification
  * would have said. Only expiring leases are written, so most checks write nothing.
  */
-export async function recheckWaitingPolls(db: Database, polls: readonly WaitingPoll[]): Promise<string[]> {
+export async function recheckWaitingPolls(db: Database, polls: readonly WaitingPoll[], renewBelowSeconds: number): Promise<string[]> {
   const { rows } = await sql<{ poll_id: string }>`
     WITH waiting AS (
       SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS w (queue_id, poll_id)
     ), held AS (
       SELECT w.queue_id, w.poll_id FROM waiting w JOIN event_queues q ON q.id = w.queue_id AND q.poll_id = w.poll_id
+    ), renewable AS (
+      -- Locked in id order, skipping rows another transaction holds (their lease is renewed at the
+      -- next check): many users' rows in one statement must never deadlock with a write.
+      SELECT q.id FROM event_queues q JOIN held h ON q.id = h.queue_id AND q.poll_id = h.poll_id
+      WHERE q.poll_lease_until < now() + make_interval(secs => ${renewBelowSeconds})
+      ORDER BY q.id
+      FOR NO KEY UPDATE OF q SKIP LOCKED
     ), renewed AS (
       UPDATE event_queues q SET poll_lease_until = now() + make_interval(secs => ${POLL_LEASE_SECONDS})
-      FROM held h
-      WHERE q.id = h.queue_id AND q.poll_id = h.poll_id
-        AND q.poll_lease_until < now() + make_interval(secs => ${LEASE_RENEWAL_SECONDS})
+      FROM renewable r WHERE q.id = r.id
     )
     -- A join, not NOT EXISTS: inside an OR that would be a scan of held per waiting poll.
     SELECT w.poll_id::text AS poll_id FROM waiting w LEFT JOIN held h ON h.poll_id = w.poll_id

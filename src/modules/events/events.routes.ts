@@ -29,6 +29,8 @@ function parseCapabilities(raw: string, name: string): Record<string, boolean> {
  * the kinds, not the messages; these are its usual templates.
  */
 function parseIdleQueueTimeout(raw: string, name: string): number | 'mobile' {
+  // The JSON string, as documented; the bare word too, which a client may well send.
+  if (raw.trim() === 'mobile') return 'mobile';
   const value = parseJson(raw, name);
   if (value === 'mobile') return value;
   if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(`Invalid ${name}`);
@@ -57,12 +59,15 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   });
   // preClose runs before the HTTP server waits for in-flight requests: waiting polls answer now.
   app.addHook('preClose', async () => {
-    await rechecks.close();
+    // The polls answer first: a check in progress may wait on the database for seconds.
+    rechecks.stop();
     await wakeups.close();
+    await rechecks.close();
   });
   app.addHook('onClose', async () => {
-    await rechecks.close();
+    rechecks.stop();
     await wakeups.close();
+    await rechecks.close();
     await listener.close();
   });
 

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database } from '../../db/database.js';
-import { recheckWaitingPolls } from './event-polls.repository.js';
+import { leaseRenewalSeconds, recheckWaitingPolls } from './event-polls.repository.js';
 import type { QueueWakeups } from './event-wakeups.js';
 
 export interface PollRechecksOptions {
@@ -21,6 +21,7 @@ export class PollRechecks {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
+  private stopped = false;
 
   constructor(private readonly options: PollRechecksOptions) {}
 
@@ -31,6 +32,7 @@ export class PollRechecks {
 
   /** Checks now, or right after the check in progress (which may have read before what prompted this one). */
   request(): void {
+    if (this.stopped) return;
     if (this.running) {
       this.again = true;
       return;
@@ -44,9 +46,16 @@ export class PollRechecks {
     });
   }
 
-  async close(): Promise<void> {
-    clearInterval(this.timer);
+  /** No check starts any more (shutdown: the polls are answered without one). */
+  stop(): void {
+    this.stopped = true;
     this.again = false;
+    clearInterval(this.timer);
+  }
+
+  /** Stops, and waits for the check in progress, if any. */
+  async close(): Promise<void> {
+    this.stop();
     await this.running;
   }
 
@@ -55,9 +64,10 @@ export class PollRechecks {
     const held = wakeups.heldPolls();
     if (held.length === 0) return;
     try {
-      for (const pollId of await recheckWaitingPolls(db, held)) wakeups.wakePoll(pollId);
+      const renewBelow = leaseRenewalSeconds(this.options.intervalMs / 1000);
+      for (const pollId of await recheckWaitingPolls(db, held, renewBelow)) wakeups.wakePoll(pollId);
     } catch (error) {
-      // The next interval tries again; the leases (POLL_LEASE_SECONDS) outlast a few failures.
+      // The next interval tries again; the leases are renewed early enough to outlast two failures.
       log.warn({ err: error, polls: held.length }, 'waiting long polls could not be checked');
     }
   }
