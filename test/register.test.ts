@@ -161,7 +161,7 @@ describe('POST /api/v1/register', () => {
   });
 
   it('case 155: include_subscribers adds the active subscribers; partial (feature level 412) too', async () => {
-    for (const value of ['true', 'partial']) {
+    for (const value of ['true', 'partial', '"partial"']) {
       const { body } = await registered({ fetch_event_types: '["subscription"]', include_subscribers: value });
       expect(JSON.stringify(body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, subscribers: [13, 14, 15] }]));
     }
@@ -205,7 +205,7 @@ describe('POST /api/v1/register', () => {
       [{ queue_lifespan_secs: '1.5' }, 'queue_lifespan_secs is not an integer'],
       [{ client_gravatar: 'yes' }, 'client_gravatar is not valid JSON'],
       [{ include_subscribers: 'Partial' }, 'include_subscribers is not valid JSON'],
-      [{ include_subscribers: '"partial"' }, 'include_subscribers is not a boolean'],
+      [{ include_subscribers: '"all"' }, 'include_subscribers is not a boolean'],
       [{ include_subscribers: '1', event_types: 'foo' }, 'include_subscribers is not a boolean'],
       [{ client_capabilities: '[]', event_types: 'foo' }, 'client_capabilities is not a dict'],
     ];
@@ -239,6 +239,7 @@ describe('POST /api/v1/register', () => {
       [{ idle_queue_timeout: '1' }, 1],
       [{ idle_queue_timeout: '"mobile"' }, 43_200],
       [{ idle_queue_timeout: ' "mobile" ' }, 43_200],
+      [{ idle_queue_timeout: 'mobile' }, 43_200],
       [{ idle_queue_timeout: '604800' }, 604_800],
       [{ idle_queue_timeout: '10000000' }, 604_800],
       [{ queue_lifespan_secs: '60' }, 60],
@@ -255,7 +256,7 @@ describe('POST /api/v1/register', () => {
 
   it('idle_queue_timeout: bad values are 400s, checked after queue_lifespan_secs, and create no queue', async () => {
     const cases: [Record<string, string>, string][] = [
-      [{ idle_queue_timeout: 'mobile' }, 'idle_queue_timeout is not valid JSON'],
+      [{ idle_queue_timeout: 'Mobile' }, 'idle_queue_timeout is not valid JSON'],
       [{ idle_queue_timeout: '' }, 'idle_queue_timeout is not valid JSON'],
       [{ idle_queue_timeout: '0' }, 'idle_queue_timeout is too small'],
       [{ idle_queue_timeout: '-60' }, 'idle_queue_timeout is too small'],

@@ -105,6 +105,8 @@ describe('GET /api/v1/users', () => {
       ['?user_ids=[1.5]', 'user_ids[0] is not an integer'],
       ['?user_ids=[null]', 'user_ids[0] is not an integer'],
       ['?user_ids=[1]x&client_gravatar=1', 'client_gravatar is not a boolean'],
+      // The length is checked before the items, as for every list parameter.
+      [`?user_ids=[${Array(10_001).fill(13).join(',')}]`, 'user_ids is too long (limit: 10000 items)'],
     ] as const) {
       const res = await list(query.replace(/[[\]{}"]/g, encodeURIComponent));
       expect(res.statusCode, query).toBe(400);

@@ -94,9 +94,11 @@ export function jsonListOfAtMost(limit: number): Parser<unknown[]> {
   };
 }
 
-/** A JSON list of integers (`user_ids[2] is not an integer`). */
-export const jsonIntegerList: Parser<number[]> = (raw, name) =>
-  jsonList(raw, name).map((item, index) => checkInteger(item, `${name}[${index}]`));
+/** A JSON list of at most `limit` integers (`user_ids[2] is not an integer`). */
+export function jsonIntegerListOfAtMost(limit: number): Parser<number[]> {
+  const list = jsonListOfAtMost(limit);
+  return (raw, name) => list(raw, name).map((item, index) => checkInteger(item, `${name}[${index}]`));
+}
 
 /** A JSON list of at most `limit` strings. */
 export function jsonStringListOfAtMost(limit: number): Parser<string[]> {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
-import { asString, jsonBoolean, jsonListOfAtMost, type Parser } from '../../http/params.js';
+import { asString, checkBoolean, jsonListOfAtMost, parseJson, type Parser } from '../../http/params.js';
 import {
   listSubscriptionsSchema,
   updateSettingByPostSchema,
@@ -26,7 +26,12 @@ const subscriptionData = jsonListOfAtMost(MAX_SUBSCRIPTION_CHANGES);
  * only part of large channels' subscribers; this server sends every channel's whole list, as Zulip
  * itself does for channels under 250 subscribers.
  */
-export const includeSubscribersParam: Parser<boolean> = (raw, name) => raw === 'partial' || jsonBoolean(raw, name);
+export const includeSubscribersParam: Parser<boolean> = (raw, name) => {
+  // The word as Zulip's documentation lists it, and as a JSON string, which a client may send.
+  if (raw === 'partial') return true;
+  const value = parseJson(raw, name);
+  return value === 'partial' || checkBoolean(value, name);
+};
 
 /** Subscription settings (spec §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {

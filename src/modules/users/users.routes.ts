@@ -2,9 +2,13 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../app.js';
 import type { AuthLookup } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
-import { jsonBoolean, jsonIntegerList } from '../../http/params.js';
+import { jsonBoolean, jsonIntegerListOfAtMost } from '../../http/params.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
+
+/** Ids of one GET /users?user_ids=…: bounds the work of one request, as every list parameter is. */
+export const MAX_USER_IDS = 10_000;
+const userIdList = jsonIntegerListOfAtMost(MAX_USER_IDS);
 
 /**
  * Runs before authentication, so it must not throw: a bad include_custom_profile_fields gets no
@@ -33,7 +37,7 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
     const params = request.zulipParams;
     const clientGravatar = params.optional('client_gravatar', jsonBoolean, true);
     const includeCustomProfileFields = params.optional('include_custom_profile_fields', jsonBoolean, false);
-    const userIds = params.optional('user_ids', jsonIntegerList);
+    const userIds = params.optional('user_ids', userIdList);
     const members = await listUsersForViewer(db, config, request.caller, { clientGravatar, includeCustomProfileFields }, userIds);
     return success(request, { members });
   });
