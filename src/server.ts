@@ -43,8 +43,16 @@ async function main(): Promise<void> {
   // request's CPU on the hot paths.
   const logs = pino.destination({ dest: 1, sync: false, minLength: 4096 });
   setInterval(() => logs.flush(), LOG_FLUSH_INTERVAL_MS).unref();
-  // Every way out (a second SIGTERM, close-with-grace's deadline) writes what is still buffered.
-  process.on('exit', () => logs.flushSync());
+  // Every way out (a second SIGTERM, close-with-grace's deadline) writes what is still buffered;
+  // a log reader that went away must not turn the exit into a failure.
+  const flushLogs = () => {
+    try {
+      logs.flushSync();
+    } catch {
+      // Nothing left to write the lines to.
+    }
+  };
+  process.on('exit', flushLogs);
   // The events listener opens its own LISTEN connection: it needs the URL, embedded or not.
   const drain = new Drain();
   app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle, drain }, { stream: logs });
@@ -65,6 +73,7 @@ async function main(): Promise<void> {
     else if (signal) started.log.info({ signal }, 'shutting down');
     logs.flush();
     await started.close();
+    flushLogs();
     await handle.close();
     await forgetServer?.();
     await embedded?.stop();
