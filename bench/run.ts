@@ -61,6 +61,8 @@ const SERVER_ENV = {
   LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'silent',
   RATE_LIMITING: 'false',
   HOST: '127.0.0.1',
+  // The events scenario's 50 connections poll 50 queues of one user (the default keeps 20).
+  QUEUE_MAX_PER_USER: '64',
 };
 
 const log = (line: string) => console.error(`[bench] ${line}`);
