@@ -99,7 +99,9 @@ async function registerQueue(server: RunningProcess, account: Seeded['caller']):
   const response = await fetch(`${server.url}/api/v1/register`, {
     method: 'POST',
     headers: { authorization: basicAuth(account.email, account.apiKey), ...FORM },
-    body: formBody({ fetch_event_types: '[]' }),
+    // A day: the events scenario polls these queues only after the others ran (20 min and more),
+    // and an idle queue past its lifespan is deleted (the default is 10 min).
+    body: formBody({ fetch_event_types: '[]', idle_queue_timeout: '86400' }),
     signal: AbortSignal.timeout(10_000),
   });
   if (response.status === 404) return undefined;
