@@ -56,7 +56,6 @@ function rssMb(pid: number): number {
 }
 
 async function transactions(db: Database): Promise<number> {
-  await sql`SELECT pg_stat_clear_snapshot()`.execute(db);
   const { rows } = await sql<{ n: string }>`
     SELECT (xact_commit + xact_rollback)::text AS n FROM pg_stat_database WHERE datname = current_database()
   `.execute(db);

@@ -98,37 +98,6 @@ export async function startPoll(
   return { outcome: row.answered ? 'answered' : 'waiting', events: withIds(row.events), replacedPoll: row.replaced_poll };
 }
 
-/**
- * A waiting poll was woken: ends it if it should answer (events are pending, or a newer poll holds
- * the queue) and returns every pending event, in one round trip; 'waiting' when it should go on
- * waiting (a wake-up that concerned it not, such as the notification of its own start); undefined
- * when the queue no longer exists.
- */
-export async function finishPollIfReady(db: Database, queueId: string, pollId: string): Promise<ApiEvent[] | 'waiting' | undefined> {
-  const { rows } = await sql<{ ready: boolean; events: StoredEvent[] | null }>`
-    WITH q AS (
-      SELECT poll_id IS DISTINCT FROM ${pollId}::uuid OR EXISTS (SELECT 1 FROM events e WHERE e.queue_id = ${queueId}::uuid) AS ready
-      FROM event_queues WHERE id = ${queueId}::uuid
-    ), finished AS (
-      UPDATE event_queues SET
-        last_active_at = now(),
-        poll_id = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_id END,
-        poll_lease_until = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_lease_until END
-      WHERE id = ${queueId}::uuid AND (SELECT ready FROM q)
-    )
-    SELECT
-      q.ready,
-      CASE WHEN q.ready THEN coalesce(
-        (SELECT json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id)
-         FROM events e WHERE e.queue_id = ${queueId}::uuid), '[]'
-      ) END AS events
-    FROM q
-  `.execute(db);
-  const row = rows[0];
-  if (!row) return undefined;
-  return row.ready ? withIds(row.events!) : 'waiting';
-}
-
 export interface WaitingPoll {
   queueId: string;
   pollId: string;
@@ -172,28 +141,46 @@ export async function recheckWaitingPolls(db: Database, polls: readonly WaitingP
 
 /**
  * Ends a poll: restarts the queue's idle clock, releases the queue if this poll still holds it,
- * and returns every pending event; undefined when the queue no longer exists.
+ * and returns every pending event, in one round trip; undefined when the queue no longer exists.
+ * `onlyIfReady` (a woken poll): only when it should answer, events pending or a newer poll holding
+ * the queue, else 'waiting' (a wake-up that concerned it not, such as the notification of its own
+ * start).
  */
-export async function finishPoll(db: Database, queueId: string, pollId: string): Promise<ApiEvent[] | undefined> {
-  const { rows } = await sql<{ found: boolean; events: StoredEvent[] }>`
+async function endPoll(db: Database, queueId: string, pollId: string, onlyIfReady: boolean): Promise<ApiEvent[] | 'waiting' | undefined> {
+  const { rows } = await sql<{ ready: boolean; found: boolean; events: StoredEvent[] | null }>`
     WITH q AS (
+      SELECT NOT ${onlyIfReady}::boolean OR poll_id IS DISTINCT FROM ${pollId}::uuid
+        OR EXISTS (SELECT 1 FROM events e WHERE e.queue_id = ${queueId}::uuid) AS ready
+      FROM event_queues WHERE id = ${queueId}::uuid
+    ), finished AS (
       UPDATE event_queues SET
         last_active_at = now(),
         poll_id = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_id END,
         poll_lease_until = CASE WHEN poll_id = ${pollId}::uuid THEN NULL ELSE poll_lease_until END
-      WHERE id = ${queueId}::uuid
+      WHERE id = ${queueId}::uuid AND (SELECT ready FROM q)
       RETURNING id
     )
     SELECT
-      EXISTS (SELECT 1 FROM q) AS found,
-      coalesce(
+      q.ready,
+      EXISTS (SELECT 1 FROM finished) AS found,
+      CASE WHEN q.ready THEN coalesce(
         (SELECT json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id)
          FROM events e WHERE e.queue_id = ${queueId}::uuid), '[]'
-      ) AS events
+      ) END AS events
+    FROM q
   `.execute(db);
-  const row = rows[0]!;
-  return row.found ? withIds(row.events) : undefined;
+  const row = rows[0];
+  if (!row) return undefined;
+  if (!row.ready) return 'waiting';
+  // Deleted while the update waited for its row: gone all the same.
+  return row.found ? withIds(row.events!) : undefined;
 }
+
+/** Unconditionally: the statement's `ready` is then always true, so never 'waiting'. */
+export const finishPoll = (db: Database, queueId: string, pollId: string) =>
+  endPoll(db, queueId, pollId, false) as Promise<ApiEvent[] | undefined>;
+
+export const finishPollIfReady = (db: Database, queueId: string, pollId: string) => endPoll(db, queueId, pollId, true);
 
 /**
  * Appends {"type":"heartbeat"} with the queue's next id, whatever its event_types, but only while

@@ -30,7 +30,7 @@ function parseCapabilities(raw: string, name: string): Record<string, boolean> {
  */
 function parseIdleQueueTimeout(raw: string, name: string): number | 'mobile' {
   // The JSON string, as documented; the bare word too, which a client may well send.
-  if (raw.trim() === 'mobile') return 'mobile';
+  if (raw === 'mobile') return 'mobile';
   const value = parseJson(raw, name);
   if (value === 'mobile') return value;
   if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(`Invalid ${name}`);
