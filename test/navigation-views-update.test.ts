@@ -163,19 +163,18 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
 
   it('round trips: a constant number of statements whatever the input', async () => {
     await seedViews(ctx, 'U', [ALERTED]);
-    // auth; then begin, lock, checked update with its event, commit back to back
+    // auth; then the lock and the checked update with its event, one implicit transaction
     const forms: Record<string, string>[] = [{ is_pinned: 'false', name: 'n'.repeat(500) }, { is_pinned: 'true' }, {}];
     for (const form of forms) {
       ctx.database.statements.length = 0;
       expect((await patch(ctx, 'narrow/is/alerted', form)).statusCode).toBe(200);
-      expect(ctx.database.statements).toHaveLength(5);
-      expect(ctx.database.statements.at(-1)).toBe('COMMIT');
-      expect(ctx.database.statements.slice(1, 3)).toEqual(['BEGIN', 'SELECT pg_advisory_xact_lock($1, $2)']);
+      expect(ctx.database.statements).toHaveLength(3);
+      expect(ctx.database.statements[1]).toBe('SELECT pg_advisory_xact_lock($1, $2)');
     }
     ctx.database.statements.length = 0;
     expect((await patch(ctx, 'nonexistent', { name: 'free' })).statusCode).toBe(404);
-    // The same statements: the update refuses, COMMIT rolls back.
-    expect(ctx.database.statements).toHaveLength(5);
+    // The same statements: the update refuses, and its transaction rolls back.
+    expect(ctx.database.statements).toHaveLength(3);
   });
 
   it('a unique violation from the database on rename becomes "already exists"', async () => {
@@ -247,14 +246,13 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [ALERTED]);
     ctx.database.statements.length = 0;
     expect((await remove(ctx, 'narrow/is/alerted')).statusCode).toBe(200);
-    // auth; then begin, lock, checked delete with its event, commit back to back
-    expect(ctx.database.statements).toHaveLength(5);
-    expect(ctx.database.statements.slice(1, 3)).toEqual(['BEGIN', 'SELECT pg_advisory_xact_lock($1, $2)']);
-    expect(ctx.database.statements.at(-1)).toBe('COMMIT');
+    // auth; then the lock and the checked delete with its event, one implicit transaction
+    expect(ctx.database.statements).toHaveLength(3);
+    expect(ctx.database.statements[1]).toBe('SELECT pg_advisory_xact_lock($1, $2)');
     ctx.database.statements.length = 0;
     expect((await remove(ctx, `narrow/${'x'.repeat(2000)}`)).statusCode).toBe(404);
-    // The same statements: the delete refuses, COMMIT rolls back.
-    expect(ctx.database.statements).toHaveLength(5);
+    // The same statements: the delete refuses, and its transaction rolls back.
+    expect(ctx.database.statements).toHaveLength(3);
   });
 });
 

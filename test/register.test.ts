@@ -296,9 +296,9 @@ describe('POST /api/v1/register', () => {
     ctx.database.statements.length = 0;
     await registered();
     const all = ctx.database.statements.length;
-    // Two round trips: authentication; then BEGIN, lock, queue, users, subscriptions, views,
-    // COMMIT, written back to back.
-    expect(all).toBe(8);
+    // Two round trips: authentication; then lock, queue, users, subscriptions and views, one
+    // implicit transaction.
+    expect(all).toBe(6);
     ctx.database.statements.length = 0;
     await registered({ fetch_event_types: '[]' });
     expect(ctx.database.statements.length).toBe(all - 3);

@@ -40,13 +40,15 @@ async function lockWaiters(): Promise<number> {
 }
 
 describe('UserTransactions', () => {
-  it('commits the statements of a work together, in one round trip after BEGIN and the lock', async () => {
-    ctx.database.statements.length = 0;
-    const rows = await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Renamed' }));
-    expect(rows).toEqual([{ id: ids.U }]);
-    expect(ctx.database.statements).toEqual(['BEGIN', 'SELECT pg_advisory_xact_lock($1, $2)', expect.stringContaining('update "users"'), 'COMMIT']);
-    expect(await nameOfU()).toBe('Renamed');
-    await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+  it('commits the statements of a work together, in one round trip behind the lock, with no BEGIN or COMMIT', async () => {
+    for (const size of ['small', 'large'] as const) {
+      ctx.database.statements.length = 0;
+      const rows = await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Renamed' }), undefined, size);
+      expect(rows).toEqual([{ id: ids.U }]);
+      expect(ctx.database.statements).toEqual(['SELECT pg_advisory_xact_lock($1, $2)', expect.stringContaining('update "users"')]);
+      expect(await nameOfU()).toBe('Renamed');
+      await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+    }
   });
 
   it('a statement issued after the work awaited is refused, and nothing of the work is kept', async () => {
@@ -72,6 +74,43 @@ describe('UserTransactions', () => {
     }
     await new Promise((resolve) => setTimeout(resolve, 50)); // an unobserved rejection would surface here
     expect(await nameOfU()).toBe('U Member');
+  });
+
+  it('a failing statement rolls back the statements before it (one implicit transaction), on both kinds of connection', async () => {
+    const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
+    for (const size of ['small', 'large'] as const) {
+      const outcome = ctx.database.transactions.run(ids.U, (tx) => {
+        const renamed = renameU(tx, { userId: ids.U, name: 'Rolled back' });
+        const failed = failing(tx, { divisor: 0 });
+        return Promise.all([renamed, failed]);
+      }, undefined, size);
+      await expect(outcome).rejects.toMatchObject({ code: '22012' });
+      expect(await nameOfU()).toBe('U Member');
+      // The connection serves the next transaction.
+      expect(await ctx.database.transactions.run(ids.U, (tx) => failing(tx, { divisor: 1 }), undefined, size)).toEqual([{ q: 1 }]);
+    }
+  });
+
+  it('keeps each connection\'s prepared statements right when a transaction that prepares one fails', async () => {
+    for (const size of ['small', 'large'] as const) {
+      // Fails at its Parse: the connection is replaced, so the statement is prepared afresh
+      // (a stale record would answer 26000, "prepared statement does not exist").
+      const unparsable = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+        db.selectNoFrom(sql<number>`no_such_function(${args.x}::integer)`.as('y')));
+      for (let attempt = 0; attempt < 2; attempt++) {
+        await expect(ctx.database.transactions.run(ids.U, (tx) => unparsable(tx, { x: 1 }), undefined, size)).rejects.toMatchObject({ code: '42883' });
+      }
+      // Prepared, then the transaction fails after it: the statement stays prepared (preparing it
+      // again would answer 42P05, "prepared statement already exists").
+      const doubled = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) => db.selectNoFrom(sql<number>`${args.x}::integer * 2`.as('y')));
+      const divided = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) => db.selectNoFrom(sql<number>`1 / ${args.x}::integer`.as('y')));
+      await expect(ctx.database.transactions.run(ids.U, (tx) => Promise.all([doubled(tx, { x: 2 }), divided(tx, { x: 0 })]), undefined, size))
+        .rejects.toMatchObject({ code: '22012' });
+      for (let attempt = 0; attempt < 4; attempt++) {
+        expect(await ctx.database.transactions.run(ids.U, (tx) => doubled(tx, { x: attempt }), undefined, size)).toEqual([{ y: attempt * 2 }]);
+      }
+    }
   });
 
   it('a work that throws after issuing a statement rolls it back', async () => {

@@ -106,7 +106,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
     ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
-    // A user's transaction writes its statements back to back (user-transactions.ts); Kysely,
+    // A user's transaction sends its statements together (implicit-transaction.ts); Kysely,
     // sending one statement at a time, is unaffected.
     pipeline: true,
   });

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { DatabaseUnavailable, statementFailure } from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
+import { type GroupStatement, sendImplicitTransaction } from './implicit-transaction.js';
 
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: the authentication
@@ -17,8 +18,8 @@ import { batchWritesOfThisTurn } from './socket-writes.js';
  * about half the CPU per statement on each side and twice the throughput of the pool
  * (bench/RESULTS.md).
  *
- * What may go here: short statements, and short transactions whose statements are issued in one
- * go (`sequence`), never a session setting or long work: it would hold up every statement queued
+ * What may go here: short statements, and short transactions sent as one implicit transaction
+ * (`transaction`), never a session setting or long work: it would hold up every statement queued
  * behind it on its connection. The connections' statement_timeout bounds that.
  *
  * Connections open on first use and are replaced after an error or a disconnect: the statements
@@ -62,9 +63,6 @@ const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
 const closedError = () => new DatabaseUnavailable('the database connections are closed');
 
-/** Sends one statement on the connection a `sequence` was given; resolves to its rows. */
-export type Send = <R>(config: pg.QueryConfig) => Promise<R[]>;
-
 export class PipelinedConnections implements StatementRunner {
   private readonly lanes: (Lane | undefined)[];
   private closed = false;
@@ -93,11 +91,10 @@ export class PipelinedConnections implements StatementRunner {
   }
 
   /**
-   * Gives `issue` one connection, on which the statements it sends (synchronously, before it awaits
-   * anything) follow each other with nobody else's in between: a transaction can be written that
-   * way. Resolves to what `issue` returns.
+   * Runs `statements` as one implicit transaction (implicit-transaction.ts) on one connection;
+   * resolves to each statement's rows, in order, once they have committed together.
    */
-  async sequence<T>(issue: (send: Send) => T): Promise<T> {
+  async transaction(statements: readonly GroupStatement[]): Promise<unknown[][]> {
     if (this.closed) throw closedError();
     const lane = this.leastBusyLane();
     if (!lane.connected) {
@@ -109,7 +106,18 @@ export class PipelinedConnections implements StatementRunner {
       }
     }
     if (lane.failed) throw new DatabaseUnavailable('database connection lost');
-    return issue(<R>(config: pg.QueryConfig) => this.send<R>(lane, config));
+    lane.inFlight++;
+    batchWritesOfThisTurn(lane.client);
+    const { rows, query } = sendImplicitTransaction(lane.client, statements);
+    try {
+      return await rows;
+    } catch (error) {
+      if (query.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
+      throw statementFailure(error, lane.failed);
+    } finally {
+      lane.inFlight--;
+      for (const statement of statements) this.options.onStatement?.(statement.text);
+    }
   }
 
   /** Sends on a connected lane; its writes of this turn of the event loop leave together. */

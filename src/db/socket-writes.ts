@@ -17,17 +17,6 @@ function socketOf(client: pg.ClientBase): Corkable | undefined {
   return stream?.cork && stream.uncork ? (stream as Corkable) : undefined;
 }
 
-/** Whatever `issue` sends on the client goes out in one socket write. */
-export function inOneWrite<T>(client: pg.ClientBase, issue: () => T): T {
-  const socket = socketOf(client);
-  socket?.cork();
-  try {
-    return issue();
-  } finally {
-    socket?.uncork();
-  }
-}
-
 const corkedUntilImmediate = new WeakSet<Corkable>();
 
 /**

@@ -4,7 +4,7 @@ import { connectOrUnavailable, statementFailure } from './errors.js';
 import type { Departure } from '../http/client-gone.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
-import { inOneWrite } from './socket-writes.js';
+import { type GroupStatement, sendImplicitTransaction } from './implicit-transaction.js';
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
@@ -13,13 +13,13 @@ import { inOneWrite } from './socket-writes.js';
  * - Within this process a user's transactions first wait their turn in memory, WITHOUT a pool
  *   connection: otherwise a burst of one user's writes would fill the pool with connections
  *   waiting for that user's lock, and every other request of the instance would time out (503).
- * - Then, on one connection (see TransactionSize), BEGIN, the user's advisory lock, the work's
- *   statements and COMMIT are written back to back: one round trip, however many statements. The
- *   lock is a statement of its own before the work: each statement of a READ COMMITTED
- *   transaction sees what was committed before it started, so the work sees everything the
- *   user's previous transaction (on any instance) committed.
- * - A statement that fails aborts the transaction: the statements after it fail too, and COMMIT
- *   becomes a rollback. Nothing of the work is then stored.
+ * - Then, on one connection (see TransactionSize), the user's advisory lock and the work's
+ *   statements are sent as one implicit transaction (implicit-transaction.ts): one round trip and
+ *   one commit, however many statements, with no BEGIN or COMMIT to run. The lock is a statement of
+ *   its own before the work: each statement sees what was committed before it was bound, so the
+ *   work sees everything the user's previous transaction (on any instance) committed.
+ * - A statement that fails rolls the whole transaction back, and the statements after it are not
+ *   run. Nothing of the work is then stored.
  * - When the client goes away (`departure`) before the turn comes, nothing is sent; while a large
  *   transaction's statements run, they are cancelled (pg_cancel_backend), so it rolls back and its
  *   connection is closed rather than reused.
@@ -28,10 +28,7 @@ import { inOneWrite } from './socket-writes.js';
 /** Names the advisory lock of a user's event-producing writes: pg_advisory_xact_lock(namespace, user id). */
 export const USER_EVENT_LOCK_NAMESPACE = 7001;
 
-const BEGIN: pg.QueryConfig = { name: 'user_transaction_begin', text: 'BEGIN' };
-const LOCK_TEXT = 'SELECT pg_advisory_xact_lock($1, $2)';
-const COMMIT: pg.QueryConfig = { name: 'user_transaction_commit', text: 'COMMIT' };
-const ROLLBACK: pg.QueryConfig = { name: 'user_transaction_rollback', text: 'ROLLBACK' };
+const LOCK = { name: 'user_transaction_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 
 /** The request's client went away before its turn: nothing was sent. */
 export class ClientGone extends Error {
@@ -63,8 +60,6 @@ export interface UserTransactionOptions {
  */
 export type TransactionSize = 'small' | 'large';
 
-type Issue<T> = (send: <R>(config: pg.QueryConfig) => Promise<R[]>) => { settled: Promise<unknown>[]; result: Promise<T> };
-
 export class UserTransactions {
   private readonly turns = new KeyedTurns<number>();
 
@@ -77,36 +72,23 @@ export class UserTransactions {
 
   /**
    * Runs `work` in the user's transaction. `work` must issue every statement through the runner
-   * it is given before it awaits anything (they are sent with COMMIT right behind them); a
-   * statement issued later is refused. Resolves to what `work` resolves to, once committed.
+   * it is given before it awaits anything (they are sent together once it returns); a statement
+   * issued later is refused. Resolves to what `work` resolves to, once committed.
    */
   run<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, size: TransactionSize = 'small'): Promise<T> {
     return this.turns.run(userId, () => {
       if (departure?.gone) return Promise.reject(new ClientGone());
-      const issue = transactionOf(userId, work);
-      return size === 'small' ? this.onSharedConnection(issue) : this.onOwnConnection(issue, departure);
+      const issued = issue(userId, work);
+      // A work that threw while issuing sent nothing: there is nothing to roll back.
+      if (issued.threw || issued.statements.length === 1) return issued.result;
+      const sent = size === 'small' ? this.options.writes.transaction(issued.statements) : this.onOwnConnection(issued.statements, departure);
+      return finish(sent, issued);
     });
   }
 
-  private async onSharedConnection<T>(issue: Issue<T>): Promise<T> {
-    const { settled, result } = await this.options.writes.sequence(issue);
-    return finish(settled, result);
-  }
-
-  private async onOwnConnection<T>(issue: Issue<T>, departure: Departure | undefined): Promise<T> {
+  private async onOwnConnection(statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
     const { failedClients, onStatement } = this.options;
     const client = await connectOrUnavailable(this.options.pool);
-    const send = <R>(config: pg.QueryConfig): Promise<R[]> =>
-      client.query<R & pg.QueryResultRow>(config).then(
-        (result) => {
-          onStatement?.(config.text);
-          return result.rows;
-        },
-        (error: unknown) => {
-          onStatement?.(config.text);
-          throw statementFailure(error, failedClients.has(client));
-        },
-      );
     let cancelled = false;
     const cancel = () => {
       cancelled = true;
@@ -114,55 +96,83 @@ export class UserTransactions {
       if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
     };
     const stopListening = departure?.onGone(cancel);
-    // The whole transaction leaves in one socket write.
-    const { settled, result } = inOneWrite(client, () => issue(send));
+    const { rows, query } = sendImplicitTransaction(client, statements);
     try {
-      return await finish(settled, result);
+      return await rows;
+    } catch (error) {
+      throw statementFailure(error, failedClients.has(client));
     } finally {
       stopListening?.();
+      for (const statement of statements) onStatement?.(statement.text);
       // A cancelled or broken connection is closed (a cancel request may still be on its way to
-      // it); after any other failure the transaction has rolled back and the connection serves again.
-      client.release(cancelled || failedClients.has(client) ? true : undefined);
+      // it), and so is one whose prepared statements are uncertain; after any other failure the
+      // transaction has rolled back and the connection serves again.
+      client.release(cancelled || query.connectionSuspect || failedClients.has(client) ? true : undefined);
     }
   }
 }
 
-/**
- * Issues BEGIN, the user's lock, the work's statements and COMMIT (ROLLBACK when the work threw
- * while issuing), synchronously, through `send`.
- */
-function transactionOf<T>(userId: number, work: (tx: StatementRunner) => Promise<T>): Issue<T> {
-  return (send) => {
-    let sealed = false;
-    const settled: Promise<unknown>[] = [send(BEGIN), send({ name: 'user_transaction_lock', text: LOCK_TEXT, values: [USER_EVENT_LOCK_NAMESPACE, userId] })];
-    const tx: StatementRunner = {
-      run: <R>(statement: Statement, values: readonly unknown[]) => {
-        if (sealed) return Promise.reject(new Error('a statement was issued after its transaction was sent (issue every statement before awaiting)'));
-        // Awaited by finish whatever the work does with it: a work that gives up at its first
-        // failure leaves the later statements' failures unobserved, which would end the process.
-        const rows = send<R>({ ...statement, values: values as unknown[] });
-        settled.push(rows);
-        return rows;
-      },
-    };
-    let result: Promise<T>;
-    let threw = false;
-    try {
-      result = work(tx);
-    } catch (error) {
-      threw = true;
-      result = Promise.reject(error as Error);
-    }
-    sealed = true;
-    // A work that threw may have issued part of its statements: none of them is kept.
-    settled.push(send(threw ? ROLLBACK : COMMIT));
-    return { settled, result };
-  };
+interface Issued<T> {
+  /** The lock, then the work's statements, in order. */
+  statements: GroupStatement[];
+  /** The promises handed to the work, one per statement after the lock. */
+  handed: { resolve: (rows: unknown[]) => void; reject: (error: unknown) => void; promise: Promise<unknown> }[];
+  result: Promise<T>;
+  threw: boolean;
 }
 
-/** Every statement settles before the connection goes on; the first failure is the answer. */
-async function finish<T>(settled: Promise<unknown>[], result: Promise<T>): Promise<T> {
-  const outcomes = await Promise.allSettled([...settled, result]);
+/** Runs `work` to collect its statements, each behind the user's lock, before anything is sent. */
+function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>): Issued<T> {
+  let sealed = false;
+  const statements: GroupStatement[] = [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
+  const handed: Issued<T>['handed'] = [];
+  const tx: StatementRunner = {
+    run: <R>(statement: Statement, values: readonly unknown[]) => {
+      if (sealed) return Promise.reject(new Error('a statement was issued after its transaction was sent (issue every statement before awaiting)'));
+      statements.push({ ...statement, values });
+      const { promise, resolve, reject } = withResolvers<R[]>();
+      handed.push({ resolve: resolve as (rows: unknown[]) => void, reject, promise });
+      return promise;
+    },
+  };
+  let result: Promise<T>;
+  let threw = false;
+  try {
+    result = work(tx);
+  } catch (error) {
+    threw = true;
+    result = Promise.reject(error as Error);
+  }
+  sealed = true;
+  return { statements, handed, result, threw };
+}
+
+// Promise.withResolvers is Node 22+.
+function withResolvers<T>() {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+/**
+ * Hands each statement its rows (or the transaction's failure), then settles with the work's
+ * result; the transaction's failure comes first. Every promise handed to the work is awaited here
+ * whatever the work does with it: a work that gives up at its first failure leaves the others'
+ * failures unobserved, which would end the process.
+ */
+async function finish<T>(sent: Promise<unknown[][]>, issued: Issued<T>): Promise<T> {
+  const transaction = sent.then(
+    (rows) => issued.handed.forEach((statement, index) => statement.resolve(rows[index + 1] ?? [])),
+    (error: unknown) => {
+      for (const statement of issued.handed) statement.reject(error);
+      throw error;
+    },
+  );
+  const outcomes = await Promise.allSettled([transaction, ...issued.handed.map((statement) => statement.promise), issued.result]);
   const failure = outcomes.find((outcome) => outcome.status === 'rejected');
   if (failure) throw (failure as PromiseRejectedResult).reason;
   return (outcomes.at(-1) as PromiseFulfilledResult<T>).value;

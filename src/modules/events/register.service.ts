@@ -89,7 +89,7 @@ function wantedSections(request: RegisterRequest): (name: string) => boolean {
 
 /**
  * Creates the queue, then reads the wanted state, in the caller's transaction (one round trip: the
- * insert and the reads are written back to back): a concurrent change either commits before (its
+ * insert and the reads are sent together): a concurrent change either commits before (its
  * result is in the state, and it had no queue to put an event in) or after (the state misses it,
  * and the queue gets its event).
  */
