@@ -11,6 +11,7 @@ import { zulipClientErrorHandler } from './http/client-errors.js';
 import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
+import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
@@ -148,12 +149,15 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   await app.register(sweeper, deps);
 
   await app.register(async (api) => {
-    // Route schemas document (OpenAPI); the handlers parse parameters Zulip's way.
+    // Route schemas declare the parameters: decodeRequestParameters decodes them Zulip's way, and
+    // the OpenAPI document is generated from them; Fastify itself neither validates nor coerces.
     api.setValidatorCompiler(documentationOnly);
     api.addHook('onRequest', rejectEmptyPathParams);
     api.addHook('preParsing', limitFormFields);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', authenticationHook(new AccountBatches(reads), config));
+    // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
+    api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);
   });

@@ -1,23 +1,26 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/http/errors.js';
+import Type from 'typebox';
 import {
-  asString,
   checkBoolean,
   checkDict,
   checkInteger,
   checkList,
   checkString,
+  decodeParameters,
+  formParameters,
   jsonBoolean,
-  jsonDict,
   jsonInteger,
   jsonList,
-  jsonStringListOfAtMost,
+  jsonStringList,
   keyPath,
-  ParamReader,
+  optional,
   parseJson,
   requireKey,
-  trimmedString,
+  required,
+  text,
+  trimmedText,
 } from '../src/http/params.js';
 import { checkBulkEntries, checkSettingChange, parseSingleValue } from '../src/modules/subscriptions/subscriptions.validation.js';
 
@@ -135,16 +138,16 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
       fc.property(rawText, paramName, (raw, name) => {
         const parsed = referenceJson(raw);
         expectOutcome(() => parseJson(raw, name), parsed.ok ? { value: parsed.value } : bad(`${name} is not valid JSON`));
-        expectOutcome(() => jsonBoolean(raw, name), expectedTyped(raw, name, 'boolean'));
-        expectOutcome(() => jsonInteger(raw, name), expectedTyped(raw, name, 'integer'));
-        expectOutcome(() => jsonList(raw, name), expectedTyped(raw, name, 'list'));
-        expectOutcome(() => jsonDict(raw, name), expectedTyped(raw, name, 'dict'));
+        expectOutcome(() => jsonBoolean.decode(raw, name), expectedTyped(raw, name, 'boolean'));
+        expectOutcome(() => jsonInteger.decode(raw, name), expectedTyped(raw, name, 'integer'));
+        expectOutcome(() => jsonList(Type.Unknown(), Number.MAX_SAFE_INTEGER).decode(raw, name), expectedTyped(raw, name, 'list'));
+        expectOutcome(() => checkDict(parseJson(raw, name), name), expectedTyped(raw, name, 'dict'));
       }),
       { numRuns: RUNS },
     );
   });
 
-  it('jsonStringListOfAtMost(limit): a list of strings, or the error of the list, of its length, or of its first non-string item', () => {
+  it('jsonStringList(limit): a list of strings, or the error of the list, of its length, or of its first non-string item', () => {
     fc.assert(
       fc.property(rawText, paramName, fc.integer({ min: 0, max: 4 }), (raw, name, limit) => {
         const list = expectedTyped(raw, name, 'list');
@@ -155,13 +158,13 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
           if (items.length > limit) expected = bad(`${name} is too long (limit: ${limit} items)`);
           else if (firstBad >= 0) expected = bad(`${name}[${firstBad}] is not a string`);
         }
-        expectOutcome(() => jsonStringListOfAtMost(limit)(raw, name), expected);
+        expectOutcome(() => jsonStringList(limit).decode(raw, name), expected);
       }),
       { numRuns: RUNS },
     );
   });
 
-  it('trimmedString(limit): the trimmed text within the limit, or blank / too long', () => {
+  it('trimmedText(limit): the trimmed text within the limit, or blank / too long', () => {
     fc.assert(
       fc.property(rawText, paramName, fc.integer({ min: 1, max: 600 }), (raw, name, limit) => {
         const trimmed = raw.trim();
@@ -169,14 +172,14 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
           trimmed === '' ? bad(`${name} cannot be blank`)
           : [...trimmed].length > limit ? bad(`${name} is too long (limit: ${limit} characters)`)
           : { value: trimmed };
-        expect(outcomeOf(() => trimmedString(limit)(raw, name))).toEqual(expected);
+        expect(outcomeOf(() => trimmedText(limit).decode(raw, name))).toEqual(expected);
       }),
       { numRuns: RUNS },
     );
   });
 
-  it('asString returns the raw text unchanged', () => {
-    fc.assert(fc.property(rawText, paramName, (raw, name) => asString(raw, name) === raw), { numRuns: RUNS });
+  it('text returns the raw text unchanged', () => {
+    fc.assert(fc.property(rawText, paramName, (raw, name) => text.decode(raw, name) === raw), { numRuns: RUNS });
   });
 
   it('the check* functions accept exactly their type for any JSON value', () => {
@@ -211,21 +214,25 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
     );
   });
 
-  it('ParamReader: body before query, missing → REQUEST_VARIABLE_MISSING, ignored names sorted and undeclared', () => {
+  it('decodeParameters: body before query, missing → REQUEST_VARIABLE_MISSING, defaults, ignored names sorted and undeclared', () => {
     const fields = fc.array(fc.tuple(paramName, rawText), { maxLength: 6 }).map((pairs) => new Map(pairs));
+    // Declared names: a declaration is an object literal, whose integer-like keys JavaScript would
+    // enumerate first; no parameter is named like that.
+    const declared = fc.uniqueArray(paramName.filter((name) => !/^(0|[1-9]\d*)$/.test(name)), { maxLength: 4 });
     fc.assert(
-      fc.property(fields, fields, fc.array(paramName, { maxLength: 4 }), (body, query, read) => {
-        const reader = new ParamReader({ body, query });
-        for (const name of read) {
-          const raw = body.get(name) ?? query.get(name);
-          expect(outcomeOf(() => reader.required(name, asString))).toEqual(
-            raw === undefined
-              ? { error: { status: 400, code: 'REQUEST_VARIABLE_MISSING', msg: `Missing '${name}' argument`, extra: { var_name: name } } }
-              : { value: raw },
-          );
-          expect(reader.optional(name, asString, 'fallback')).toBe(raw ?? 'fallback');
-        }
-        const ignored = reader.ignored();
+      fc.property(fields, fields, declared, (body, query, read) => {
+        const raw = (name: string) => body.get(name) ?? query.get(name);
+        const requiredOnes = formParameters(Object.fromEntries(read.map((name) => [name, required(text, '')])));
+        const firstMissing = read.find((name) => raw(name) === undefined);
+        expect(outcomeOf(() => decodeParameters(requiredOnes, { body, query }).values)).toEqual(
+          firstMissing !== undefined
+            ? { error: { status: 400, code: 'REQUEST_VARIABLE_MISSING', msg: `Missing '${firstMissing}' argument`, extra: { var_name: firstMissing } } }
+            : { value: Object.fromEntries(read.map((name) => [name, raw(name)])) },
+        );
+        const optionalOnes = formParameters(Object.fromEntries(read.map((name) => [name, optional(text, '', 'fallback')])));
+        const decoded = decodeParameters(optionalOnes, { body, query });
+        expect(decoded.values).toEqual(Object.fromEntries(read.map((name) => [name, raw(name) ?? 'fallback'])));
+        const ignored = decoded.ignored;
         const received = new Set([...body.keys(), ...query.keys()]);
         const expected = [...received].filter((name) => name !== 'client' && !read.includes(name));
         expect(new Set(ignored)).toEqual(new Set(expected));

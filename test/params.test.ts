@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/http/errors.js';
+import Type from 'typebox';
 import {
-  compareCodePoints, jsonBoolean, jsonDict, jsonInteger, jsonList, jsonListOfAtMost, jsonStringListOfAtMost, ParamReader, trimmedString,
+  checkDict, compareCodePoints, decodeParameters, formParameters, jsonBoolean, jsonInteger, jsonList, jsonStringList, optional, parseJson,
+  queryParameters, required, requiredLast, text, trimmedText,
 } from '../src/http/params.js';
 
 function errorOf(fn: () => unknown): unknown {
@@ -15,67 +17,83 @@ function errorOf(fn: () => unknown): unknown {
 
 const bad = (msg: string) => ({ status: 400, body: { result: 'error', msg, code: 'BAD_REQUEST' } });
 
-const reader = (body: Record<string, string>, query: Record<string, string> = {}) =>
-  new ParamReader({ body: new Map(Object.entries(body)), query: new Map(Object.entries(query)) });
+const sources = (body: Record<string, string>, query: Record<string, string> = {}) =>
+  ({ body: new Map(Object.entries(body)), query: new Map(Object.entries(query)) });
+
+const anyList = jsonList(Type.Unknown(), Number.MAX_SAFE_INTEGER).decode;
+const listOfAtMost = (limit: number) => jsonList(Type.Unknown(), limit).decode;
+const jsonDict = (raw: string, name: string) => checkDict(parseJson(raw, name), name);
 
 describe('Zulip parameter parsing (spec §1.6)', () => {
   it('JSON booleans', () => {
-    expect(jsonBoolean('true', 'b')).toBe(true);
-    expect(jsonBoolean(' false ', 'b')).toBe(false);
-    for (const raw of ['True', 'yes', '', 'tru']) expect(errorOf(() => jsonBoolean(raw, 'flag'))).toEqual(bad('flag is not valid JSON'));
-    for (const raw of ['1', '"true"', 'null', '[]']) expect(errorOf(() => jsonBoolean(raw, 'flag'))).toEqual(bad('flag is not a boolean'));
+    expect(jsonBoolean.decode('true', 'b')).toBe(true);
+    expect(jsonBoolean.decode(' false ', 'b')).toBe(false);
+    for (const raw of ['True', 'yes', '', 'tru']) expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not valid JSON'));
+    for (const raw of ['1', '"true"', 'null', '[]']) expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not a boolean'));
   });
 
   it('JSON integers', () => {
-    expect(jsonInteger('5', 'n')).toBe(5);
-    expect(jsonInteger('-1', 'n')).toBe(-1);
-    expect(jsonInteger('5.0', 'n')).toBe(5);
-    for (const raw of ['"5"', 'true', '1.5']) expect(errorOf(() => jsonInteger(raw, 'n'))).toEqual(bad('n is not an integer'));
-    expect(errorOf(() => jsonInteger('NaN', 'n'))).toEqual(bad('n is not valid JSON'));
+    expect(jsonInteger.decode('5', 'n')).toBe(5);
+    expect(jsonInteger.decode('-1', 'n')).toBe(-1);
+    expect(jsonInteger.decode('5.0', 'n')).toBe(5);
+    for (const raw of ['"5"', 'true', '1.5']) expect(errorOf(() => jsonInteger.decode(raw, 'n'))).toEqual(bad('n is not an integer'));
+    expect(errorOf(() => jsonInteger.decode('NaN', 'n'))).toEqual(bad('n is not valid JSON'));
   });
 
   it('JSON lists and dicts, with nested <var> names', () => {
-    expect(jsonList('[1]', 'l')).toEqual([1]);
-    expect(errorOf(() => jsonList('{}', 'l'))).toEqual(bad('l is not a list'));
+    expect(anyList('[1]', 'l')).toEqual([1]);
+    expect(errorOf(() => anyList('{}', 'l'))).toEqual(bad('l is not a list'));
     expect(jsonDict('{"a":true}', 'd')).toEqual({ a: true });
     for (const raw of ['[]', 'null', '5']) expect(errorOf(() => jsonDict(raw, 'd'))).toEqual(bad('d is not a dict'));
-    expect(jsonStringListOfAtMost(2)('["a","b"]', 'event_types')).toEqual(['a', 'b']);
-    expect(errorOf(() => jsonStringListOfAtMost(2)('["a",1]', 'event_types'))).toEqual(bad('event_types[1] is not a string'));
+    expect(jsonStringList(2).decode('["a","b"]', 'event_types')).toEqual(['a', 'b']);
+    expect(errorOf(() => jsonStringList(2).decode('["a",1]', 'event_types'))).toEqual(bad('event_types[1] is not a string'));
     // The length is checked before the items.
-    expect(errorOf(() => jsonStringListOfAtMost(2)('["a",1,2]', 'event_types'))).toEqual(bad('event_types is too long (limit: 2 items)'));
-    expect(jsonListOfAtMost(1)('[{}]', 'l')).toEqual([{}]);
-    expect(errorOf(() => jsonListOfAtMost(1)('[1,2]', 'l'))).toEqual(bad('l is too long (limit: 1 items)'));
-    expect(errorOf(() => jsonListOfAtMost(1)('{}', 'l'))).toEqual(bad('l is not a list'));
+    expect(errorOf(() => jsonStringList(2).decode('["a",1,2]', 'event_types'))).toEqual(bad('event_types is too long (limit: 2 items)'));
+    expect(listOfAtMost(1)('[{}]', 'l')).toEqual([{}]);
+    expect(errorOf(() => listOfAtMost(1)('[1,2]', 'l'))).toEqual(bad('l is too long (limit: 1 items)'));
+    expect(errorOf(() => listOfAtMost(1)('{}', 'l'))).toEqual(bad('l is not a list'));
   });
 
   it('trimmed strings: blank and length in code points', () => {
-    const parse = trimmedString(3);
+    const parse = trimmedText(3).decode;
     expect(parse('  ab ', 'name')).toBe('ab');
     expect(parse('😀😀😀', 'name')).toBe('😀😀😀');
     expect(errorOf(() => parse('   ', 'name'))).toEqual(bad('name cannot be blank'));
     expect(errorOf(() => parse('abcd', 'name'))).toEqual(bad('name is too long (limit: 3 characters)'));
   });
 
-  it('missing required parameters name themselves', () => {
-    expect(errorOf(() => reader({}).required('x', jsonBoolean))).toEqual({
+  it('missing required parameters name themselves, at their turn', () => {
+    const schema = formParameters({ x: required(jsonBoolean, ''), y: required(jsonBoolean, '') });
+    expect(errorOf(() => decodeParameters(schema, sources({ y: 'nope' })))).toEqual({
       status: 400,
       body: { result: 'error', msg: "Missing 'x' argument", var_name: 'x', code: 'REQUEST_VARIABLE_MISSING' },
     });
+    // A type error of an earlier parameter comes first.
+    const earlier = formParameters({ y: required(jsonBoolean, ''), x: required(jsonBoolean, '') });
+    expect(errorOf(() => decodeParameters(earlier, sources({ y: 'nope' })))).toEqual(bad('y is not valid JSON'));
   });
 
-  it('reads the body before the query string; present-but-empty counts as present', () => {
-    const params = reader({ a: 'body', e: '' }, { a: 'query', b: 'query' });
-    expect(params.required('a', (raw) => raw)).toBe('body');
-    expect(params.required('b', (raw) => raw)).toBe('query');
-    expect(params.optional('e', (raw) => raw, 'default')).toBe('');
-    expect(params.optional('c', (raw) => raw, 'default')).toBe('default');
+  it('late parameters are reported missing after every other failure, lowest rank first, without var_name', () => {
+    const schema = queryParameters({ n: requiredLast(jsonInteger, '', 3), q: requiredLast(text, '', 2), b: optional(jsonBoolean, '', false) });
+    expect(errorOf(() => decodeParameters(schema, sources({}, { b: '1' })))).toEqual(bad('b is not a boolean'));
+    expect(errorOf(() => decodeParameters(schema, sources({}, {})))).toEqual(bad("Missing 'q' argument"));
+    expect(errorOf(() => decodeParameters(schema, sources({}, { q: 'x' })))).toEqual(bad("Missing 'n' argument"));
+    expect(errorOf(() => decodeParameters(schema, sources({}, { n: '1.5' })))).toEqual(bad('n is not an integer'));
+    expect(decodeParameters(schema, sources({}, { q: 'x', n: '-1' })).values).toEqual({ n: -1, q: 'x', b: false });
   });
 
-  it('reports undeclared names, sorted by code point, without client', () => {
-    const params = reader({ z: '1', client: 'x', é: '1', B: '1' }, { a: '1', z: '2', declared: '1' });
-    params.optional('declared', (raw) => raw);
-    params.optional('never_sent', (raw) => raw);
-    expect(params.ignored()).toEqual(['B', 'a', 'z', 'é']);
+  it('reads the body before the query string; present-but-empty counts as present; defaults fill the rest', () => {
+    const schema = formParameters({ a: required(text, ''), b: required(text, ''), e: optional(text, '', 'default'), c: optional(text, '', 'default'), d: optional(text, '') });
+    const { values } = decodeParameters(schema, sources({ a: 'body', e: '' }, { a: 'query', b: 'query' }));
+    expect(values).toEqual({ a: 'body', b: 'query', e: '', c: 'default', d: undefined });
+    expect(Object.keys(values)).toEqual(['a', 'b', 'e', 'c', 'd']);
+  });
+
+  it('reports undeclared names, sorted by code point, without client; a route without parameters ignores all', () => {
+    const received = sources({ z: '1', client: 'x', é: '1', B: '1' }, { a: '1', z: '2', declared: '1' });
+    const schema = queryParameters({ declared: optional(text, ''), never_sent: optional(text, '') });
+    expect(decodeParameters(schema, received).ignored).toEqual(['B', 'a', 'z', 'é']);
+    expect(decodeParameters(undefined, received).ignored).toEqual(['B', 'a', 'declared', 'z', 'é']);
     expect(compareCodePoints('\u{1F600}', '\uFFFF')).toBeGreaterThan(0);
   });
 });

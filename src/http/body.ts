@@ -3,7 +3,6 @@ import formbody from '@fastify/formbody';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
 import { ApiError, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
-import { ParamReader } from './params.js';
 
 const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
@@ -121,13 +120,13 @@ async function multipartFields(request: FastifyRequest, bodyLimit: number): Prom
 }
 
 /**
- * preValidation: collects the request's parameters for the endpoint's ParamReader. A callback hook
+ * preValidation: collects the request's parameters for the decoder (src/http/params.ts). A callback hook
  * (see echoRequestId): only a multipart body needs to wait.
  */
 export function parameterCollector(bodyLimit: number) {
   return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void => {
     const collect = (body: Map<string, string>) => {
-      request.zulipParams = new ParamReader({ body, query: lastValues(request.query) });
+      request.parameterSources = { body, query: lastValues(request.query) };
       done();
     };
     if (!BODY_METHODS.has(request.method)) return collect(new Map());

@@ -6,7 +6,7 @@ export type SuccessBody<T extends object> = { result: 'success'; msg: '' } & T &
 
 /** Zulip's success envelope; ignored_parameters_unsupported goes last, only when non-empty. */
 export function success<T extends object>(request: FastifyRequest, data: T = {} as T): SuccessBody<T> {
-  const ignored = request.zulipParams.ignored();
+  const ignored = request.ignoredParameters;
   return {
     result: 'success',
     msg: '',

@@ -1,11 +1,55 @@
 import type { FastifySchema } from 'fastify';
 import Type, { type TProperties } from 'typebox';
-import { AUTHENTICATED_ERRORS, errorResponse, formBody, jsonBoolean, jsonEncoded, jsonInteger, successResponse } from '../../http/openapi.js';
+import { badRequest } from '../../http/errors.js';
+import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import {
+  checkBoolean,
+  checkDict,
+  formParameters,
+  jsonBoolean,
+  jsonInteger,
+  jsonStringList,
+  jsonTextKind,
+  keyPath,
+  MESSAGES,
+  optional,
+  parseJson,
+  queryParameters,
+  required,
+  requiredLast,
+  text,
+} from '../../http/params.js';
 import { NavigationViewObject } from '../navigation-views/navigation-views.schemas.js';
-import { SubscriptionObject } from '../subscriptions/subscriptions.schemas.js';
+import { INCLUDE_SUBSCRIBERS, includeSubscribers, SubscriptionObject } from '../subscriptions/subscriptions.schemas.js';
 import { UserObject } from '../users/users.schemas.js';
 
-// Documentation of register and the event queue routes (spec §2.10, §3.12–§3.15); see src/http/openapi.ts.
+// The parameters and documentation of register and the event queue routes (spec §2.10,
+// §3.12–§3.15); see src/http/params.ts and src/http/openapi.ts.
+
+/** Entries of event_types and fetch_event_types (spec §3.12): bounds the matching of every event. */
+export const MAX_EVENT_TYPES = 256;
+const eventTypeList = jsonStringList(MAX_EVENT_TYPES);
+
+/** Client capabilities register understands; other keys are accepted and ignored. */
+const capabilities = jsonTextKind(Type.Record(Type.String(), Type.Boolean()), (raw, name) => {
+  const object = checkDict(parseJson(raw, name), name);
+  for (const [key, value] of Object.entries(object)) checkBoolean(value, keyPath(name, key));
+  return object as Record<string, boolean>;
+});
+
+/**
+ * idle_queue_timeout: a JSON integer of at least 1, or the JSON string "mobile". Zulip documents
+ * the kinds, not the messages; these are its usual templates.
+ */
+const idleQueueTimeout = jsonTextKind(Type.Union([Type.Integer({ minimum: 1 }), Type.Literal('mobile')]), (raw, name): number | 'mobile' => {
+  // The JSON string, as documented; the bare word too, which a client may well send.
+  if (raw === 'mobile') return 'mobile';
+  const value = parseJson(raw, name);
+  if (value === 'mobile') return value;
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(MESSAGES.invalid(name));
+  if (value < 1) throw badRequest(MESSAGES.tooSmall(name));
+  return value;
+});
 
 /** An event as delivered: its fields, then the queue's `id`. */
 const event = (description: string, fields: TProperties) =>
@@ -55,24 +99,25 @@ export const registerSchema = {
     'Creates an event queue and returns the initial state of the wanted sections, consistent with the ' +
     'queue: a change is either in the state or among the events, never both, never neither.',
   tags: ['events'],
-  ...formBody({
-    client_gravatar: Type.Optional(jsonBoolean('As for GET /users, for the user lists.', true)),
-    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.', false)),
-    client_capabilities: Type.Optional(
-      jsonEncoded(
-        Type.Record(Type.String(), Type.Boolean()),
-        'JSON object of booleans. Recognised: notification_settings_null, user_list_incomplete, user_avatar_url_field_optional.',
-      ),
+  ...formParameters({
+    client_gravatar: optional(jsonBoolean, 'As for GET /users, for the user lists.', true),
+    include_subscribers: optional(includeSubscribers, INCLUDE_SUBSCRIBERS, false),
+    client_capabilities: optional(
+      capabilities,
+      'JSON object of booleans. Recognised: notification_settings_null, user_list_incomplete, user_avatar_url_field_optional.',
+      {},
     ),
-    event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Event types the queue accepts (default: all). ${FETCH_NAMES}`)),
-    fetch_event_types: Type.Optional(jsonEncoded(Type.Array(Type.String()), `Initial state sections to return (default: event_types). ${FETCH_NAMES}`)),
-    queue_lifespan_secs: Type.Optional(jsonInteger('Idle lifetime of the queue in seconds; 0 or less means 600; at most 604800. Legacy: idle_queue_timeout wins when both are given.', 0)),
-    idle_queue_timeout: Type.Optional(
-      jsonEncoded(
-        Type.Union([Type.Integer({ minimum: 1 }), Type.Literal('mobile')]),
-        'At least how long, in seconds, the queue is kept while the client does not poll (default 600; at most 604800, ' +
-          'longer values are capped), or the JSON string "mobile" for 12 hours (feature level 481).',
-      ),
+    event_types: optional(eventTypeList, `Event types the queue accepts (default: all). ${FETCH_NAMES}`),
+    fetch_event_types: optional(eventTypeList, `Initial state sections to return (default: event_types). ${FETCH_NAMES}`),
+    queue_lifespan_secs: optional(
+      jsonInteger,
+      'Idle lifetime of the queue in seconds; 0 or less means 600; at most 604800. Legacy: idle_queue_timeout wins when both are given.',
+      0,
+    ),
+    idle_queue_timeout: optional(
+      idleQueueTimeout,
+      'At least how long, in seconds, the queue is kept while the client does not poll (default 600; at most 604800, ' +
+        'longer values are capped), or the JSON string "mobile" for 12 hours (feature level 481).',
     ),
   }),
   documentedResponses: {
@@ -101,10 +146,12 @@ export const getEventsSchema = {
     'there are none and dont_block is false, waits: for new events (from any instance), a heartbeat after ' +
     '45–55 s, another poll of the same queue, or a graceful shutdown. A waited answer carries queue_id.',
   tags: ['events'],
-  querystring: Type.Object({
-    last_event_id: jsonInteger('The highest event id the client has processed (-1 for none). Required.'),
-    queue_id: Type.String({ description: 'The queue, from register. Required.' }),
-    dont_block: Type.Optional(jsonBoolean('Answer at once even without events.', false)),
+  // Both required, but reported missing after every type error, without var_name: queue_id
+  // (spec §3.13 step 2), then last_event_id (step 3).
+  ...queryParameters({
+    last_event_id: requiredLast(jsonInteger, 'The highest event id the client has processed (-1 for none). Required.', 3),
+    queue_id: requiredLast(text, 'The queue, from register. Required.', 2),
+    dont_block: optional(jsonBoolean, 'Answer at once even without events.', false),
   }),
   documentedResponses: {
     200: successResponse('The events, by id.', {
@@ -121,6 +168,6 @@ export const deleteQueueSchema = {
   summary: 'Delete an event queue',
   description: 'Deletes the queue and its events; a poll waiting on it ends with BAD_EVENT_QUEUE_ID.',
   tags: ['events'],
-  ...formBody({ queue_id: Type.String({ description: 'The queue, from register.' }) }),
+  ...formParameters({ queue_id: required(text, 'The queue, from register.') }),
   documentedResponses: { 200: successResponse('The queue was deleted.'), ...AUTHENTICATED_ERRORS, 400: BAD_QUEUE },
 } satisfies FastifySchema;

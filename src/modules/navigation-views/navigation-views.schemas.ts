@@ -1,8 +1,12 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, errorResponse, formBody, jsonBoolean, successResponse } from '../../http/openapi.js';
+import { badRequest } from '../../http/errors.js';
+import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import { formParameters, jsonBoolean, kind, optional, pathSegment, required, trimmedText } from '../../http/params.js';
+import { isStorableText } from '../../lib/text.js';
 
-// Documentation of the navigation view routes (spec §2.9, §3.8–§3.11); see src/http/openapi.ts.
+// The navigation view routes' parameters and documentation (spec §2.9, §3.8–§3.11); see
+// src/http/params.ts and src/http/openapi.ts.
 
 export const NavigationViewObject = Type.Object(
   {
@@ -13,10 +17,25 @@ export const NavigationViewObject = Type.Object(
   { description: 'A navigation view of the caller.' },
 );
 
-const NAME = Type.String({ description: 'Trimmed, non-blank, at most 500 characters. Custom views only.' });
-const FRAGMENT_PATH = Type.Object({
-  fragment: Type.String({ description: 'The rest of the path, percent-decoded and used verbatim (may contain `/`).' }),
+const withinLimit = trimmedText(500);
+
+/** A trimmed, non-blank fragment or name of at most 500 characters that PostgreSQL text can store. */
+const viewText = kind(withinLimit.schema, (raw, name) => {
+  const value = withinLimit.decode(raw, name);
+  if (!isStorableText(value)) throw badRequest(`${name} cannot contain NUL characters`);
+  return value;
 });
+
+const NAME = 'Trimmed, non-blank, at most 500 characters. Custom views only.';
+const IS_PINNED = 'Pin (true) or hide in the menu (false).';
+/** The path's fragment: the router's percent-decoded rest of the path, used verbatim (spec §3.10). */
+const FRAGMENT_PATH = {
+  fragment: pathSegment(
+    Type.String({ description: 'The rest of the path, percent-decoded and used verbatim (may contain `/`).' }),
+    (segment) => segment,
+    '*',
+  ),
+};
 
 export const listNavigationViewsSchema = {
   operationId: 'get-navigation-views',
@@ -34,10 +53,10 @@ export const addNavigationViewSchema = {
   summary: 'Add a navigation view',
   description: 'Built-in views take no name; custom views need one. Fragments and names are unique per user.',
   tags: ['navigation_views'],
-  ...formBody({
-    fragment: Type.String({ description: 'Trimmed, non-blank, at most 500 characters.' }),
-    is_pinned: jsonBoolean('Pin (true) or hide in the menu (false).'),
-    name: Type.Optional(NAME),
+  ...formParameters({
+    fragment: required(viewText, 'Trimmed, non-blank, at most 500 characters.'),
+    is_pinned: required(jsonBoolean, IS_PINNED),
+    name: optional(viewText, NAME),
   }),
   documentedResponses: { 200: successResponse('The view was added.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
@@ -47,11 +66,10 @@ export const updateNavigationViewSchema = {
   summary: 'Update a navigation view',
   description: 'Only the given fields change.',
   tags: ['navigation_views'],
-  params: FRAGMENT_PATH,
-  ...formBody({
-    is_pinned: Type.Optional(jsonBoolean('Pin (true) or hide in the menu (false).')),
-    name: Type.Optional(NAME),
-  }),
+  ...formParameters({
+    is_pinned: optional(jsonBoolean, IS_PINNED),
+    name: optional(viewText, NAME),
+  }, FRAGMENT_PATH),
   documentedResponses: {
     200: successResponse('The view was updated.'),
     ...AUTHENTICATED_ERRORS,
@@ -63,7 +81,7 @@ export const removeNavigationViewSchema = {
   operationId: 'remove-navigation-view',
   summary: 'Remove a navigation view',
   tags: ['navigation_views'],
-  params: FRAGMENT_PATH,
+  ...formParameters({}, FRAGMENT_PATH),
   documentedResponses: {
     200: successResponse('The view was removed.'),
     ...AUTHENTICATED_ERRORS,

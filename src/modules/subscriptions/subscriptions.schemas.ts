@@ -1,8 +1,27 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, formBody, jsonBoolean, jsonEncoded, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { checkBoolean, formParameters, jsonList, kind, optional, parseJson, pathSegment, queryParameters, required, text } from '../../http/params.js';
+import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.js';
 
-// Documentation of the subscription routes (spec §2.8, §2.12, §3.2–§3.4); see src/http/openapi.ts.
+// The subscription routes' parameters and documentation (spec §2.8, §2.12, §3.2–§3.4); see
+// src/http/params.ts and src/http/openapi.ts.
+
+/** Entries of one bulk update (spec §3.2): bounds the work and the rows one request can cause. */
+export const MAX_SUBSCRIPTION_CHANGES = 10_000;
+
+/**
+ * include_subscribers: a JSON boolean, or `partial` (feature level 412), which lets the server send
+ * only part of large channels' subscribers; this server sends every channel's whole list, as Zulip
+ * itself does for channels under 250 subscribers.
+ */
+export const includeSubscribers = kind(Type.Boolean(), (raw, name) => {
+  // The word as Zulip's documentation lists it, and as a JSON string, which a client may send.
+  if (raw === 'partial') return true;
+  const value = parseJson(raw, name);
+  return value === 'partial' || checkBoolean(value, name);
+});
+export const INCLUDE_SUBSCRIBERS = 'Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.';
 
 const PROPERTIES = [
   'color', 'is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
@@ -47,9 +66,7 @@ export const listSubscriptionsSchema = {
   summary: "Get the caller's subscriptions",
   description: 'Active subscriptions to non-archived channels, sorted by channel name.',
   tags: ['subscriptions'],
-  querystring: Type.Object({
-    include_subscribers: Type.Optional(jsonBoolean('Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.', false)),
-  }),
+  ...queryParameters({ include_subscribers: optional(includeSubscribers, INCLUDE_SUBSCRIBERS, false) }),
   documentedResponses: {
     200: successResponse('The subscriptions.', { subscriptions: Type.Array(SubscriptionObject) }),
     ...AUTHENTICATED_ERRORS,
@@ -62,6 +79,15 @@ const SettingChange = Type.Object({
   value: Type.Union([Type.Boolean(), Type.String()], { description: 'A hex colour for color, a boolean otherwise.' }),
 });
 
+/**
+ * The bulk changes: a JSON list, then checks a–e of each entry up to the first that fails, whose
+ * error is kept for later (checkBulkEntries): a channel failure of an earlier entry wins over it.
+ */
+const subscriptionData = (() => {
+  const list = jsonList(SettingChange, MAX_SUBSCRIPTION_CHANGES);
+  return kind(list.schema, (raw, name) => checkBulkEntries(list.decode(raw, name)));
+})();
+
 export const updateSettingsSchema = {
   operationId: 'update-subscription-settings',
   summary: 'Update subscription settings in bulk',
@@ -69,9 +95,7 @@ export const updateSettingsSchema = {
     'All or nothing: every entry is checked before anything is written; the error of the lowest-index ' +
     'failing entry is reported. Entries apply in order, each with its subscription update events.',
   tags: ['subscriptions'],
-  ...formBody({
-    subscription_data: jsonEncoded(Type.Array(SettingChange), 'The changes, in order, as a JSON list.'),
-  }),
+  ...formParameters({ subscription_data: required(subscriptionData, 'The changes, in order, as a JSON list.') }),
   documentedResponses: { 200: successResponse('Every change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
 
@@ -80,10 +104,12 @@ export const updateSettingSchema = {
   summary: 'Update one subscription setting',
   description: 'PATCH and POST behave identically; the change applies as one entry of the bulk update.',
   tags: ['subscriptions'],
-  params: Type.Object({ stream_id: Type.Integer({ description: 'The channel id (digits only).' }) }),
-  ...formBody({
-    property: Type.String({ description: PROPERTY_DESCRIPTION }),
-    value: Type.String({ description: '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.' }),
+  ...formParameters({
+    property: required(text, PROPERTY_DESCRIPTION),
+    value: required(kind(Type.String(), parseSingleValue), '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.'),
+  }, {
+    // The router matches digits only; values beyond the id range simply match no channel.
+    stream_id: pathSegment(Type.String({ pattern: '^\\d+$', description: 'The channel id (digits only).' }), Number),
   }),
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;

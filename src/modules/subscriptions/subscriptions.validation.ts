@@ -109,6 +109,3 @@ export function parseSingleValue(raw: string): string | boolean {
   }
   return raw;
 }
-
-/** The path's digit string as a number; values beyond the id range simply match no channel. */
-export const parseChannelIdSegment = (digits: string): number => Number(digits);

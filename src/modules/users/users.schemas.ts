@@ -1,8 +1,13 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, jsonBoolean, jsonEncoded, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
-// Documentation of the user routes (spec §2.11, §3.5–§3.7); see src/http/openapi.ts.
+// The user routes' parameters and documentation (spec §2.11, §3.5–§3.7); see src/http/params.ts
+// and src/http/openapi.ts.
+
+/** Ids of one GET /users?user_ids=…: bounds the work of one request, as every list parameter is. */
+export const MAX_USER_IDS = 10_000;
 
 /** The user object, keys in the order they are sent. Keys that do not apply are absent. */
 export const UserObject = Type.Object(
@@ -36,19 +41,14 @@ export const UserObject = Type.Object(
   { description: 'A user or bot of the organization.' },
 );
 
-const UserQuery = Type.Object({
-  client_gravatar: Type.Optional(
-    jsonBoolean('The client computes Gravatar URLs itself: avatar_url is null for Gravatar users whose address it may see.', true),
+const USER_OPTIONS = {
+  client_gravatar: optional(
+    jsonBoolean,
+    'The client computes Gravatar URLs itself: avatar_url is null for Gravatar users whose address it may see.',
+    true,
   ),
-  include_custom_profile_fields: Type.Optional(jsonBoolean('Add profile_data to each human user.', false)),
-});
-
-const UserListQuery = Type.Object({
-  ...UserQuery.properties,
-  user_ids: Type.Optional(
-    jsonEncoded(Type.Array(Type.Integer()), 'Only these users (feature level 384); ids of no user of the organization are left out. Absent: every user.'),
-  ),
-});
+  include_custom_profile_fields: optional(jsonBoolean, 'Add profile_data to each human user.', false),
+};
 
 export const listUsersSchema = {
   operationId: 'get-users',
@@ -58,7 +58,13 @@ export const listUsersSchema = {
     'user_id. A user the caller cannot access (a guest in a restricted organization) is left out ' +
     '(feature level 437).',
   tags: ['users'],
-  querystring: UserListQuery,
+  ...queryParameters({
+    ...USER_OPTIONS,
+    user_ids: optional(
+      jsonIntegerList(MAX_USER_IDS),
+      'Only these users (feature level 384); ids of no user of the organization are left out. Absent: every user.',
+    ),
+  }),
   documentedResponses: {
     200: successResponse('The members.', { members: Type.Array(UserObject) }),
     ...AUTHENTICATED_ERRORS,
@@ -73,8 +79,7 @@ export const getUserSchema = {
     "dummy `user<id>@<domain>` address. Unknown users and hidden addresses answer 400 `No such user`; a user " +
     'the caller cannot access answers 400 `Insufficient permission`.',
   tags: ['users'],
-  params: Type.Object({ user: Type.String({ description: 'A user id, or an email address.' }) }),
-  querystring: UserQuery,
+  ...queryParameters(USER_OPTIONS, { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) }),
   documentedResponses: {
     200: successResponse('The user.', { user: UserObject }),
     ...AUTHENTICATED_ERRORS,
