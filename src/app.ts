@@ -2,14 +2,14 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsy
 import { sql } from 'kysely';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
-import { isDatabaseUnavailable } from './db/errors.js';
 import type { StatementRunner } from './db/reusable-statement.js';
 import type { UserTransactions } from './db/user-transactions.js';
-import { type AuthLookup, authenticationHook } from './http/auth.js';
+import { authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
-import { ApiError, bodyTooLarge, malformedBody, notFound, serviceUnavailable } from './http/errors.js';
+import { ApiError, serviceUnavailable, toApiError } from './http/errors.js';
+import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
@@ -45,28 +45,8 @@ const REDACTED_PATHS = [
   'req.headers.authorization', 'request.headers.authorization',
 ];
 
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** false for the endpoints that need no credentials. */
-    auth?: boolean;
-    /** A lookup to fold into the authentication statement for this request (see AuthLookup). */
-    authLookup?: (request: FastifyRequest) => AuthLookup<object> | undefined;
-  }
-}
-
 /** Routes that need an authenticated caller, registered explicitly in one place. */
 const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [eventRoutes, navigationViewRoutes, subscriptionRoutes, userRoutes];
-
-function toApiError(error: FastifyError | Error, config: Config): ApiError | undefined {
-  if (error instanceof ApiError) return error;
-  if (isDatabaseUnavailable(error)) return serviceUnavailable(config.retryAfterSeconds);
-  const code = (error as FastifyError).code;
-  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return bodyTooLarge();
-  // Undecodable paths and over-long path parameters name no resource.
-  if (code === 'FST_ERR_BAD_URL' || code === 'FST_ERR_MAX_PARAM_LENGTH') return notFound();
-  if (code?.startsWith('FST_ERR_CTP_')) return malformedBody();
-  return undefined;
-}
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db, reads } = deps;
@@ -99,7 +79,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     http: { headersTimeout: config.requestTimeoutSeconds * 1000, connectionsCheckingInterval: 1000 },
     // Errors Fastify raises before routing (bad percent-encoding) go through the same envelope.
     frameworkErrors: (error, _request, reply) => {
-      const apiError = toApiError(error, config) ?? new ApiError(400, 'Malformed request');
+      const apiError = toApiError(error, config.retryAfterSeconds) ?? new ApiError(400, 'Malformed request');
       void (reply as FastifyReply).code(apiError.statusCode).headers(apiError.headers).send(apiError.toBody());
     },
   });
@@ -111,7 +91,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   await registerBodyParsers(app, config.bodyLimitBytes);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiError = toApiError(error, config);
+    const apiError = toApiError(error, config.retryAfterSeconds);
     if (!apiError) {
       request.log.error({ err: error }, 'unhandled error');
       return reply.code(500).send({ result: 'error', msg: 'Internal server error' });

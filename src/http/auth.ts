@@ -18,14 +18,6 @@ export interface Caller {
   botType: number | null;
 }
 
-declare module 'fastify' {
-  interface FastifyRequest {
-    caller: Caller;
-    /** The route's AuthLookup result, when it has one (see authenticate). */
-    authLookupResult?: unknown;
-  }
-}
-
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
@@ -111,11 +103,29 @@ export function authenticationHook(accounts: AccountBatches, config: Config) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { auth, authLookup } = request.routeOptions.config;
     if (auth === false) return;
-    const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, authLookup?.(request), rule);
+    const lookup = authLookup?.(request);
+    const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, lookup, rule);
     request.caller = caller;
-    request.authLookupResult = lookupResult;
+    if (lookup && lookupResult) request.authLookupRow = { lookup, row: lookupResult };
     if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
   };
+}
+
+/** The authenticated caller of a route that needs credentials (authenticationHook ran). */
+export function callerOf(request: FastifyRequest): Caller {
+  if (!request.caller) throw new Error('callerOf: the route needs no credentials, so it has no caller');
+  return request.caller;
+}
+
+/**
+ * The row `lookup` added to the request's authentication statement, typed by the lookup; undefined
+ * when the statement ran another lookup (other key or argument) or none. The same key always builds
+ * the same query (AuthLookup), so a row of this key and argument has this lookup's columns.
+ */
+export function lookupRowOf<Extra extends object>(request: FastifyRequest, lookup: AuthLookup<Extra> | undefined): (AccountRow & Extra) | undefined {
+  const found = request.authLookupRow;
+  if (!lookup || !found || found.lookup.key !== lookup.key || found.lookup.argument !== lookup.argument) return undefined;
+  return found.row as AccountRow & Extra;
 }
 
 /** The organization subdomain the request addresses (X-Forwarded-Host only behind a trusted proxy). */

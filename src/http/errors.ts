@@ -1,3 +1,6 @@
+import type { FastifyError } from 'fastify';
+import { isDatabaseUnavailable } from '../db/errors.js';
+
 /**
  * Typed API errors. The error handler turns them into Zulip's envelope:
  * {"result":"error","msg":...,<extra fields in order>,"code":...}.
@@ -46,3 +49,18 @@ export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too 
 export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');
 
 export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields in request body');
+
+/**
+ * The API error an error is answered with: its own, a 503 for an unreachable database, and
+ * Fastify's own refusals of a body or path; undefined for anything else (a masked 500).
+ */
+export function toApiError(error: FastifyError | Error, retryAfterSeconds: number): ApiError | undefined {
+  if (error instanceof ApiError) return error;
+  if (isDatabaseUnavailable(error)) return serviceUnavailable(retryAfterSeconds);
+  const code = (error as FastifyError).code;
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return bodyTooLarge();
+  // Undecodable paths and over-long path parameters name no resource.
+  if (code === 'FST_ERR_BAD_URL' || code === 'FST_ERR_MAX_PARAM_LENGTH') return notFound();
+  if (code?.startsWith('FST_ERR_CTP_')) return malformedBody();
+  return undefined;
+}

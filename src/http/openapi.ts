@@ -18,13 +18,6 @@ import { JSON_ENCODED } from './params.js';
  *   through fast-json-stringify, dropping and reordering keys.
  */
 
-declare module 'fastify' {
-  interface FastifySchema {
-    /** Documentation only: the OpenAPI responses, by status. Never used to serialize. */
-    documentedResponses?: Record<number, TSchema>;
-  }
-}
-
 /** Validator compiler of the API scope: route schemas describe, they never validate or coerce. */
 export const documentationOnly: FastifySchemaCompiler<unknown> = () => () => true;
 

@@ -283,17 +283,6 @@ export function compareCodePoints(a: string, b: string): number {
   return left.length - right.length;
 }
 
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** The request's raw parameters (src/http/body.ts). */
-    parameterSources: ParamSources;
-    /** The decoded parameters of the route's declaration (decodeRequestParameters). */
-    parameters: Record<string, unknown>;
-    /** Received names the route does not declare: ignored_parameters_unsupported. */
-    ignoredParameters: string[];
-  }
-}
-
 /** preHandler, after authentication and the rate limit: the route's parameters, decoded. A callback hook. */
 export function decodeRequestParameters(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
   try {
@@ -312,14 +301,18 @@ export const parametersOf = <S extends DeclaredSchema<Params, PathParams>>(reque
 
 /**
  * One declared parameter decoded before authentication (a lookup folded into the authentication
- * statement needs it): undefined when absent or invalid, whose 400 comes after authentication.
+ * statement needs it): undefined when invalid, whose 400 comes after authentication; its default
+ * when absent. A path parameter as the router matched it.
  */
-export function peekParameter<S extends DeclaredSchema<Params, PathParams>, K extends keyof S[typeof DECLARATION]['params'] & string>(
+export function peekParameter<S extends DeclaredSchema<Params, PathParams>, K extends keyof Values<S> & string>(
   request: FastifyRequest,
   schema: S,
   name: K,
 ): Values<S>[K] | undefined {
-  const param = schema[DECLARATION].params[name]!;
+  const { params, path } = schema[DECLARATION];
+  const segment = path[name];
+  if (segment) return segment.decode((request.params as Record<string, string>)[segment.routerName || name] ?? '') as Values<S>[K];
+  const param = params[name]!;
   const text = raw(request.parameterSources, name);
   if (text === undefined) return param.fallback as Values<S>[K];
   try {

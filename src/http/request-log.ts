@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { type FastifyReply, type FastifyRequest, type HookHandlerDoneFunction, LogController } from 'fastify';
-import type { Caller } from './auth.js';
 
 /** What a load balancer may send as X-Request-Id; anything else (huge, odd bytes) gets a fresh id. */
 const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -42,7 +41,7 @@ export class RequestLog extends LogController {
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
     if (this.isLogDisabled(request)) return;
-    const caller = request.caller as Caller | undefined;
+    const { caller } = request;
     const line = {
       method: request.method,
       path: request.url.split('?', 1)[0],

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
@@ -48,8 +49,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
     const params = parametersOf(request, registerSchema);
     const capabilities = params.client_capabilities;
-    const { queueId, lifespanSeconds, state } = await registerEventQueue(db, transactions, config, request.caller, {
-      notificationDefaults: notificationDefaultsFromLookup(request.authLookupResult),
+    const { queueId, lifespanSeconds, state } = await registerEventQueue(db, transactions, config, callerOf(request), {
+      notificationDefaults: notificationDefaultsFromLookup(lookupRowOf(request, notificationDefaultsLookup)),
       clientGravatar: params.client_gravatar,
       includeSubscribers: params.include_subscribers,
       notificationSettingsNull: capabilities.notification_settings_null === true,
@@ -75,7 +76,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.get('/api/v1/events', { schema: getEventsSchema }, async (request, reply) => {
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
 
-    const answer = await pollEvents({ db, config, wakeups }, request.caller, {
+    const answer = await pollEvents({ db, config, wakeups }, callerOf(request), {
       queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();
@@ -83,7 +84,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   });
 
   app.delete('/api/v1/events', { schema: deleteQueueSchema }, async (request) => {
-    await deleteQueue({ db, wakeups }, request.caller, parametersOf(request, deleteQueueSchema).queue_id);
+    await deleteQueue({ db, wakeups }, callerOf(request), parametersOf(request, deleteQueueSchema).queue_id);
     return success(request);
   });
 };

@@ -47,7 +47,10 @@ export interface NotificationDefaults {
 }
 
 /** Register reads the caller's notification defaults with the authentication statement. */
-export const notificationDefaultsLookup: AuthLookup<object> = {
+/** The caller's notification defaults, as notificationDefaultsLookup adds them to the authentication row. */
+type NotificationDefaultColumns = Record<`${keyof NotificationDefaults}_default`, boolean>;
+
+export const notificationDefaultsLookup: AuthLookup<NotificationDefaultColumns> = {
   key: 'caller notification defaults',
   extend: (account) =>
     account.select([
@@ -58,10 +61,10 @@ export const notificationDefaultsLookup: AuthLookup<object> = {
     ]),
 };
 
-/** The defaults out of notificationDefaultsLookup's row. */
-export function notificationDefaultsFromLookup(row: unknown): NotificationDefaults {
-  const defaults = row as Record<`${keyof NotificationDefaults}_default`, boolean>;
-  return { audible: defaults.audible_default, desktop: defaults.desktop_default, email: defaults.email_default, push: defaults.push_default };
+/** The defaults out of notificationDefaultsLookup's row (register always runs it). */
+export function notificationDefaultsFromLookup(row: NotificationDefaultColumns | undefined): NotificationDefaults {
+  if (!row) throw new Error('register ran without its notification defaults lookup');
+  return { audible: row.audible_default, desktop: row.desktop_default, email: row.email_default, push: row.push_default };
 }
 
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> & Parameters<typeof buildUserObject>[3];

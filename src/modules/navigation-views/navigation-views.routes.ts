@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { callerOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
@@ -15,27 +16,27 @@ import { addNavigationView, changeNavigationView, removeNavigationView } from '.
 /** Navigation views of the caller (spec §3.8–§3.11). */
 export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
   app.get('/api/v1/navigation_views', { schema: listNavigationViewsSchema }, async (request) => {
-    const { caller } = request;
+    const caller = callerOf(request);
     const views = await selectNavigationViews(db, caller.realmId, caller.id).execute();
     return success(request, { navigation_views: views });
   });
 
   app.post('/api/v1/navigation_views', { schema: addNavigationViewSchema }, async (request, reply) => {
     const { fragment, is_pinned, name } = parametersOf(request, addNavigationViewSchema);
-    await addNavigationView(transactions, request.caller, { fragment, is_pinned, name }, clientGone(reply));
+    await addNavigationView(transactions, callerOf(request), { fragment, is_pinned, name }, clientGone(reply));
     return success(request);
   });
 
   app.patch('/api/v1/navigation_views/*', { schema: updateNavigationViewSchema }, async (request, reply) => {
     const { fragment, is_pinned, name } = parametersOf(request, updateNavigationViewSchema);
     const changes = { ...(name !== undefined && { name }), ...(is_pinned !== undefined && { is_pinned }) };
-    await changeNavigationView(transactions, request.caller, fragment, changes, clientGone(reply));
+    await changeNavigationView(transactions, callerOf(request), fragment, changes, clientGone(reply));
     return success(request);
   });
 
   app.delete('/api/v1/navigation_views/*', { schema: removeNavigationViewSchema }, async (request, reply) => {
     const { fragment } = parametersOf(request, removeNavigationViewSchema);
-    await removeNavigationView(transactions, request.caller, fragment, clientGone(reply));
+    await removeNavigationView(transactions, callerOf(request), fragment, clientGone(reply));
     return success(request);
   });
 };

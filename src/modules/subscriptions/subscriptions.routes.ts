@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest, RouteHandlerMethod } from 'fastify';
 import type { AppDeps } from '../../app.js';
+import { callerOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
@@ -16,13 +17,13 @@ import { checkSettingChange } from './subscriptions.validation.js';
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
     const { include_subscribers } = parametersOf(request, listSubscriptionsSchema);
-    const subscriptions = await listSubscriptions(db, request.caller, { includeSubscribers: include_subscribers });
+    const subscriptions = await listSubscriptions(db, callerOf(request), { includeSubscribers: include_subscribers });
     return success(request, { subscriptions });
   });
 
   app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request, reply) => {
     const { changes, shapeError } = parametersOf(request, updateSettingsSchema).subscription_data;
-    await applySubscriptionChanges(transactions, request.caller, changes, shapeError, clientGone(reply));
+    await applySubscriptionChanges(transactions, callerOf(request), changes, shapeError, clientGone(reply));
     return success(request);
   });
 
@@ -30,7 +31,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
   const updateOneSetting: RouteHandlerMethod = async (request: FastifyRequest, reply) => {
     const { stream_id, property, value } = parametersOf(request, updateSettingSchema);
     const change = checkSettingChange(stream_id, property, value);
-    await applySubscriptionChanges(transactions, request.caller, [change], undefined, clientGone(reply));
+    await applySubscriptionChanges(transactions, callerOf(request), [change], undefined, clientGone(reply));
     return success(request);
   };
   // Digits only: any other segment is not this route (404 from the router).

@@ -147,10 +147,12 @@ export const joinUserById = (withProfileData: boolean) => (account: AccountQuery
     .select(USER_COLUMNS_IN_REALM)
     .$if(withProfileData, (qb) => qb.select('users.profile_values'));
 
+/** The columns joinUserById adds to the authentication row: the user's, null when it found none. */
+export type JoinedUser = { [column in keyof Omit<UserRow, 'realm_id'>]: UserRow[column] | null };
+
 /** The user of a joinUserById row, if the join found one (in the caller's organization). */
-export function userRecordFromJoinedRow(row: unknown): UserRecord | undefined {
-  const joined = row as { [column in keyof UserRow]: UserRow[column] | null } & { caller_realm_id: number };
-  return joined.id === null ? undefined : toUserRecord(joined as UserRow, joined.caller_realm_id);
+export function userRecordFromJoinedRow(row: JoinedUser & { caller_realm_id: number }): UserRecord | undefined {
+  return row.id === null ? undefined : toUserRecord(row as Omit<UserRow, 'realm_id'>, row.caller_realm_id);
 }
 
 /** By delivery email, ignoring case (served by the users_realm_email_key index). */

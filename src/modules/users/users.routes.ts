@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../app.js';
-import type { AuthLookup } from '../../http/auth.js';
+import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf, peekParameter } from '../../http/params.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
@@ -13,7 +13,7 @@ import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './user
 function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | undefined {
   const withProfileData = peekParameter(request, getUserSchema, 'include_custom_profile_fields');
   if (withProfileData === undefined) return undefined;
-  return userByIdAuthLookup((request.params as { user: string }).user, withProfileData);
+  return userByIdAuthLookup(peekParameter(request, getUserSchema, 'user') ?? '', withProfileData);
 }
 
 /**
@@ -25,13 +25,14 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
   app.get('/api/v1/users', { schema: listUsersSchema }, async (request) => {
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
-    const members = await listUsersForViewer(db, config, request.caller, options, user_ids);
+    const members = await listUsersForViewer(db, config, callerOf(request), options, user_ids);
     return success(request, { members });
   });
 
   app.get('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema, config: { authLookup: userLookupForRequest } }, async (request) => {
     const { client_gravatar, include_custom_profile_fields, user } = parametersOf(request, getUserSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
-    return success(request, { user: await getUserForViewer(db, reads, config, request.caller, user, options, request.authLookupResult) });
+    const prefetched = lookupRowOf(request, userByIdAuthLookup(user, include_custom_profile_fields));
+    return success(request, { user: await getUserForViewer(db, reads, config, callerOf(request), user, options, prefetched) });
   });
 };

@@ -13,6 +13,7 @@ import {
   selectRealmUsers,
   type UserLoadOptions,
   joinUserById,
+  type JoinedUser,
   userRecordFromJoinedRow,
 } from './users.repository.js';
 import {
@@ -76,7 +77,7 @@ async function findTarget(
  * GET /users/{user_id}'s lookup, folded into the authentication statement (one round trip instead
  * of two on the hottest read). Only for id paths; the result is used only by unrestricted viewers.
  */
-export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup<object> | undefined {
+export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup<JoinedUser> | undefined {
   const userId = DIGITS.test(pathValue) ? parseUserId(pathValue) : undefined;
   if (userId === undefined) return undefined;
   return { key: `user by id, profile data ${withProfileData}`, argument: userId, extend: joinUserById(withProfileData) };
@@ -93,7 +94,7 @@ export async function getUserForViewer(
   viewer: UserViewerInRealm,
   pathValue: string,
   options: UserObjectOptions,
-  prefetched?: unknown,
+  prefetched?: JoinedUser & { caller_realm_id: number },
 ): Promise<ApiUser> {
   // A restricted viewer also needs the shared-channel fact, which the lookup leaves out.
   const target = prefetched !== undefined && !isRestrictedViewer(viewer)

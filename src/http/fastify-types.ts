@@ -1,0 +1,32 @@
+import type { TSchema } from 'typebox';
+import type { AccountRow, AuthLookup } from './auth.repository.js';
+import type { Caller } from './auth.js';
+import type { ParamSources } from './params.js';
+
+/** Everything this server adds to Fastify's types, in one place. */
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The authenticated caller (authenticationHook); absent on routes that need no credentials. */
+    caller?: Caller;
+    /** The route's lookup and its row, when it has one (authenticationHook; read through lookupRowOf). */
+    authLookupRow?: { lookup: AuthLookup<object>; row: AccountRow };
+    /** The request's raw parameters (src/http/body.ts). */
+    parameterSources: ParamSources;
+    /** The decoded parameters of the route's declaration (decodeRequestParameters). */
+    parameters: Record<string, unknown>;
+    /** Received names the route does not declare: ignored_parameters_unsupported. */
+    ignoredParameters: string[];
+  }
+
+  interface FastifyContextConfig {
+    /** false for the endpoints that need no credentials. */
+    auth?: boolean;
+    /** A lookup to fold into the authentication statement for this request (see AuthLookup). */
+    authLookup?: (request: FastifyRequest) => AuthLookup<object> | undefined;
+  }
+
+  interface FastifySchema {
+    /** Documentation only: the OpenAPI responses, by status. Never used to serialize. */
+    documentedResponses?: Record<number, TSchema>;
+  }
+}
