@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import Type, { type Static } from 'typebox';
 import Value from 'typebox/value';
+import { DEFAULT_ZULIP_VERSION } from './zulip.js';
 
 // One schema for the whole environment. Every variable is optional here; the rules that depend on
 // each other (secrets required with DATABASE_URL) are applied in loadConfig.
@@ -24,7 +25,7 @@ const EnvSchema = Type.Object({
   ENABLE_GRAVATAR: Type.Boolean({ default: true }),
   DEFAULT_AVATAR_URI: Type.String({ minLength: 1, default: '/static/images/default-avatar.png' }),
   AVATAR_SALT: Type.Optional(Type.String({ minLength: 1 })),
-  ZULIP_VERSION: Type.String({ minLength: 1, default: '12.0-dev' }),
+  ZULIP_VERSION: Type.String({ minLength: 1, default: DEFAULT_ZULIP_VERSION }),
   RATE_LIMITING: Type.Boolean({ default: true }),
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200 }),

@@ -8,10 +8,6 @@ import type { BooleanColumn } from './subscriptions.validation.js';
 /** Kysely<DB> or a Transaction<DB> (which extends it). */
 type Executor = Kysely<DB>;
 
-/** The smallest id range of PostgreSQL `integer`; other ids must not reach the database. */
-export const MAX_ID = 2_147_483_647;
-export const isIdInRange = (id: number): boolean => Number.isSafeInteger(id) && id >= 1 && id <= MAX_ID;
-
 /** Final values for one subscription; undefined columns stay as they are. */
 export type SettingValues = { color?: string } & { [column in BooleanColumn]?: boolean };
 
