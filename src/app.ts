@@ -1,10 +1,8 @@
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
 import type { Config } from './config.js';
-import type { Database } from './db/database.js';
 import { isDatabaseUnavailable } from './db/errors.js';
-import type { StatementRunner } from './db/reusable-statement.js';
-import type { UserTransactions } from './db/user-transactions.js';
+import type { AppDeps } from './deps.js';
 import { type AuthLookup, authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
@@ -14,7 +12,6 @@ import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
-import type { Drain } from './http/drain.js';
 import { eventRoutes } from './modules/events/events.routes.js';
 import { sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
@@ -22,17 +19,8 @@ import { serverSettingsRoutes } from './modules/server-settings/server-settings.
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
 import { userRoutes } from './modules/users/users.routes.js';
 
-export interface AppDeps {
-  config: Config;
-  /** Kysely over the pool: transactions and the statements that are not per-request reads. */
-  db: Database;
-  /** The pipelined connections of the per-request statements (src/db/pipelined-connections.ts). */
-  reads: StatementRunner;
-  /** The transactions of users' writes (src/db/user-transactions.ts). */
-  transactions: UserTransactions;
-  /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
-  drain?: Drain;
-}
+// The route plugins still import AppDeps from here; they move to src/deps.ts with issue #18's route work.
+export type { AppDeps } from './deps.js';
 
 /**
  * Wherever a log line could carry request headers (Fastify's request serializer, a plugin logging
