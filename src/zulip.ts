@@ -24,7 +24,7 @@ export const PROFILE_FIELD_TYPES = {
 export const MARKDOWN_PROFILE_FIELD_TYPES: ReadonlySet<number> = new Set([PROFILE_FIELD_TYPES.short_text, PROFILE_FIELD_TYPES.long_text]);
 
 /** The largest id: ids are PostgreSQL `integer`s, and a larger one bound to a statement would fail it. */
-export const MAX_ID = 2_147_483_647;
+const MAX_ID = 2_147_483_647;
 
 /** Whether `id` can name a row: a positive integer within PostgreSQL's `integer` range. */
 export const isIdInRange = (id: number): boolean => Number.isSafeInteger(id) && id >= 1 && id <= MAX_ID;

@@ -89,10 +89,10 @@ export function formatDateJoined(date: Date): string {
 
 const twoDigits = (value: number): string => (value < 10 ? `0${value}` : String(value));
 
-export const dummyEmail = (userId: number, fakeDomain: string): string => `user${userId}@${fakeDomain}`;
+const dummyEmail = (userId: number, fakeDomain: string): string => `user${userId}@${fakeDomain}`;
 
 /** The API email: real only when the address is public, for every viewer (spec §2.3). */
-export function apiEmail(target: UserRecord, fakeDomain: string): string {
+function apiEmail(target: UserRecord, fakeDomain: string): string {
   return effectiveVisibility(target) === EMAIL_ADDRESS_VISIBILITY.everyone ? target.deliveryEmail : dummyEmail(target.id, fakeDomain);
 }
 
