@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import formbody from '@fastify/formbody';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import pg from 'pg';
+import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../src/zulip.js';
 
 /**
  * The floor for GET /api/v1/users/{id}: what the stack (Node, Fastify, pg, PostgreSQL) costs
@@ -101,7 +102,7 @@ function answer(request: FastifyRequest, reply: FastifyReply, email: string, cal
   if (caller.subdomain !== subdomainOf(request.headers.host)) return unauthorized(reply, 'Account is not associated with this subdomain');
   if (!target || target.id === null) return reply.code(400).send({ result: 'error', msg: 'No such user', code: 'BAD_REQUEST' });
   // The benchmark's target has a public address and a Gravatar avatar (the server decides both).
-  const publicAddress = target.email_address_visibility === 1 || target.bot_type !== null;
+  const publicAddress = target.email_address_visibility === EMAIL_ADDRESS_VISIBILITY.everyone || target.bot_type !== null;
   return {
     result: 'success',
     msg: '',
@@ -109,9 +110,9 @@ function answer(request: FastifyRequest, reply: FastifyReply, email: string, cal
       email: publicAddress ? target.delivery_email : `user${target.id}@localhost`,
       user_id: target.id,
       avatar_version: target.avatar_version,
-      is_admin: target.role <= 200,
-      is_owner: target.role === 100,
-      is_guest: target.role === 600,
+      is_admin: target.role <= ROLES.admin,
+      is_owner: target.role === ROLES.owner,
+      is_guest: target.role === ROLES.guest,
       role: target.role,
       is_bot: target.bot_type !== null,
       full_name: target.full_name,

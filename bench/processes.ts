@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 /** Child processes of the benchmark: the build, the two servers. Every wait is bounded. */
 
-export const ROOT = new URL('..', import.meta.url).pathname;
+const ROOT = new URL('..', import.meta.url).pathname;
 
 function newestMtime(directory: string): number {
   let newest = 0;

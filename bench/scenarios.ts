@@ -9,15 +9,15 @@ import { type Account, createDisposableViews, type RotatingCaller, type Seeded, 
  * request for counting SQL statements.
  */
 
-export type Phase = 'warmup' | 'measure';
+type Phase = 'warmup' | 'measure';
 
-export interface PhaseLoad {
+interface PhaseLoad {
   requests: autocannon.Request[];
   /** Stop after this many responses (one-shot resources); the duration still bounds the run. */
   amount?: number;
 }
 
-export interface ProbeRequest {
+interface ProbeRequest {
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
   url: string;
   body?: string;
@@ -72,11 +72,11 @@ export const PRODUCTION_COMPARISONS: [string, string][] = [
   [PRODUCTION_SETTING_FLOOR, PRODUCTION_SETTING],
   [PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH],
 ];
-export const BULK_SIZES = [1, 10, 100, 1000] as const;
+const BULK_SIZES = [1, 10, 100, 1000] as const;
 export const bulkName = (size: number, connections?: number) =>
   `POST subscriptions/properties × ${size}${connections === undefined ? '' : `, ${connections} connection`}`;
 /** Bulk sizes also measured one request at a time: the cost of a request without queueing. */
-export const UNLOADED_BULK_SIZES = [1, 1000] as const;
+const UNLOADED_BULK_SIZES = [1, 1000] as const;
 const PATCH_NAME = 'PATCH /navigation_views/{fragment}';
 
 /** Entry i of a bulk update: a mix of properties, `flip` alternates the values. */
@@ -93,7 +93,7 @@ function bulkEntry(streamId: number, i: number, flip: boolean) {
   }
 }
 
-export function bulkBody(streamIds: number[], size: number, flip: boolean): string {
+function bulkBody(streamIds: number[], size: number, flip: boolean): string {
   const entries = streamIds.slice(0, size).map((id, i) => bulkEntry(id, i, flip));
   return formBody({ subscription_data: JSON.stringify(entries) });
 }

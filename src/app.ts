@@ -1,9 +1,6 @@
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
-import type { Config } from './config.js';
-import type { Database } from './db/database.js';
-import type { StatementRunner } from './db/reusable-statement.js';
-import type { UserTransactions } from './db/user-transactions.js';
+import type { AppDeps } from './deps.js';
 import { authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
@@ -15,25 +12,12 @@ import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
-import type { Drain } from './http/drain.js';
 import { eventRoutes } from './modules/events/events.routes.js';
 import { sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
 import { userRoutes } from './modules/users/users.routes.js';
-
-export interface AppDeps {
-  config: Config;
-  /** Kysely over the pool: transactions and the statements that are not per-request reads. */
-  db: Database;
-  /** The pipelined connections of the per-request statements (src/db/pipelined-connections.ts). */
-  reads: StatementRunner;
-  /** The transactions of users' writes (src/db/user-transactions.ts). */
-  transactions: UserTransactions;
-  /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
-  drain?: Drain;
-}
 
 /**
  * Wherever a log line could carry request headers (Fastify's request serializer, a plugin logging

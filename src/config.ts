@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import Type, { type Static } from 'typebox';
 import Value from 'typebox/value';
+import { DEFAULT_ZULIP_VERSION } from './zulip.js';
 
 // One schema for the whole environment. Every variable is optional here; the rules that depend on
 // each other (secrets required with DATABASE_URL) are applied in loadConfig.
@@ -11,8 +12,10 @@ const EnvSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9991 }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  // The literals one by one, not mapped from an array: a mapped array would type the level as never.
   LOG_LEVEL: Type.Union(
-    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
+    [Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'),
+      Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')],
     { default: 'info' },
   ),
   EXTERNAL_HOST: Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', default: 'localhost:9991' }),
@@ -24,7 +27,7 @@ const EnvSchema = Type.Object({
   ENABLE_GRAVATAR: Type.Boolean({ default: true }),
   DEFAULT_AVATAR_URI: Type.String({ minLength: 1, default: '/static/images/default-avatar.png' }),
   AVATAR_SALT: Type.Optional(Type.String({ minLength: 1 })),
-  ZULIP_VERSION: Type.String({ minLength: 1, default: '12.0-dev' }),
+  ZULIP_VERSION: Type.String({ minLength: 1, default: DEFAULT_ZULIP_VERSION }),
   RATE_LIMITING: Type.Boolean({ default: true }),
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200 }),
@@ -35,80 +38,58 @@ const EnvSchema = Type.Object({
   EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 90 }),
   QUEUE_DEFAULT_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 600 }),
   QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800 }),
+  // How often each instance deletes expired event queues and old audit rows.
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  // How often the instance checks all its waiting polls in one statement (src/modules/events/poll-rechecks.ts).
   // Spec §2.10: waiting polls re-check at least every 5 s. At most 20, so that a 60 s poll lease,
   // renewed once less than 35 s are left, never runs out between two checks.
   POLL_RECHECK_SECONDS: Type.Integer({ minimum: 1, maximum: 20, default: 5 }),
+  // Live event queues per user; register beyond it deletes the least recently used one.
   QUEUE_MAX_PER_USER: Type.Integer({ minimum: 1, default: 20 }),
+  // Subscription audit rows older than this are deleted by the sweep.
   AUDIT_LOG_RETENTION_DAYS: Type.Integer({ minimum: 1, default: 365 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
+  // Pipelined connections for the per-request reads (src/db/pipelined-connections.ts).
   DB_READ_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
+  // Pipelined connections for small write transactions (src/db/user-transactions.ts).
   DB_WRITE_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
+  // Server-side statement_timeout of pooled connections, in ms (0: none); a cancelled statement is a 503.
   DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 5000 }),
+  // statement_timeout of the pipelined read connections, in ms (0: none).
   DB_READ_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 1000 }),
+  // How long a client may take to send a whole request (headers and body).
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  // How long a connection may stay silent in both directions, a long poll included.
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
+  // How long an idle keep-alive connection stays open between requests.
   KEEP_ALIVE_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 72 }),
+  // How long /ready answers 503 after SIGTERM, while everything else is served, before closing.
   // The shipped HAProxy takes a replica out within inter 2 s + fastinter 1 s (fall 2) of /ready
   // failing: 5 s leaves a margin (deploy/haproxy.cfg).
   SHUTDOWN_DRAIN_SECONDS: Type.Integer({ minimum: 0, maximum: 3600, default: 5 }),
 });
 type Env = Static<typeof EnvSchema>;
 
-export interface Config {
+/** `DB_READ_CONNECTIONS` → `dbReadConnections`: a Config property is its variable, camel-cased. */
+type CamelCase<Name extends string> = Name extends `${infer Head}_${infer Tail}`
+  ? `${Lowercase<Head>}${Capitalize<CamelCase<Tail>>}`
+  : Lowercase<Name>;
+
+/** The values loadConfig derives instead of passing them on as parsed. */
+interface Derived {
+  /** Undefined: the embedded PostgreSQL (src/db/embedded.ts). */
   databaseUrl: string | undefined;
-  port: number;
-  host: string;
-  dataDir: string;
-  logLevel: string;
-  externalHost: string;
-  externalUriScheme: string;
   rootSubdomainAliases: string[];
+  /** FAKE_EMAIL_DOMAIN, else EXTERNAL_HOST without its port. */
   fakeEmailDomain: string;
-  enableGravatar: boolean;
-  defaultAvatarUri: string;
+  /** AVATAR_SALT, else the secret kept in DATA_DIR. */
   avatarSalt: string;
-  zulipVersion: string;
-  rateLimiting: boolean;
-  rateLimitWindowSeconds: number;
-  rateLimitMaxRequests: number;
-  bodyLimitBytes: number;
-  retryAfterSeconds: number;
-  heartbeatSeconds: number;
-  heartbeatJitterSeconds: number;
-  eventQueueLongpollTimeoutSeconds: number;
-  queueDefaultLifespanSeconds: number;
-  queueMaxLifespanSeconds: number;
-  /** How often each instance deletes expired event queues and old audit rows. */
-  queueSweepIntervalSeconds: number;
-  /** How often the instance checks all its waiting polls in one statement (src/modules/events/poll-rechecks.ts). */
-  pollRecheckSeconds: number;
-  /** Live event queues per user; register beyond it deletes the least recently used one. */
-  queueMaxPerUser: number;
-  /** Subscription audit rows older than this are deleted by the sweep. */
-  auditLogRetentionDays: number;
-  trustProxy: boolean;
-  dbPoolMax: number;
-  /** Pipelined connections for the per-request reads (src/db/pipelined-connections.ts). */
-  dbReadConnections: number;
-  /** Pipelined connections for small write transactions (src/db/user-transactions.ts). */
-  dbWriteConnections: number;
-  dbConnectTimeoutMs: number;
-  /** Server-side statement_timeout of pooled connections, in ms (0: none); a cancelled statement is a 503. */
-  dbStatementTimeoutMs: number;
-  /** statement_timeout of the pipelined read connections, in ms (0: none). */
-  dbReadStatementTimeoutMs: number;
-  /** How long a client may take to send a whole request (headers and body). */
-  requestTimeoutSeconds: number;
-  /** How long a connection may stay silent in both directions, a long poll included. */
-  connectionTimeoutSeconds: number;
-  /** How long an idle keep-alive connection stays open between requests. */
-  keepAliveTimeoutSeconds: number;
-  /** How long /ready answers 503 after SIGTERM, while everything else is served, before closing. */
-  shutdownDrainSeconds: number;
 }
+
+/** The typed configuration: the schema's variables, camel-cased, with the derived values. */
+export type Config = Omit<{ [Name in keyof Env as CamelCase<Name>]: Env[Name] }, keyof Derived> & Derived;
 
 export class ConfigError extends Error {}
 

@@ -6,6 +6,7 @@ import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
 import { createDemoOrganization, describeDemo } from './cli/demo.js';
 import { ConfigError, loadConfig } from './config.js';
+import { ConnectionErrorReporter } from './db/connection-errors.js';
 import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
@@ -25,11 +26,8 @@ async function main(): Promise<void> {
   }
   const url = config.databaseUrl ?? embedded!.url;
   // Connections can fail before the app (and its logger) exists, during the migrations.
-  let app: FastifyInstance | undefined;
-  const handle = createDatabase(url, {
-    ...databaseOptionsOf(config),
-    onConnectionError: (error) => reportConnectionError(app, error),
-  });
+  const connectionErrors = new ConnectionErrorReporter();
+  const handle = createDatabase(url, { ...databaseOptionsOf(config), onConnectionError: connectionErrors.report });
   // Migrations run on a connection of their own, without the statement timeout: a long migration,
   // or waiting for another replica's, must not fail the start.
   const migration = createDatabase(url, { poolMax: 1, connectTimeoutMs: config.dbConnectTimeoutMs });
@@ -55,7 +53,8 @@ async function main(): Promise<void> {
   process.on('exit', flushLogs);
   // The events listener opens its own LISTEN connection: it needs the URL, embedded or not.
   const drain = new Drain();
-  app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle, drain }, { stream: logs });
+  const app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle, drain }, { stream: logs });
+  connectionErrors.logTo(app.log);
 
   if (embedded) {
     const demo = await createDemoOrganization(handle.db, config);
@@ -63,34 +62,27 @@ async function main(): Promise<void> {
     forgetServer = await recordRunningServer(config.dataDir, embedded.url);
   }
 
-  const started = app;
   // SIGTERM is handled below (drain first); every other signal and fatal errors close at once.
   let closing = false;
   const shutdown = closeWithGrace({ delay: CLOSE_GRACE_MS, skip: ['SIGTERM'] }, async ({ signal, err }) => {
     closing = true;
     drain.finish();
-    if (err) started.log.error({ err }, 'closing after an error');
-    else if (signal) started.log.info({ signal }, 'shutting down');
+    if (err) app.log.error({ err }, 'closing after an error');
+    else if (signal) app.log.info({ signal }, 'shutting down');
     logs.flush();
-    await started.close();
+    await app.close();
     flushLogs();
     await handle.close();
     await forgetServer?.();
     await embedded?.stop();
   });
-  drainOnSigterm(started, drain, config.shutdownDrainSeconds, {
+  drainOnSigterm(app, drain, config.shutdownDrainSeconds, {
     closing: () => closing,
     close: shutdown.close,
   });
 
-  await started.listen({ port: config.port, host: config.host });
+  await app.listen({ port: config.port, host: config.host });
   logs.flush(); // "Server listening at …" now, not with the next 4 KiB
-}
-
-/** A connection no statement was waiting on failed: worth a warning, never a crash. */
-function reportConnectionError(app: FastifyInstance | undefined, error: Error): void {
-  if (app) app.log.warn({ err: error }, 'database connection failed');
-  else console.warn(`database connection failed: ${error.message}`);
 }
 
 /**

@@ -8,7 +8,7 @@ import type { FixtureUser } from './helpers/fixture.js';
 export const PROPERTIES_URL = '/api/v1/users/me/subscriptions/properties';
 export const OK = JSON.stringify({ result: 'success', msg: '' });
 
-export const badRequestBody = (msg: string): string => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
+const badRequestBody = (msg: string): string => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
 
 export function expectBadRequest(res: LightMyRequestResponse, msg: string): void {
   expect(res.statusCode).toBe(400);

@@ -19,7 +19,7 @@ interface ObservedHeaders {
   'x-forwarded-proto'?: string;
 }
 
-export const readObservedHeaders = (file: string): ObservedHeaders[] =>
+const readObservedHeaders = (file: string): ObservedHeaders[] =>
   readFileSync(file, 'utf8').split('\n').filter((line) => line !== '').map((line) => JSON.parse(line) as ObservedHeaders);
 
 /** A request with two X-Request-Id headers (fetch would join them into one). */

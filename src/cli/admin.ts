@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.js';
 import type { Database } from '../db/database.js';
 import { EmbeddedDatabaseInUse } from '../db/embedded.js';
+import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../zulip.js';
 import { connectForCli } from './connect.js';
 import * as ops from './operations.js';
 import { AdminError } from './operations.js';
@@ -56,8 +57,8 @@ const COMMANDS: Record<string, Command> = {
   'user create': (db, v) =>
     ops.createUser(db, {
       realm: need(v, 'realm'), email: need(v, 'email'), fullName: need(v, 'full-name'),
-      role: v.role as keyof typeof ops.ROLES | undefined, timezone: v.timezone,
-      emailVisibility: v['email-visibility'] as keyof typeof ops.EMAIL_VISIBILITY | undefined, importedStub: v['imported-stub'],
+      role: v.role as keyof typeof ROLES | undefined, timezone: v.timezone,
+      emailVisibility: v['email-visibility'] as keyof typeof EMAIL_ADDRESS_VISIBILITY | undefined, importedStub: v['imported-stub'],
     }),
   'user deactivate': (db, v) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email')),
   'user delete': (db, v, config) => ops.deleteUser(db, config, need(v, 'realm'), need(v, 'email')),

@@ -5,6 +5,7 @@ import type { Users } from '../db/types.js';
 import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
 import { fakeEmailDomain } from '../lib/hosts.js';
 import { renderMarkdown } from '../lib/markdown.js';
+import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../zulip.js';
 
 /**
  * Administrative operations, modelled on Zulip's management commands. Used by the admin command
@@ -13,12 +14,6 @@ import { renderMarkdown } from '../lib/markdown.js';
 
 export class AdminError extends Error {}
 
-export const ROLES = { owner: 100, admin: 200, moderator: 300, member: 400, guest: 600 } as const;
-export const EMAIL_VISIBILITY = { everyone: 1, members: 2, admins: 3, nobody: 4, moderators: 5 } as const;
-export const PROFILE_FIELD_TYPES = {
-  short_text: 1, long_text: 2, select: 3, date: 4, url: 5, user: 6, external_account: 7, pronouns: 8,
-} as const;
-const MARKDOWN_FIELD_TYPES = new Set<number>([PROFILE_FIELD_TYPES.short_text, PROFILE_FIELD_TYPES.long_text]);
 // Zulip's palette for new subscriptions, in its order.
 const STREAM_COLORS = [
   '#76ce90', '#fae589', '#a6c7e5', '#e79ab5', '#bfd56f', '#f4ae55', '#b0a5fd', '#addfe5', '#f5ce6e', '#c2726a',
@@ -105,7 +100,7 @@ export interface NewUser {
   fullName: string;
   role?: keyof typeof ROLES;
   timezone?: string;
-  emailVisibility?: keyof typeof EMAIL_VISIBILITY;
+  emailVisibility?: keyof typeof EMAIL_ADDRESS_VISIBILITY;
   importedStub?: boolean;
 }
 
@@ -142,7 +137,7 @@ export async function createUser(db: Database, options: NewUser): Promise<{ user
   if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AdminError(`Invalid email address "${email}"`);
   const role = ROLES[options.role ?? 'member'];
   if (role === undefined) throw new AdminError(`Unknown role "${options.role}"`);
-  const visibility = EMAIL_VISIBILITY[options.emailVisibility ?? 'everyone'];
+  const visibility = EMAIL_ADDRESS_VISIBILITY[options.emailVisibility ?? 'everyone'];
   if (visibility === undefined) throw new AdminError(`Unknown email visibility "${options.emailVisibility}"`);
   const timezone = options.timezone ?? '';
   checkTimezone(timezone);
@@ -323,7 +318,7 @@ export async function setProfileFieldValue(
     .executeTakeFirst();
   if (!field) throw new AdminError(`No profile field with id ${options.fieldId} in this organization`);
   checkProfileValue(field.field_type, options.value);
-  const renderedValue = MARKDOWN_FIELD_TYPES.has(field.field_type) ? renderMarkdown(options.value) : null;
+  const renderedValue = MARKDOWN_PROFILE_FIELD_TYPES.has(field.field_type) ? renderMarkdown(options.value) : null;
   await db
     .insertInto('custom_profile_field_values')
     .values({ realm_id: realm.id, user_id: user.id, field_id: field.id, value: options.value, rendered_value: renderedValue })

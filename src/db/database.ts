@@ -6,6 +6,7 @@ import { PipelinedConnections } from './pipelined-connections.js';
 import { UserTransactions } from './user-transactions.js';
 import type { DB } from './types.js';
 
+/** What statements run on: Kysely over the pool, or one of its transactions (Transaction<DB> extends Kysely<DB>). */
 export type Database = Kysely<DB>;
 
 export interface DatabaseHandle {

@@ -104,7 +104,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
 }
 
 /** While a server runs on the embedded database it records how to reach it, for the admin CLI. */
-export const RUNNING_SERVER_FILE = 'embedded-server.json';
+const RUNNING_SERVER_FILE = 'embedded-server.json';
 
 export async function recordRunningServer(dataDir: string, url: string): Promise<() => Promise<void>> {
   const path = join(dataDir, RUNNING_SERVER_FILE);

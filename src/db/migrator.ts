@@ -2,10 +2,10 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { type Kysely, type Migration, type MigrationProvider, type MigrationResultSet, Migrator, sql } from 'kysely';
 
-export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
+const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
 /** Plain `.sql` files, applied in name order; each runs in the migrator's transaction. */
-export class SqlFileMigrationProvider implements MigrationProvider {
+class SqlFileMigrationProvider implements MigrationProvider {
   constructor(private readonly directory: string = MIGRATIONS_DIR) {}
 
   async getMigrations(): Promise<Record<string, Migration>> {

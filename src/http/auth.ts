@@ -22,7 +22,7 @@ const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
 /** Splits a Basic Authorization header into email and key, with the spec's messages (§1.3 rows 1–5). */
-export function parseBasicAuthorization(header: string | undefined): { email: string; apiKey: string } {
+function parseBasicAuthorization(header: string | undefined): { email: string; apiKey: string } {
   if (header === undefined) throw unauthorized('Not logged in: API authentication or user session required');
   const tokens = header.trim().split(/\s+/);
   if (tokens.length !== 2) throw invalidHeader();
@@ -58,7 +58,7 @@ export interface Authentication<Extra extends object> {
  * address and organization checks are the statement's, so that only requests this function
  * accepts are counted.
  */
-export async function authenticate<Extra extends object>(
+async function authenticate<Extra extends object>(
   accounts: AccountBatches,
   config: Config,
   request: FastifyRequest,

@@ -11,7 +11,7 @@ const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
  * DATA_UPLOAD_MAX_NUMBER_FIELDS, which Zulip inherits; spec §1.9): parsing a megabyte of tiny
  * fields costs the event loop about 150 ms before the credentials are even checked.
  */
-export const MAX_FORM_FIELDS = 1000;
+const MAX_FORM_FIELDS = 1000;
 const AMPERSAND = 0x26;
 
 /**

@@ -3,6 +3,7 @@ import fastifySwagger, { type SwaggerTransform, type SwaggerTransformObject } fr
 import type { FastifyInstance, FastifySchema, FastifySchemaCompiler } from 'fastify';
 import Type, { type TSchema } from 'typebox';
 import type { Config } from '../config.js';
+import { ZULIP_FEATURE_LEVEL } from '../zulip.js';
 import { JSON_ENCODED } from './params.js';
 
 /**
@@ -148,7 +149,7 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
         title: 'Zulip-compatible chat API (subset)',
         version: PACKAGE.version,
         description:
-          'A subset of the Zulip REST API (feature level 490). Parameters are form fields (POST, PATCH, DELETE) ' +
+          `A subset of the Zulip REST API (feature level ${ZULIP_FEATURE_LEVEL}). Parameters are form fields (POST, PATCH, DELETE) ` +
           'or query parameters; booleans, integers, lists and objects are sent as JSON text. Success answers carry ' +
           '`ignored_parameters_unsupported` when unknown parameters were sent.',
       },

@@ -19,7 +19,7 @@ export interface RateLimitDecision {
 }
 
 /** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (spec §1.8). */
-export class RateLimitExceeded extends ApiError {
+class RateLimitExceeded extends ApiError {
   constructor(readonly retryAfterSeconds: number) {
     super(429, 'API usage exceeded rate limit', 'RATE_LIMIT_HIT', {}, { 'retry-after': String(retryAfterSeconds) });
     this.name = 'RateLimitExceeded';

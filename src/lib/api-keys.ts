@@ -1,7 +1,7 @@
 import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
-export const API_KEY_LENGTH = 32;
+const API_KEY_LENGTH = 32;
 export const API_KEY_PATTERN = /^[A-Za-z0-9]{32}$/;
 
 /** 32 characters, each uniformly random (crypto.randomInt rejects biased draws). */

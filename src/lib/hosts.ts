@@ -28,7 +28,7 @@ export function realmUrl(subdomain: string, config: HostConfig): string {
 const LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
 
 /** Whether a host can serve as an email domain: no port; `localhost` or a dotted DNS name. */
-export function isUsableEmailDomain(host: string): boolean {
+function isUsableEmailDomain(host: string): boolean {
   if (host === 'localhost') return true;
   const labels = host.split('.');
   const last = labels.at(-1) ?? '';

@@ -32,10 +32,6 @@ export class EventListener {
 
   constructor(private readonly options: EventListenerOptions) {}
 
-  get connected(): boolean {
-    return this.client !== undefined;
-  }
-
   /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
   async start(): Promise<void> {
     await this.connect();

@@ -13,7 +13,7 @@ import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
  * (leaseRenewalSeconds), so only a crashed instance's leases run out, and its queues expire this
  * much later than their idle lifespan says.
  */
-export const POLL_LEASE_SECONDS = 60;
+const POLL_LEASE_SECONDS = 60;
 
 export interface QueueOwner {
   realmId: number;

@@ -1,6 +1,5 @@
-import { type Kysely, sql, type Transaction } from 'kysely';
+import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
-import type { DB } from '../../db/types.js';
 
 /** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
 export interface ApiEvent {
@@ -9,7 +8,6 @@ export interface ApiEvent {
 }
 
 export const EVENTS_CHANNEL = 'zulip_events';
-type Executor = Kysely<DB> | Transaction<DB>;
 
 /** The arguments a write statement that appends events must have (see withEventAppend). */
 export interface EventAppendArgs extends Record<string, unknown> {
@@ -31,7 +29,7 @@ export interface EventAppendArgs extends Record<string, unknown> {
  * searched once per distinct event type, not once per event: the events then meet their queues
  * through a hash join on the type.
  */
-export function withEventAppend(db: Kysely<DB>, args: EventAppendArgs) {
+export function withEventAppend(db: Database, args: EventAppendArgs) {
   return db
     .with('event_queue', (db) =>
       db.selectFrom('event_queues').select(['id', 'next_event_id', 'event_types']).where('user_id', '=', args.userId).forUpdate())
@@ -92,7 +90,7 @@ export interface NewEventQueue {
  * their waiting polls woken, so they answer BAD_EVENT_QUEUE_ID (spec O12). Runs in the user's
  * transaction (src/db/user-transactions.ts), so the count cannot change underneath.
  */
-export function createEventQueue(db: Executor, queue: NewEventQueue, maxPerUser: number) {
+export function createEventQueue(db: Database, queue: NewEventQueue, maxPerUser: number) {
   return db
     .with('evicted', (db) =>
       db

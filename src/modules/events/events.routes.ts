@@ -1,10 +1,10 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppDeps } from '../../app.js';
+import type { AppDeps } from '../../deps.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
-import { FEATURE_LEVEL } from '../server-settings/server-settings.routes.js';
+import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
@@ -65,7 +65,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
       // Right after queue_id, as Zulip sends it (feature level 481).
       idle_queue_timeout_secs: lifespanSeconds,
       zulip_version: config.zulipVersion,
-      zulip_feature_level: FEATURE_LEVEL,
+      zulip_feature_level: ZULIP_FEATURE_LEVEL,
       zulip_merge_base: config.zulipVersion,
       event_queue_longpoll_timeout_seconds: config.eventQueueLongpollTimeoutSeconds,
       ...state,

@@ -27,7 +27,7 @@ import { UserObject } from '../users/users.schemas.js';
 // §3.12–§3.15); see src/http/params.ts and src/http/openapi.ts.
 
 /** Entries of event_types and fetch_event_types (spec §3.12): bounds the matching of every event. */
-export const MAX_EVENT_TYPES = 256;
+const MAX_EVENT_TYPES = 256;
 const eventTypeList = jsonStringList(MAX_EVENT_TYPES);
 
 /** Client capabilities register understands; other keys are accepted and ignored. */

@@ -13,7 +13,7 @@ import { type ApiEvent, deleteEventQueue } from './events.repository.js';
 // Queue ids are the lowercase UUIDs register hands out; anything else names no queue.
 const QUEUE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export const badEventQueueId = (queueId: string): ApiError =>
+const badEventQueueId = (queueId: string): ApiError =>
   new ApiError(400, `Bad event queue ID: ${queueId}`, 'BAD_EVENT_QUEUE_ID', { queue_id: queueId });
 
 export interface EventsDeps {

@@ -70,14 +70,14 @@ export function notificationDefaultsFromLookup(row: NotificationDefaultColumns |
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> & Parameters<typeof buildUserObject>[3];
 
 /** What idle_queue_timeout="mobile" means: Zulip's documented 12 hours. */
-export const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
+const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
 
 /**
  * The queue's idle lifetime: idle_queue_timeout when given, else queue_lifespan_secs (≤ 0 means
  * the default), else the default; anything longer than the maximum is capped, as Zulip's
  * "after applying defaults and server-side limits" says.
  */
-export function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs' | 'idleQueueTimeout'>, config: RegisterConfig): number {
+function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs' | 'idleQueueTimeout'>, config: RegisterConfig): number {
   const { idleQueueTimeout, queueLifespanSecs } = request;
   const lifespan = idleQueueTimeout === 'mobile' ? MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS
     : idleQueueTimeout ?? (queueLifespanSecs <= 0 ? config.queueDefaultLifespanSeconds : queueLifespanSecs);

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppDeps } from '../../app.js';
+import type { AppDeps } from '../../deps.js';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import { deleteExpiredQueues } from '../events/events.repository.js';

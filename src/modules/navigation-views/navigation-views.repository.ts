@@ -1,4 +1,5 @@
-import { type Kysely, type QueryCreator, sql } from 'kysely';
+import { type QueryCreator, sql } from 'kysely';
+import type { Database } from '../../db/database.js';
 import { reusableStatement } from '../../db/reusable-statement.js';
 import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
 import type { DB } from '../../db/types.js';
@@ -17,7 +18,7 @@ export interface NavigationViewChanges {
 }
 
 /** The user's views in creation order, in the API shape (also served by register). */
-export function selectNavigationViews(db: Kysely<DB>, realmId: number, userId: number) {
+export function selectNavigationViews(db: Database, realmId: number, userId: number) {
   return db
     .selectFrom('navigation_views')
     .select(['fragment', 'is_pinned', 'name'])

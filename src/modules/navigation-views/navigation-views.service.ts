@@ -16,7 +16,7 @@ import {
 } from './navigation-views.repository.js';
 
 /** Fragments of the views every client knows (exact, case-sensitive; spec §2.9). */
-export const BUILT_IN_FRAGMENTS: ReadonlySet<string> = new Set([
+const BUILT_IN_FRAGMENTS: ReadonlySet<string> = new Set([
   'inbox',
   'recent',
   'feed',

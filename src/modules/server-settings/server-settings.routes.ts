@@ -1,19 +1,17 @@
 import { createHash } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppDeps } from '../../app.js';
+import type { AppDeps } from '../../deps.js';
 import { requestSubdomain } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
 import { realmUrl } from '../../lib/hosts.js';
+import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { findActiveRealmBySubdomain } from './server-settings.repository.js';
 import { serverSettingsSchema } from './server-settings.schemas.js';
 
-const FEATURE_LEVEL = 490;
 const AUTHENTICATION_METHODS = Object.fromEntries(
   ['password', 'dev', 'email', 'ldap', 'remoteuser', 'github', 'azuread', 'gitlab', 'apple', 'google', 'saml', 'openid connect', 'discord']
     .map((method) => [method, false]),
 );
-
-export { FEATURE_LEVEL };
 
 /** GET /api/v1/server_settings: discovery, no authentication (spec §3.1). */
 export const serverSettingsRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
@@ -24,7 +22,7 @@ export const serverSettingsRoutes: FastifyPluginAsync<AppDeps> = async (app, { d
       authentication_methods: AUTHENTICATION_METHODS,
       zulip_version: config.zulipVersion,
       zulip_merge_base: config.zulipVersion,
-      zulip_feature_level: FEATURE_LEVEL,
+      zulip_feature_level: ZULIP_FEATURE_LEVEL,
       push_notifications_enabled: false,
       is_incompatible: false,
       email_auth_enabled: false,

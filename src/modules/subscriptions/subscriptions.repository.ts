@@ -1,16 +1,9 @@
-import { type Kysely, sql } from 'kysely';
+import { sql } from 'kysely';
 import { jsonBuildObject } from 'kysely/helpers/postgres';
+import type { Database } from '../../db/database.js';
 import { reusableStatement } from '../../db/reusable-statement.js';
 import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
-import type { DB } from '../../db/types.js';
 import type { BooleanColumn } from './subscriptions.validation.js';
-
-/** Kysely<DB> or a Transaction<DB> (which extends it). */
-type Executor = Kysely<DB>;
-
-/** The smallest id range of PostgreSQL `integer`; other ids must not reach the database. */
-export const MAX_ID = 2_147_483_647;
-export const isIdInRange = (id: number): boolean => Number.isSafeInteger(id) && id >= 1 && id <= MAX_ID;
 
 /** Final values for one subscription; undefined columns stay as they are. */
 export type SettingValues = { color?: string } & { [column in BooleanColumn]?: boolean };
@@ -141,7 +134,7 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
 );
 
 /** Deletes up to `limit` audit rows older than `days` days; returns how many it deleted. */
-export async function deleteOldAuditRows(db: Executor, days: number, limit: number): Promise<number> {
+export async function deleteOldAuditRows(db: Database, days: number, limit: number): Promise<number> {
   const result = await db
     .deleteFrom('subscription_audit_log')
     .where('id', 'in', (eb) =>
@@ -160,7 +153,7 @@ export async function deleteOldAuditRows(db: Executor, days: number, limit: numb
  * optionally with each channel's active subscribers (active users), all in one query.
  */
 export function selectActiveSubscriptions(
-  db: Executor,
+  db: Database,
   user: { id: number; realmId: number },
   includeSubscribers: boolean,
 ) {

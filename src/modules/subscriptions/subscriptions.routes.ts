@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest, RouteHandlerMethod } from 'fastify';
-import type { AppDeps } from '../../app.js';
+import type { AppDeps } from '../../deps.js';
 import { callerOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';

@@ -8,7 +8,7 @@ import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.j
 // src/http/params.ts and src/http/openapi.ts.
 
 /** Entries of one bulk update (spec §3.2): bounds the work and the rows one request can cause. */
-export const MAX_SUBSCRIPTION_CHANGES = 10_000;
+const MAX_SUBSCRIPTION_CHANGES = 10_000;
 
 /**
  * include_subscribers: a JSON boolean, or `partial` (feature level 412), which lets the server send

@@ -4,10 +4,10 @@ import type { UserTransactions } from '../../db/user-transactions.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
+import { isIdInRange, ROLES } from '../../zulip.js';
 import type { ApiEvent } from '../events/events.repository.js';
 import {
   INVALID_CHANNEL,
-  isIdInRange,
   NOT_SUBSCRIBED,
   selectActiveSubscriptions,
   type SettingValues,
@@ -17,8 +17,6 @@ import { changeEvents, serializeSubscription, type SubscriptionObject } from './
 import type { SettingChange, SettingColumn } from './subscriptions.validation.js';
 
 type SettingsCaller = Pick<Caller, 'id' | 'realmId' | 'role'>;
-
-const GUEST_ROLE = 600;
 
 /** Larger updates run on a connection of their own (see TransactionSize): a few milliseconds at most on a shared one. */
 const SMALL_UPDATE_CHANGES = 100;
@@ -80,7 +78,7 @@ export async function applySubscriptionChanges(
   const args = {
     userId: caller.id,
     realmId: caller.realmId,
-    isGuest: caller.role === GUEST_ROLE,
+    isGuest: caller.role === ROLES.guest,
     entries: JSON.stringify(entries),
     updates: JSON.stringify(finalValues),
     // One array literal in one text parameter: node-postgres would escape each element of a JS array.

@@ -18,9 +18,9 @@ export type SettingColumn =
   | 'wildcard_mentions_notify';
 
 /** Property names clients may send: the columns plus the legacy in_home_view. */
-export type SettingProperty = SettingColumn | 'in_home_view';
+type SettingProperty = SettingColumn | 'in_home_view';
 
-export const BOOLEAN_COLUMNS = [
+const BOOLEAN_COLUMNS = [
   'is_muted',
   'pin_to_top',
   'desktop_notifications',

@@ -1,21 +1,10 @@
 import type { Caller } from '../../http/auth.js';
+import { EMAIL_ADDRESS_VISIBILITY as VISIBILITY, ROLES } from '../../zulip.js';
 
 /**
  * Who may see what of another user: the address-visibility matrix (spec §2.3) and guest access
  * in restricted organizations (spec §2.4). Pure functions, shared by every endpoint that shows users.
  */
-
-export const ROLE_OWNER = 100;
-export const ROLE_ADMINISTRATOR = 200;
-export const ROLE_MODERATOR = 300;
-export const ROLE_MEMBER = 400;
-export const ROLE_GUEST = 600;
-
-export const VISIBILITY_EVERYONE = 1;
-export const VISIBILITY_MEMBERS = 2;
-export const VISIBILITY_ADMINS = 3;
-export const VISIBILITY_NOBODY = 4;
-export const VISIBILITY_MODERATORS = 5;
 
 /** The caller's facts these rules depend on (a Caller satisfies it). */
 export type UserViewer = Pick<Caller, 'id' | 'role' | 'realmSubdomain' | 'realmCanAccessAllUsersGroup'>;
@@ -29,28 +18,28 @@ export interface VisibilityTarget {
 }
 
 const VISIBLE_TO_ROLE: Readonly<Record<number, readonly number[]>> = {
-  [ROLE_OWNER]: [VISIBILITY_EVERYONE, VISIBILITY_MEMBERS, VISIBILITY_ADMINS, VISIBILITY_MODERATORS],
-  [ROLE_ADMINISTRATOR]: [VISIBILITY_EVERYONE, VISIBILITY_MEMBERS, VISIBILITY_ADMINS, VISIBILITY_MODERATORS],
-  [ROLE_MODERATOR]: [VISIBILITY_EVERYONE, VISIBILITY_MEMBERS, VISIBILITY_MODERATORS],
-  [ROLE_MEMBER]: [VISIBILITY_EVERYONE, VISIBILITY_MEMBERS],
-  [ROLE_GUEST]: [VISIBILITY_EVERYONE],
+  [ROLES.owner]: [VISIBILITY.everyone, VISIBILITY.members, VISIBILITY.admins, VISIBILITY.moderators],
+  [ROLES.admin]: [VISIBILITY.everyone, VISIBILITY.members, VISIBILITY.admins, VISIBILITY.moderators],
+  [ROLES.moderator]: [VISIBILITY.everyone, VISIBILITY.members, VISIBILITY.moderators],
+  [ROLES.member]: [VISIBILITY.everyone, VISIBILITY.members],
+  [ROLES.guest]: [VISIBILITY.everyone],
 };
 
 /** Bots' addresses are public whatever the stored setting says (spec §2.2: bots are always 1). */
 export function effectiveVisibility(target: Pick<VisibilityTarget, 'botType' | 'emailAddressVisibility'>): number {
-  return target.botType !== null ? VISIBILITY_EVERYONE : target.emailAddressVisibility;
+  return target.botType !== null ? VISIBILITY.everyone : target.emailAddressVisibility;
 }
 
 /** Whether the viewer may see the target's real address (spec §2.3). */
 export function canSeeDeliveryEmail(viewer: UserViewer, target: VisibilityTarget): boolean {
   if (viewer.id === target.id) return true;
-  const allowed = VISIBLE_TO_ROLE[viewer.role] ?? [VISIBILITY_EVERYONE];
+  const allowed = VISIBLE_TO_ROLE[viewer.role] ?? [VISIBILITY.everyone];
   return allowed.includes(effectiveVisibility(target));
 }
 
 /** A guest in an organization that limits guests' view of other users (spec §2.4). */
 export function isRestrictedViewer(viewer: UserViewer): boolean {
-  return viewer.role === ROLE_GUEST && viewer.realmCanAccessAllUsersGroup === 'members';
+  return viewer.role === ROLES.guest && viewer.realmCanAccessAllUsersGroup === 'members';
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import type { AppDeps } from '../../app.js';
+import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf, peekParameter } from '../../http/params.js';

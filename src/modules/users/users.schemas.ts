@@ -1,13 +1,14 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { ROLES } from '../../zulip.js';
 import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
 // The user routes' parameters and documentation (spec §2.11, §3.5–§3.7); see src/http/params.ts
 // and src/http/openapi.ts.
 
 /** Ids of one GET /users?user_ids=…: bounds the work of one request, as every list parameter is. */
-export const MAX_USER_IDS = 10_000;
+const MAX_USER_IDS = 10_000;
 
 /** The user object, keys in the order they are sent. Keys that do not apply are absent. */
 export const UserObject = Type.Object(
@@ -18,7 +19,7 @@ export const UserObject = Type.Object(
     is_admin: Type.Boolean(),
     is_owner: Type.Boolean(),
     is_guest: Type.Boolean(),
-    role: Type.Integer({ description: '100 owner, 200 administrator, 300 moderator, 400 member, 600 guest.' }),
+    role: Type.Integer({ description: Object.entries(ROLES).map(([name, role]) => `${role} ${name}`).join(', ') }),
     is_bot: Type.Boolean(),
     full_name: Type.String(),
     timezone: Type.String({ description: 'IANA time zone; empty when unset.' }),

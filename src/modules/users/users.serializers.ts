@@ -2,17 +2,8 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../../config.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
 import { renderMarkdown } from '../../lib/markdown.js';
-import {
-  canSeeDeliveryEmail,
-  effectiveVisibility,
-  ROLE_ADMINISTRATOR,
-  ROLE_GUEST,
-  ROLE_MEMBER,
-  ROLE_OWNER,
-  type UserViewer,
-  VISIBILITY_EVERYONE,
-  type VisibilityTarget,
-} from './users.access.js';
+import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
+import { canSeeDeliveryEmail, effectiveVisibility, type UserViewer, type VisibilityTarget } from './users.access.js';
 
 /** The user object of spec §2.11 and the inaccessible-user placeholder, built without I/O. */
 
@@ -83,8 +74,6 @@ export interface ApiUser {
   profile_data?: Record<string, ApiProfileValue>;
 }
 
-/** Field types whose values are Markdown and carry rendered_value (SHORT_TEXT, LONG_TEXT). */
-const MARKDOWN_FIELD_TYPES = new Set([1, 2]);
 const GRAVATAR_SOURCE = 'G';
 const UPLOADED_SOURCE = 'U';
 const UNKNOWN_USER_AVATAR = '/static/images/unknown-user-avatar.png';
@@ -100,11 +89,11 @@ export function formatDateJoined(date: Date): string {
 
 const twoDigits = (value: number): string => (value < 10 ? `0${value}` : String(value));
 
-export const dummyEmail = (userId: number, fakeDomain: string): string => `user${userId}@${fakeDomain}`;
+const dummyEmail = (userId: number, fakeDomain: string): string => `user${userId}@${fakeDomain}`;
 
 /** The API email: real only when the address is public, for every viewer (spec §2.3). */
-export function apiEmail(target: UserRecord, fakeDomain: string): string {
-  return effectiveVisibility(target) === VISIBILITY_EVERYONE ? target.deliveryEmail : dummyEmail(target.id, fakeDomain);
+function apiEmail(target: UserRecord, fakeDomain: string): string {
+  return effectiveVisibility(target) === EMAIL_ADDRESS_VISIBILITY.everyone ? target.deliveryEmail : dummyEmail(target.id, fakeDomain);
 }
 
 /** First 40 hex digits of SHA-256 of "<user_id>:<avatar_version>:<salt>" (spec §2.5 row 2). */
@@ -135,7 +124,7 @@ export function avatarUrl(
 export function buildProfileData(values: readonly ProfileFieldValue[]): Record<string, ApiProfileValue> {
   const data: Record<string, ApiProfileValue> = {};
   for (const field of values) {
-    data[String(field.fieldId)] = MARKDOWN_FIELD_TYPES.has(field.fieldType)
+    data[String(field.fieldId)] = MARKDOWN_PROFILE_FIELD_TYPES.has(field.fieldType)
       ? { value: field.value, rendered_value: field.renderedValue ?? renderMarkdown(field.value) }
       : { value: field.value };
   }
@@ -155,9 +144,9 @@ export function buildUserObject(
     email: apiEmail(target, fakeEmailDomain(viewer.realmSubdomain, config)),
     user_id: target.id,
     avatar_version: target.avatarVersion,
-    is_admin: target.role === ROLE_OWNER || target.role === ROLE_ADMINISTRATOR,
-    is_owner: target.role === ROLE_OWNER,
-    is_guest: target.role === ROLE_GUEST,
+    is_admin: target.role === ROLES.owner || target.role === ROLES.admin,
+    is_owner: target.role === ROLES.owner,
+    is_guest: target.role === ROLES.guest,
     role: target.role,
     is_bot: isBot,
     full_name: target.fullName,
@@ -190,7 +179,7 @@ export function buildInaccessibleUserPlaceholder(
     is_admin: false,
     is_owner: false,
     is_guest: false,
-    role: ROLE_MEMBER,
+    role: ROLES.member,
     is_bot: false,
     full_name: 'Unknown user',
     timezone: '',

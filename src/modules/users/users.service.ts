@@ -5,6 +5,7 @@ import type { AuthLookup } from '../../http/auth.js';
 import { badRequest } from '../../http/errors.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
 import { isStorableText } from '../../lib/text.js';
+import { isIdInRange } from '../../zulip.js';
 import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer } from './users.access.js';
 import {
   findUserByDeliveryEmail,
@@ -27,7 +28,6 @@ import {
 
 export type UserViewerInRealm = UserViewer & { realmId: number };
 
-const MAX_USER_ID = 2147483647;
 const DIGITS = /^[0-9]+$/;
 
 const noSuchUser = () => badRequest('No such user');
@@ -35,7 +35,7 @@ const noSuchUser = () => badRequest('No such user');
 /** A path's digit string as a user id, or undefined when outside PostgreSQL's integer range. */
 export function parseUserId(digits: string): number | undefined {
   const value = Number(digits);
-  return Number.isSafeInteger(value) && value >= 1 && value <= MAX_USER_ID ? value : undefined;
+  return isIdInRange(value) ? value : undefined;
 }
 
 function escapeRegExp(text: string): string {
@@ -118,7 +118,7 @@ export async function listUsersForViewer(
   userIds?: readonly number[],
 ): Promise<ApiUser[]> {
   // An id outside PostgreSQL's integer range names no user; bound, it would fail the statement.
-  const ids = userIds?.filter((id) => id >= 1 && id <= MAX_USER_ID);
+  const ids = userIds?.filter(isIdInRange);
   const users = realmUserRecords(await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options), ids).execute());
   return users.filter((user) => canAccessUser(viewer, user)).map((user) => buildUserObject(viewer, user, options, config));
 }

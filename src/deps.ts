@@ -1,0 +1,18 @@
+import type { Config } from './config.js';
+import type { Database } from './db/database.js';
+import type { StatementRunner } from './db/reusable-statement.js';
+import type { UserTransactions } from './db/user-transactions.js';
+import type { Drain } from './http/drain.js';
+
+/** What buildApp is given and hands each route plugin as its options: a test builds what production runs. */
+export interface AppDeps {
+  config: Config;
+  /** Kysely over the pool: transactions and the statements that are not per-request reads. */
+  db: Database;
+  /** The pipelined connections of the per-request statements (src/db/pipelined-connections.ts). */
+  reads: StatementRunner;
+  /** The transactions of users' writes (src/db/user-transactions.ts). */
+  transactions: UserTransactions;
+  /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
+  drain?: Drain;
+}
