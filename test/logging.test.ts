@@ -6,8 +6,8 @@ import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
-import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { apiKeys, auth, basicAuth, emails, seedFixture } from './helpers/fixture.js';
+import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { apiKeys, auth, basicAuth, emails } from './helpers/fixture.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
 const lines: string[] = [];
@@ -21,8 +21,7 @@ const stream = new Writable({
 let database: TestDatabase;
 let app: FastifyInstance;
 beforeAll(async () => {
-  database = await createTestDatabase();
-  await seedFixture(database.db);
+  database = await createFixtureDatabase();
   const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'info', DATABASE_URL: database.url });
   app = await buildApp({ config, ...database }, { stream });
   await app.ready();

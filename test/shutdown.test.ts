@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
-import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { auth, seedFixture } from './helpers/fixture.js';
+import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { auth } from './helpers/fixture.js';
 import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './server-process.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
@@ -47,8 +47,7 @@ async function eventually(check: () => Promise<boolean>, what: string, ms = 10_0
 
 describe('graceful shutdown on SIGTERM', () => {
   it('with DATABASE_URL: stops accepting, finishes the in-flight request, ends long polls, closes the pool, exits 0', async () => {
-    database = await createTestDatabase();
-    await seedFixture(database.db);
+    database = await createFixtureDatabase();
     const dbName = new URL(database.url).pathname.slice(1);
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
@@ -161,8 +160,7 @@ describe('graceful shutdown on SIGTERM', () => {
 describe('draining before the close (SIGTERM)', () => {
   /** A server on a fixture database, draining `drainSeconds` on SIGTERM. */
   async function drainingServer(drainSeconds: number): Promise<ServerProcess> {
-    database = await createTestDatabase();
-    await seedFixture(database.db);
+    database = await createFixtureDatabase();
     return spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {

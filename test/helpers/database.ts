@@ -20,10 +20,20 @@ async function adminQuery(text: string): Promise<void> {
   }
 }
 
-/** A fresh, migrated database copied from the template made by the global setup. */
-export async function createTestDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+/** A fresh, migrated database with no rows: a copy of the template made by the global setup. */
+export function createTestDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+  return copyOfTemplate(inject('templateDatabase'), options);
+}
+
+/** A fresh, migrated database holding the §5.0 fixture: a copy of the fixture template made by the global setup. */
+export function createFixtureDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+  return copyOfTemplate(inject('fixtureTemplateDatabase'), options);
+}
+
+/** One CREATE DATABASE … TEMPLATE (the templates have no open connection, which it requires). */
+async function copyOfTemplate(template: string, options: DatabaseOptions): Promise<TestDatabase> {
   const name = `test_${randomBytes(6).toString('hex')}`;
-  await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${inject('templateDatabase')}`);
+  await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${template}`);
   const url = new URL(inject('adminDatabaseUrl'));
   url.pathname = `/${name}`;
   const statements: string[] = [];
