@@ -20,7 +20,7 @@ import {
   sleep,
   storedEventIds,
   waited,
-} from './events-helpers.js';
+} from './helpers/events.js';
 
 /**
  * Queues outliving instances and instances outliving queues: restart (case 169), expiry (case

@@ -19,7 +19,7 @@ import {
   sleep,
   storedEventIds,
   waited,
-} from './events-helpers.js';
+} from './helpers/events.js';
 
 /**
  * Long polls of GET /api/v1/events (spec §2.10, §3.13 step 9–10, §3.14; acceptance cases 164,

@@ -12,7 +12,7 @@ import {
   registerQueue,
   setPinToTop,
   storedEventIds,
-} from './events-helpers.js';
+} from './helpers/events.js';
 
 /**
  * GET and DELETE /api/v1/events without waiting (spec §3.13, §3.14; acceptance cases 159–163,

@@ -4,7 +4,7 @@ import { ids } from './helpers/fixture.js';
 import {
   allViewRows, BUILT_IN_NAMED, createViewsContext, error, eventsOf, EXISTS, expectRefused, list, OK, patch, post, remove,
   REMOVE_MISSING, seedViews, storedViews, UPDATE_MISSING, type ViewsContext, waitForLockWaiter,
-} from './navigation-views-helpers.js';
+} from './helpers/navigation-views.js';
 
 let ctx: ViewsContext;
 beforeEach(async () => {

@@ -4,7 +4,7 @@ import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
   BUILT_IN_NAMED, BUILT_INS, createViewsContext, error, eventsOf, EXISTS, expectRefused, list, OK, post, seedViews,
   storedViews, type ViewsContext, waitForLockWaiter,
-} from './navigation-views-helpers.js';
+} from './helpers/navigation-views.js';
 
 let ctx: ViewsContext;
 beforeEach(async () => {

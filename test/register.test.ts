@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import type { FixtureUser } from './helpers/fixture.js';
-import { errorBody, pendingEvents, register, setColor } from './events-helpers.js';
+import { errorBody, pendingEvents, register, setColor } from './helpers/events.js';
 
 /** POST /api/v1/register (spec §3.12, acceptance cases 150–158 and 171). */
 

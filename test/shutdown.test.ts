@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { auth } from './helpers/fixture.js';
-import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './server-process.js';
+import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './helpers/server-process.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
 vi.setConfig({ testTimeout: 240_000 });

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
-import { auditRows, bulk, OK, PROPERTIES_URL, subscriptionOf, writableState } from './subscriptions-helpers.js';
+import { auditRows, bulk, OK, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
 
 /** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
 

@@ -10,7 +10,7 @@ import {
   subscriptionEvent as event,
   subscriptionOf,
   writableState,
-} from './subscriptions-helpers.js';
+} from './helpers/subscriptions.js';
 
 const { U, P, Q, S, Z, W, C2 } = ids;
 const BOOLEAN_PROPERTIES = [

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { listSubscriptions } from '../src/modules/subscriptions/subscriptions.service.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
-import { bulk, expectBadRequest, OK } from './subscriptions-helpers.js';
+import { bulk, expectBadRequest, OK } from './helpers/subscriptions.js';
 
 const URL = '/api/v1/users/me/subscriptions';
 

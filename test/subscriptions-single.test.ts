@@ -8,7 +8,7 @@ import {
   subscriptionEvent as event,
   subscriptionOf,
   writableState,
-} from './subscriptions-helpers.js';
+} from './helpers/subscriptions.js';
 
 const { U, P } = ids;
 const url = (streamId: number | string) => `/api/v1/users/me/subscriptions/${streamId}`;

@@ -7,7 +7,7 @@ import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactio
 import type { Departure } from '../src/http/client-gone.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { auth, ids } from './helpers/fixture.js';
-import { PROPERTIES_URL } from './subscriptions-helpers.js';
+import { PROPERTIES_URL } from './helpers/subscriptions.js';
 
 // src/db/user-transactions.ts: a user's statements in one pipelined transaction under the user's
 // lock, cancelled when the client goes away.

@@ -7,7 +7,7 @@ import { KeyedTurns } from '../src/lib/keyed-turns.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
-import { auditRows, OK, PROPERTIES_URL, subscriptionOf } from './subscriptions-helpers.js';
+import { auditRows, OK, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
 
 /**
  * A burst of one user's writes must not take the instance's pool connections while they wait for

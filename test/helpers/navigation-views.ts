@@ -1,8 +1,8 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import { expect } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
-import { createQueue, type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
+import { api, createTestContext, type TestContext } from './app.js';
+import { createQueue, type FixtureUser, ids, queueEvents } from './fixture.js';
 
 /** A fresh fixture database with one queue each for U and V (the acting user and a bystander). */
 export interface ViewsContext extends TestContext {

@@ -1,8 +1,8 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
-import type { Database } from '../src/db/database.js';
-import { api } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import type { Database } from '../../src/db/database.js';
+import { api } from './app.js';
+import type { FixtureUser } from './fixture.js';
 
 /** Shared by the register and events test files. */
 

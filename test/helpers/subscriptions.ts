@@ -1,7 +1,7 @@
 import { expect } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
-import { api, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import { api, type TestContext } from './app.js';
+import type { FixtureUser } from './fixture.js';
 
 /** Shared by the subscription test files. */
 
