@@ -7,6 +7,7 @@ import { loadConfig } from '../src/config.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { INTERNAL_ERROR } from './helpers/envelope.js';
 import { apiKeys, auth, basicAuth, emails } from './helpers/fixture.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
@@ -129,7 +130,7 @@ describe('request logs', () => {
     await sql`DROP TABLE navigation_views CASCADE`.execute(database.db);
     const failed = await api(app, { url: '/api/v1/navigation_views', as: 'U', headers: { 'x-request-id': 'fault' } });
     expect(failed.statusCode).toBe(500);
-    expect(failed.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(failed.body).toBe(INTERNAL_ERROR);
     expect(await completedLine('fault')).toMatchObject({ statusCode: 500, userId: 13 });
     const errorLine = linesOf('fault').find((line) => line.msg === 'unhandled error');
     expect(errorLine).toMatchObject({ level: 50, err: { message: expect.stringContaining('navigation_views') } });

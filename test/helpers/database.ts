@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
 import { createDatabase, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../../src/db/user-transactions.js';
 
 export interface TestDatabase extends DatabaseHandle {
   url: string;
@@ -47,4 +48,13 @@ async function copyOfTemplate(template: string, options: DatabaseOptions): Promi
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
+}
+
+/** Backends waiting for a user's lock (the advisory lock of src/db/user-transactions.ts), asked through `client`. */
+export async function userLockWaiters(client: pg.Client, userId: number): Promise<number> {
+  const { rows } = await client.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
+    [USER_EVENT_LOCK_NAMESPACE, userId],
+  );
+  return rows[0]!.n;
 }
