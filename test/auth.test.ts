@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rotateApiKey } from '../src/cli/operations.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { errorBody } from './helpers/envelope.js';
 import { apiKeys, basicAuth, emails } from './helpers/fixture.js';
 
 let ctx: TestContext;
@@ -18,7 +19,7 @@ async function get(authorization: string | undefined, host = 'chat.example.com',
 
 function expect401(res: Awaited<ReturnType<typeof get>>, msg: string) {
   expect(res.statusCode).toBe(401);
-  expect(res.body).toBe(JSON.stringify({ result: 'error', msg, code: 'UNAUTHORIZED' }));
+  expect(res.body).toBe(errorBody(msg, 'UNAUTHORIZED'));
   expect(res.headers['www-authenticate']).toBe('Basic realm="zulip"');
   expect(Object.keys(res.headers).filter((name) => name.startsWith('x-ratelimit'))).toEqual([]);
 }
@@ -32,7 +33,7 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
     const res = await get('Bearer abc');
     expect(res.statusCode).toBe(400);
     expect(res.body).toBe(
-      JSON.stringify({ result: 'error', msg: 'This endpoint requires HTTP basic authentication.', code: 'BAD_REQUEST' }),
+      errorBody('This endpoint requires HTTP basic authentication.'),
     );
     expect(res.headers['www-authenticate']).toBeUndefined();
     const ok = await get(`basic ${b64(`${emails.U}:${apiKeys.U}`)}`);

@@ -4,11 +4,10 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
 import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { UNAVAILABLE } from './helpers/envelope.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
 // process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak.ts).
-
-const UNAVAILABLE = JSON.stringify({ result: 'error', msg: 'Service temporarily unavailable', code: 'SERVER_NOT_READY' });
 
 let ctx: TestContext;
 beforeAll(async () => {

@@ -7,20 +7,19 @@ import type { Config } from '../src/config.js';
 import { createDatabase } from '../src/db/database.js';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
+import { badQueueBody, success } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';
 import {
-  badQueueBody,
-  eventually,
   getEvents,
   pendingEvents,
   pinEvent,
   queueRow,
   registerQueue,
   setPinToTop,
-  sleep,
   storedEventIds,
   waited,
-} from './events-helpers.js';
+} from './helpers/events.js';
+import { eventually, sleep } from './helpers/wait.js';
 
 /**
  * Queues outliving instances and instances outliving queues: restart (case 169), expiry (case
@@ -87,7 +86,7 @@ describe('restart', () => {
     await setPinToTop(ctx.app, true);
     const second = await instance();
     const res = await getEvents(second.app, { queue_id: queueId, last_event_id: '-1' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: [pinEvent(true, 0)] }));
+    expect(res.body).toBe(success({ events: [pinEvent(true, 0)] }));
   });
 });
 

@@ -5,21 +5,20 @@ import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
+import { badQueueBody } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';
 import {
-  badQueueBody,
   deleteQueue,
-  eventually,
   getEvents,
   pendingEvents,
   pinEvent,
   queueRow,
   registerQueue,
   setPinToTop,
-  sleep,
   storedEventIds,
   waited,
-} from './events-helpers.js';
+} from './helpers/events.js';
+import { eventually, sleep } from './helpers/wait.js';
 
 /**
  * Long polls of GET /api/v1/events (spec §2.10, §3.13 step 9–10, §3.14; acceptance cases 164,

@@ -1,25 +1,22 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { badQueueBody, expectError, OK, success } from './helpers/envelope.js';
 import {
-  badQueueBody,
   deleteQueue,
-  expectError,
   getEvents,
-  OK,
   pendingEvents,
+  pinEvent,
   queueRow,
   registerQueue,
   setPinToTop,
   storedEventIds,
-} from './events-helpers.js';
+} from './helpers/events.js';
 
 /**
  * GET and DELETE /api/v1/events without waiting (spec §3.13, §3.14; acceptance cases 159–163,
  * 166, 168, 170) and the delivery of the other modules' events through register's queues.
  */
-
-const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
 
 let ctx: TestContext;
 beforeEach(async () => {
@@ -37,7 +34,7 @@ describe('GET /api/v1/events', () => {
     const queueId = await registerQueue(ctx.app);
     const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1', dont_block: 'true' });
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: [] }));
+    expect(res.body).toBe(success({ events: [] }));
     const row = await queueRow(ctx.db, queueId);
     expect(row).toMatchObject({ last_acked_id: -1, poll_id: null, poll_lease_until: null });
   });
@@ -88,7 +85,7 @@ describe('GET /api/v1/events', () => {
 
     // Events remain: answered at once even without dont_block, and without queue_id.
     const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '1' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: [pinEvent(true, 2)] }));
+    expect(res.body).toBe(success({ events: [pinEvent(true, 2)] }));
     expect(await storedEventIds(ctx.db, queueId)).toEqual([2]);
     expect((await queueRow(ctx.db, queueId))!.last_acked_id).toBe(1);
 
@@ -130,7 +127,7 @@ describe('GET /api/v1/events', () => {
     const queueId = await registerQueue(ctx.app);
     ctx.database.statements.length = 0;
     const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1', dont_block: 'true', foo: '1', client: 'x' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: [], ignored_parameters_unsupported: ['foo'] }));
+    expect(res.body).toBe(success({ events: [], ignored_parameters_unsupported: ['foo'] }));
     expect(ctx.database.statements).toHaveLength(2);
   });
 
@@ -153,7 +150,7 @@ describe('events delivered through registered queues', () => {
     const single = await api(ctx.app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'in_home_view', value: 'true' } });
     expect(single.body).toBe(OK);
     const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1', dont_block: 'true' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: [
+    expect(res.body).toBe(success({ events: [
       { type: 'subscription', op: 'update', property: 'in_home_view', value: false, stream_id: 100, id: 0 },
       { type: 'subscription', op: 'update', property: 'is_muted', value: true, stream_id: 100, id: 1 },
       { type: 'subscription', op: 'update', property: 'color', value: '#abcdef', stream_id: 100, id: 2 },
@@ -180,7 +177,7 @@ describe('events delivered through registered queues', () => {
       { type: 'navigation_view', op: 'remove', fragment: 'narrow/is/alerted' },
     ];
     const res = await getEvents(ctx.app, { queue_id: views, last_event_id: '-1', dont_block: 'true' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', events: viewEvents.map((event, id) => ({ ...event, id })) }));
+    expect(res.body).toBe(success({ events: viewEvents.map((event, id) => ({ ...event, id })) }));
     expect(await pendingEvents(ctx.app, all)).toEqual([pinEvent(true, 0), ...viewEvents.map((event, index) => ({ ...event, id: index + 1 }))]);
     expect(await pendingEvents(ctx.app, other, 'V')).toEqual([]);
   });
@@ -254,6 +251,6 @@ describe('DELETE /api/v1/events', () => {
   it('accepts queue_id from the query string and reports unknown parameters', async () => {
     const queueId = await registerQueue(ctx.app);
     const res = await api(ctx.app, { method: 'DELETE', url: `/api/v1/events?queue_id=${queueId}&foo=1`, as: 'U' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', ignored_parameters_unsupported: ['foo'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['foo'] }));
   });
 });

@@ -6,14 +6,19 @@ import type { TestProject } from 'vitest/node';
 import { createDatabase } from '../src/db/database.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
+import { seedFixture } from './helpers/fixture.js';
 
+/** Migrated, no rows. */
 export const TEMPLATE_DATABASE = 'zulip_test_template';
+/** Migrated, with the §5.0 fixture. */
+export const FIXTURE_TEMPLATE_DATABASE = 'zulip_test_fixture_template';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     /** Connection URL of a maintenance database on the test server (for CREATE DATABASE). */
     adminDatabaseUrl: string;
     templateDatabase: string;
+    fixtureTemplateDatabase: string;
   }
 }
 
@@ -50,24 +55,33 @@ async function startEmbedded(): Promise<TestServer> {
   };
 }
 
+function databaseUrl(serverUrl: string, name: string): string {
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const server: TestServer = process.env.TEST_DATABASE_URL
     ? { url: process.env.TEST_DATABASE_URL, stop: async () => undefined }
     : ((await startContainer()) ?? (await startEmbedded()));
 
+  // Each test database is one CREATE DATABASE … TEMPLATE of these two, so nothing stays connected to them.
   const admin = new pg.Client({ connectionString: server.url });
   await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DATABASE} WITH (FORCE)`);
+  for (const name of [TEMPLATE_DATABASE, FIXTURE_TEMPLATE_DATABASE]) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await admin.query(`CREATE DATABASE ${TEMPLATE_DATABASE}`);
-  await admin.end();
-
-  const templateUrl = new URL(server.url);
-  templateUrl.pathname = `/${TEMPLATE_DATABASE}`;
-  const template = createDatabase(templateUrl.toString());
+  const template = createDatabase(databaseUrl(server.url, TEMPLATE_DATABASE));
   await migrateToLatest(template.db);
   await template.close();
+  await admin.query(`CREATE DATABASE ${FIXTURE_TEMPLATE_DATABASE} TEMPLATE ${TEMPLATE_DATABASE}`);
+  const fixture = createDatabase(databaseUrl(server.url, FIXTURE_TEMPLATE_DATABASE));
+  await seedFixture(fixture.db);
+  await fixture.close();
+  await admin.end();
 
   project.provide('adminDatabaseUrl', server.url);
   project.provide('templateDatabase', TEMPLATE_DATABASE);
+  project.provide('fixtureTemplateDatabase', FIXTURE_TEMPLATE_DATABASE);
   return () => server.stop();
 }

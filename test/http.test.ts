@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { errorBody, INTERNAL_ERROR, methodNotAllowed } from './helpers/envelope.js';
 
 let ctx: TestContext;
 beforeAll(async () => {
@@ -14,7 +15,7 @@ beforeAll(async () => {
 });
 afterAll(() => ctx.close());
 
-const NOT_FOUND = JSON.stringify({ result: 'error', msg: 'Not Found', code: 'BAD_REQUEST' });
+const NOT_FOUND = errorBody('Not Found');
 
 describe('routing (spec §1.1, cases 1–7)', () => {
   it('case 1: unknown paths are 404, with or without credentials, and touch no database', async () => {
@@ -36,7 +37,7 @@ describe('routing (spec §1.1, cases 1–7)', () => {
       expect(res.statusCode).toBe(405);
       expect(res.headers.allow).toBe('POST');
       expect(res.headers['content-type']).toMatch(/^application\/json/);
-      expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['POST'] }));
+      expect(res.body).toBe(methodNotAllowed(['POST']));
     }
   });
 
@@ -101,7 +102,7 @@ describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
     ]) {
       const res = await api(ctx.app, { method: 'POST', url: '/api/v1/users/me/subscriptions/properties', headers, payload: big });
       expect(res.statusCode, headers['content-type']).toBe(413);
-      expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' }));
+      expect(res.body).toBe(errorBody('Request body too large'));
     }
   });
 
@@ -114,7 +115,7 @@ describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
       payload: 'this body never contains the boundary',
     });
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Malformed request body', code: 'BAD_REQUEST' }));
+    expect(res.body).toBe(errorBody('Malformed request body'));
     const noBoundary = await api(ctx.app, {
       method: 'POST',
       url: '/api/v1/users/me/subscriptions/properties',
@@ -136,7 +137,7 @@ describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
   it('case 17: an unexpected failure is a masked 500, logged', async () => {
     const res = await api(ctx.app, { url: '/api/v1/test-fault', as: 'U' });
     expect(res.statusCode).toBe(500);
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(res.body).toBe(INTERNAL_ERROR);
     expect(res.body).not.toContain('secret');
   });
 

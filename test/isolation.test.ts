@@ -3,6 +3,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { apiKeyDigest, hashApiKey, storedDigestMatches } from '../src/lib/api-keys.js';
 import { api, type ApiRequest, createTestContext, type TestContext } from './helpers/app.js';
+import { badQueueBody, errorBody, OK, success } from './helpers/envelope.js';
 import { apiKeys, basicAuth, createQueue, emails, type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
 
 // Pass-through spy: proves the key comparison goes through crypto.timingSafeEqual.
@@ -19,10 +20,6 @@ vi.mock('node:crypto', async (importOriginal) => {
  */
 
 const OTHER_HOST = 'other.chat.example.com';
-const OK = JSON.stringify({ result: 'success', msg: '' });
-const error = (msg: string, code = 'BAD_REQUEST') => JSON.stringify({ result: 'error', msg, code });
-const badQueue = (queueId: string) =>
-  JSON.stringify({ result: 'error', msg: `Bad event queue ID: ${queueId}`, queue_id: queueId, code: 'BAD_EVENT_QUEUE_ID' });
 
 /** A request as a fixture user; X always talks to its own organization's host. */
 function send(ctx: TestContext, as: FixtureUser, request: Omit<ApiRequest, 'as'>): Promise<LightMyRequestResponse> {
@@ -121,7 +118,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
   it('X\'s credentials are refused on realm 1\'s host', async () => {
     const res = await xAlone({ url: '/api/v1/users', host: 'chat.example.com' });
     expect(res.statusCode).toBe(401);
-    expect(res.body).toBe(error('Account is not associated with this subdomain', 'UNAUTHORIZED'));
+    expect(res.body).toBe(errorBody('Account is not associated with this subdomain', 'UNAUTHORIZED'));
   });
 
   it('GET /users lists X\'s organization only', async () => {
@@ -135,14 +132,14 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     for (const target of ['10', '13', '14', '16', '18', 'u@example.com', 'V@EXAMPLE.COM', 'b-bot@chat.example.com',
       'user13@other.chat.example.com', 'user14@chat.example.com']) {
       const res = await xAlone({ url: `/api/v1/users/${encodeURIComponent(target)}` });
-      expect(res.body, target).toBe(error('No such user'));
+      expect(res.body, target).toBe(errorBody('No such user'));
     }
   });
 
   it('and U never finds X', async () => {
     for (const target of ['30', 'x@example.com', 'user30@chat.example.com', 'user30@other.chat.example.com']) {
       const res = await uAlone({ url: `/api/v1/users/${target}` });
-      expect(res.body, target).toBe(error('No such user'));
+      expect(res.body, target).toBe(errorBody('No such user'));
     }
     const list = await send(s.ctx, 'U', { url: '/api/v1/users' });
     expect(list.json().members.map((member: { user_id: number }) => member.user_id)).not.toContain(ids.X);
@@ -161,12 +158,12 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
         method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: streamId, property: 'pin_to_top', value: true }]) },
       });
-      expect(bulk.body, `bulk ${streamId}`).toBe(error('Invalid channel ID'));
+      expect(bulk.body, `bulk ${streamId}`).toBe(errorBody('Invalid channel ID'));
       for (const method of ['PATCH', 'POST'] as const) {
         const single = await xAlone({
           method, url: `/api/v1/users/me/subscriptions/${streamId}`, form: { property: 'color', value: '#000000' },
         });
-        expect(single.body, `${method} ${streamId}`).toBe(error('Invalid channel ID'));
+        expect(single.body, `${method} ${streamId}`).toBe(errorBody('Invalid channel ID'));
       }
     }
   });
@@ -176,23 +173,23 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
       method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.C2, property: 'is_muted', value: true }]) },
     });
-    expect(bulk.body).toBe(error('Invalid channel ID'));
+    expect(bulk.body).toBe(errorBody('Invalid channel ID'));
     const single = await uAlone({
       method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.C2}`, form: { property: 'is_muted', value: 'true' },
     });
-    expect(single.body).toBe(error('Invalid channel ID'));
+    expect(single.body).toBe(errorBody('Invalid channel ID'));
   });
 
   it('navigation views: X sees, changes and removes only its own; U\'s fragments and names do not clash with X\'s', async () => {
     const list = await xAlone({ url: '/api/v1/navigation_views' });
     const xView = { fragment: 'narrow/x', is_pinned: true, name: 'Xview' };
-    expect(list.body).toBe(JSON.stringify({ result: 'success', msg: '', navigation_views: [xView] }));
+    expect(list.body).toBe(success({ navigation_views: [xView] }));
     const patch = await xAlone({ method: 'PATCH', url: '/api/v1/navigation_views/narrow/secret', form: { is_pinned: 'true' } });
     expect(patch.statusCode).toBe(404);
-    expect(patch.body).toBe(error('Navigation view does not exist.', 'NOT_FOUND'));
+    expect(patch.body).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
     const remove = await xAlone({ method: 'DELETE', url: '/api/v1/navigation_views/inbox' });
     expect(remove.statusCode).toBe(404);
-    expect(remove.body).toBe(error('Navigation view does not exist.'));
+    expect(remove.body).toBe(errorBody('Navigation view does not exist.'));
     // U's fragment and U's name are free for X.
     const add = await xAlone({
       method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'narrow/secret', is_pinned: 'true', name: 'Secret' },
@@ -204,7 +201,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expect(rename.body).toBe(OK);
     // And U cannot touch X's.
     const foreign = await uAlone({ method: 'DELETE', url: '/api/v1/navigation_views/narrow/x' });
-    expect(foreign.body).toBe(error('Navigation view does not exist.'));
+    expect(foreign.body).toBe(errorBody('Navigation view does not exist.'));
   });
 
   it('POST /register gives X its own organization\'s users, channels and views', async () => {
@@ -225,12 +222,12 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
       ['DELETE', { method: 'DELETE', url: '/api/v1/events', form: { queue_id: s.queueU } }],
     ] as const) {
       const res = await xAlone(request);
-      expect(res.body, method).toBe(badQueue(s.queueU));
+      expect(res.body, method).toBe(badQueueBody(s.queueU));
     }
     expect(await queueEvents(s.ctx.db, s.queueU)).toEqual(events);
     // And U with X's queue.
     const res = await uAlone({ method: 'DELETE', url: '/api/v1/events', form: { queue_id: s.queueX } });
-    expect(res.body).toBe(badQueue(s.queueX));
+    expect(res.body).toBe(badQueueBody(s.queueX));
   });
 
   it('X\'s own changes produce events in X\'s queue only', async () => {
@@ -258,19 +255,19 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
 
   it('GET /navigation_views lists V\'s views, never U\'s', async () => {
     const res = await vAlone({ url: '/api/v1/navigation_views' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', navigation_views: [] }));
+    expect(res.body).toBe(success({ navigation_views: [] }));
   });
 
   it('PATCH and DELETE of U\'s views are 404 for V (however the fragment is spelled)', async () => {
     for (const path of ['inbox', 'narrow/secret', 'narrow%2Fsecret']) {
       const patch = await vAlone({ method: 'PATCH', url: `/api/v1/navigation_views/${path}`, form: { is_pinned: 'false' } });
-      expect(patch.body, path).toBe(error('Navigation view does not exist.', 'NOT_FOUND'));
+      expect(patch.body, path).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
       const remove = await vAlone({ method: 'DELETE', url: `/api/v1/navigation_views/${path}` });
-      expect(remove.body, path).toBe(error('Navigation view does not exist.'));
+      expect(remove.body, path).toBe(errorBody('Navigation view does not exist.'));
     }
     // A name only U uses is free for V (names are unique per user, spec §2.9).
     const rename = await vAlone({ method: 'PATCH', url: '/api/v1/navigation_views/nonexistent', form: { name: 'Secret' } });
-    expect(rename.body).toBe(error('Navigation view does not exist.', 'NOT_FOUND'));
+    expect(rename.body).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
   });
 
   it('POST /navigation_views: V may use U\'s fragment and name; U\'s rows and queue are untouched', async () => {
@@ -382,9 +379,9 @@ describe('SQL metacharacters in every string parameter and path segment are harm
       expect(res.body, view.fragment).toBe(OK);
     }
     const list = await send(ctx, 'U', { url: '/api/v1/navigation_views' });
-    expect(list.body).toBe(JSON.stringify({ result: 'success', msg: '', navigation_views: views }));
+    expect(list.body).toBe(success({ navigation_views: views }));
     // A name with wildcards clashes only with itself.
-    expect((await add({ fragment: 'narrow/new', is_pinned: 'true', name: '%' })).body).toBe(error('Navigation view already exists.'));
+    expect((await add({ fragment: 'narrow/new', is_pinned: 'true', name: '%' })).body).toBe(errorBody('Navigation view already exists.'));
     expect((await add({ fragment: 'narrow/new', is_pinned: 'true', name: 'a_c' })).body).toBe(OK);
     // PATCH and DELETE through the path: each touches exactly its own row.
     for (const meta of META) {
@@ -415,7 +412,7 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     for (const target of ['%', '_', '%@example.com', '_@example.com', 'u@example.co_', 'U@EXAMPLE.CO%', '%u@example.com%', "' OR 1=1 --",
       "u@example.com' OR '1'='1", 'u@example.com;--', '\\', '$1', 'u@example.com\\', 'user1_@chat.example.com', 'user1%@chat.example.com']) {
       const res = await send(ctx, 'U', { url: `/api/v1/users/${encodeURIComponent(target)}` });
-      expect(res.body, target).toBe(error('No such user'));
+      expect(res.body, target).toBe(errorBody('No such user'));
     }
     expect((await send(ctx, 'U', { url: '/api/v1/users/u%40example.com' })).statusCode).toBe(200);
   });
@@ -427,16 +424,16 @@ describe('SQL metacharacters in every string parameter and path segment are harm
         method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: meta, value: true }]) },
       });
-      expect(bulk.body, meta).toBe(error(`Unknown subscription property: ${meta}`));
+      expect(bulk.body, meta).toBe(errorBody(`Unknown subscription property: ${meta}`));
       const color = await send(ctx, 'U', {
         method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'color', value: `#fff${meta}` }]) },
       });
-      expect(color.body, meta).toBe(error('Invalid subscription_data[0]: Value error, color is not a valid hex color code'));
+      expect(color.body, meta).toBe(errorBody('Invalid subscription_data[0]: Value error, color is not a valid hex color code'));
       const single = await send(ctx, 'U', {
         method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.P}`, form: { property: meta, value: 'true' },
       });
-      expect(single.body, meta).toBe(error(`Unknown subscription property: ${meta}`));
+      expect(single.body, meta).toBe(errorBody(`Unknown subscription property: ${meta}`));
       const path = await send(ctx, 'U', {
         method: 'PATCH', url: `/api/v1/users/me/subscriptions/${encodeURIComponent(meta)}`, form: { property: 'pin_to_top', value: 'true' },
       });
@@ -454,9 +451,9 @@ describe('SQL metacharacters in every string parameter and path segment are harm
   it('queue ids, event types and capability keys are compared and stored literally', async () => {
     for (const meta of META) {
       const poll = await send(ctx, 'U', { url: `/api/v1/events?queue_id=${encodeURIComponent(meta)}&last_event_id=-1&dont_block=true` });
-      expect(poll.body, meta).toBe(badQueue(meta));
+      expect(poll.body, meta).toBe(badQueueBody(meta));
       const remove = await send(ctx, 'U', { method: 'DELETE', url: '/api/v1/events', form: { queue_id: meta } });
-      expect(remove.body, meta).toBe(badQueue(meta));
+      expect(remove.body, meta).toBe(badQueueBody(meta));
     }
     const eventTypes = [...META, 'navigation_view', '{a,b}', 'NULL'];
     const res = await send(ctx, 'U', {
@@ -496,7 +493,7 @@ describe('SQL metacharacters in every string parameter and path segment are harm
         const res = method === 'GET'
           ? await send(ctx, 'U', { url: `${url}${url.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(meta)}` })
           : await send(ctx, 'U', { method: method as 'POST', url, form: { [name]: meta } });
-        expect(res.body, `${name}=${meta}`).toBe(error(`${name} is not valid JSON`));
+        expect(res.body, `${name}=${meta}`).toBe(errorBody(`${name} is not valid JSON`));
       }
     }
     expect(await rowsOf(ctx, { realm: ids.R })).toBe(before);
@@ -509,14 +506,14 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     expect(res.json().ignored_parameters_unsupported).toEqual([...new Set(META)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
     for (const meta of META) {
       const login = await api(ctx.app, { url: '/api/v1/users', headers: { authorization: basicAuth(meta, apiKeys.U) } });
-      expect(login.body, meta).toBe(error('Invalid API key', 'UNAUTHORIZED'));
+      expect(login.body, meta).toBe(errorBody('Invalid API key', 'UNAUTHORIZED'));
       const email = await api(ctx.app, { url: '/api/v1/users', headers: { authorization: basicAuth(`${emails.U}${meta}`, apiKeys.U) } });
-      expect(email.body, meta).toBe(error('Invalid API key', 'UNAUTHORIZED'));
+      expect(email.body, meta).toBe(errorBody('Invalid API key', 'UNAUTHORIZED'));
     }
     // A subdomain of wildcards names no organization (`_____` would LIKE-match `other`).
     for (const subdomain of ['_____', '%', "other' OR '1'='1", 'oth%']) {
       const login = await send(ctx, 'X', { url: '/api/v1/users', host: `${subdomain}.chat.example.com` });
-      expect(login.body, subdomain).toBe(error('Account is not associated with this subdomain', 'UNAUTHORIZED'));
+      expect(login.body, subdomain).toBe(errorBody('Account is not associated with this subdomain', 'UNAUTHORIZED'));
       const settings = await api(ctx.app, { url: '/api/v1/server_settings', host: `${subdomain}.chat.example.com` });
       expect(settings.json().realm_name, subdomain).toBeUndefined();
     }

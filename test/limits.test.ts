@@ -2,14 +2,15 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { api, createTestContext, FIXTURE_ENV, multipart, type TestContext } from './helpers/app.js';
+import { errorBody, OK } from './helpers/envelope.js';
 import { auth, createQueue, ids } from './helpers/fixture.js';
 import { rawPost } from './helpers/http.js';
+import { pinP, pinToTopOfP, PROPERTIES_URL } from './helpers/subscriptions.js';
 
 // Request limits (spec §1.9): body size on every transport, list lengths, and timeouts that cut
 // off slow or stuck clients without cutting long polls. Bodies and sockets go through a real port.
 
-const PROPERTIES_URL = '/api/v1/users/me/subscriptions/properties';
-const TOO_LARGE = JSON.stringify({ result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' });
+const TOO_LARGE = errorBody('Request body too large');
 const BODY_LIMIT = 65536;
 
 function portOf(ctx: TestContext): number {
@@ -44,14 +45,6 @@ function rawSocket(port: number, text: string) {
     setTimeout(() => socket.destroy(), 15_000).unref();
   });
 }
-
-async function pinToTopOfP(ctx: TestContext): Promise<boolean> {
-  const row = await ctx.db.selectFrom('subscriptions').select('pin_to_top')
-    .where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow();
-  return row.pin_to_top;
-}
-
-const pinP = JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]);
 
 describe('body size limit on every transport (spec §1.9, BODY_LIMIT_BYTES=64 KiB)', () => {
   let ctx: TestContext;
@@ -104,7 +97,7 @@ describe('body size limit on every transport (spec §1.9, BODY_LIMIT_BYTES=64 Ki
   it('a chunked multipart body under the limit is parsed as usual', async () => {
     const body = multipart({ subscription_data: pinP }, { name: 'upload', filename: 'a.bin', content: half });
     const res = await chunkedPost(port, body.headers['content-type'], [body.payload.slice(0, 100), body.payload.slice(100)]);
-    expect(res).toEqual({ status: 200, body: JSON.stringify({ result: 'success', msg: '' }) });
+    expect(res).toEqual({ status: 200, body: OK });
     expect(await pinToTopOfP(ctx)).toBe(true);
   });
 });

@@ -6,8 +6,9 @@ import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
-import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { apiKeys, auth, basicAuth, emails, seedFixture } from './helpers/fixture.js';
+import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { INTERNAL_ERROR } from './helpers/envelope.js';
+import { apiKeys, auth, basicAuth, emails } from './helpers/fixture.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
 const lines: string[] = [];
@@ -21,8 +22,7 @@ const stream = new Writable({
 let database: TestDatabase;
 let app: FastifyInstance;
 beforeAll(async () => {
-  database = await createTestDatabase();
-  await seedFixture(database.db);
+  database = await createFixtureDatabase();
   const config = loadConfig({ ...FIXTURE_ENV, LOG_LEVEL: 'info', DATABASE_URL: database.url });
   app = await buildApp({ config, ...database }, { stream });
   await app.ready();
@@ -130,7 +130,7 @@ describe('request logs', () => {
     await sql`DROP TABLE navigation_views CASCADE`.execute(database.db);
     const failed = await api(app, { url: '/api/v1/navigation_views', as: 'U', headers: { 'x-request-id': 'fault' } });
     expect(failed.statusCode).toBe(500);
-    expect(failed.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(failed.body).toBe(INTERNAL_ERROR);
     expect(await completedLine('fault')).toMatchObject({ statusCode: 500, userId: 13 });
     const errorLine = linesOf('fault').find((line) => line.msg === 'unhandled error');
     expect(errorLine).toMatchObject({ level: 50, err: { message: expect.stringContaining('navigation_views') } });

@@ -1,10 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api } from './helpers/app.js';
+import { errorBody, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import {
-  allViewRows, BUILT_IN_NAMED, createViewsContext, error, eventsOf, EXISTS, expectRefused, list, OK, patch, post, remove,
+  allViewRows, BUILT_IN_NAMED, createViewsContext, eventsOf, EXISTS, expectRefused, list, patch, post, remove,
   REMOVE_MISSING, seedViews, storedViews, UPDATE_MISSING, type ViewsContext, waitForLockWaiter,
-} from './navigation-views-helpers.js';
+} from './helpers/navigation-views.js';
 
 let ctx: ViewsContext;
 beforeEach(async () => {
@@ -26,7 +27,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [INBOX]);
     const res = await patch(ctx, 'inbox', { is_pinned: 'false' });
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify(OK));
+    expect(res.body).toBe(OK);
     expect((await list(ctx)).json().navigation_views).toEqual([{ fragment: 'inbox', is_pinned: false, name: null }]);
     expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([updateEvent('inbox', { is_pinned: false }, 0)]));
   });
@@ -44,7 +45,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
         method: 'PATCH', url: `/api/v1/navigation_views/${path}`, as: 'U',
         form: [['is_pinned', 'false'], ['name', 'Watched Phrases']],
       });
-      expect(res.body).toBe(JSON.stringify(OK));
+      expect(res.body).toBe(OK);
       expect((await list(ctx)).json().navigation_views).toEqual([
         { fragment: 'narrow/is/alerted', is_pinned: false, name: 'Watched Phrases' },
       ]);
@@ -88,31 +89,31 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [ALERTED]);
     const before = await allViewRows(ctx);
     const res = await patch(ctx, 'narrow/is/alerted');
-    expect(res.body).toBe(JSON.stringify(OK));
+    expect(res.body).toBe(OK);
     expect(await allViewRows(ctx)).toEqual(before);
     expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([updateEvent('narrow/is/alerted', {}, 0)]));
   });
 
   it('case 143: a blank name is refused', async () => {
     await seedViews(ctx, 'U', [ALERTED]);
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: ' ' }), 400, error('name cannot be blank'));
+    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: ' ' }), 400, errorBody('name cannot be blank'));
   });
 
   it('parameters are parsed in table order and validated', async () => {
     await seedViews(ctx, 'U', [ALERTED]);
     await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: '', is_pinned: 'yes' }), 400,
-      error('is_pinned is not valid JSON'));
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { is_pinned: 'null' }), 400, error('is_pinned is not a boolean'));
+      errorBody('is_pinned is not valid JSON'));
+    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { is_pinned: 'null' }), 400, errorBody('is_pinned is not a boolean'));
     await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'n'.repeat(501) }), 400,
-      error('name is too long (limit: 500 characters)'));
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'a\u0000' }), 400, error('name cannot contain NUL characters'));
+      errorBody('name is too long (limit: 500 characters)'));
+    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'a\u0000' }), 400, errorBody('name cannot contain NUL characters'));
   });
 
   it('changes only the supplied field; the name is stored trimmed', async () => {
     await seedViews(ctx, 'U', [ALERTED, { fragment: 'Inbox', is_pinned: false, name: 'Mine' }]);
-    expect((await patch(ctx, 'narrow/is/alerted', { name: '  Renamed ' })).body).toBe(JSON.stringify(OK));
+    expect((await patch(ctx, 'narrow/is/alerted', { name: '  Renamed ' })).body).toBe(OK);
     // `Inbox` is not the built-in `inbox`: it may be renamed.
-    expect((await patch(ctx, 'Inbox', { name: 'Still mine' })).body).toBe(JSON.stringify(OK));
+    expect((await patch(ctx, 'Inbox', { name: 'Still mine' })).body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([
       { ...ALERTED, name: 'Renamed' }, { fragment: 'Inbox', is_pinned: false, name: 'Still mine' },
     ]);
@@ -129,8 +130,8 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     ]);
     await expectRefused(ctx, () => patch(ctx, '%20recent', { is_pinned: 'false' }), 404, UPDATE_MISSING);
     await expectRefused(ctx, () => patch(ctx, 'a%20b%20c', { is_pinned: 'false' }), 404, UPDATE_MISSING);
-    expect((await patch(ctx, 'a+b%20c', { is_pinned: 'false' })).body).toBe(JSON.stringify(OK));
-    expect((await patch(ctx, 'narrow//x/', { is_pinned: 'false' })).body).toBe(JSON.stringify(OK));
+    expect((await patch(ctx, 'a+b%20c', { is_pinned: 'false' })).body).toBe(OK);
+    expect((await patch(ctx, 'narrow//x/', { is_pinned: 'false' })).body).toBe(OK);
     expect((await storedViews(ctx, 'U')).map((view) => view.is_pinned)).toEqual([true, false, false]);
   });
 
@@ -146,7 +147,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     const res = await api(ctx.app, {
       method: 'PATCH', url: '/api/v1/navigation_views/recent?fragment=recent', as: 'U', form: { is_pinned: 'false', client: 'c', b: '1' },
     });
-    expect(res.body).toBe(JSON.stringify({ ...OK, ignored_parameters_unsupported: ['b', 'fragment'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['b', 'fragment'] }));
   });
 
   it('case 144 (PATCH): another user\'s view counts as missing, in any organization', async () => {
@@ -189,7 +190,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     });
     const res = await pending!;
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify(EXISTS));
+    expect(res.body).toBe(EXISTS);
     expect(await storedViews(ctx, 'U')).toEqual([ALERTED, { fragment: 'narrow/raw', is_pinned: true, name: 'dup' }]);
     expect(await eventsOf(ctx, ctx.queueU)).toEqual([]);
   });
@@ -200,7 +201,7 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [RECENT, INBOX]);
     const res = await remove(ctx, 'recent');
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify(OK));
+    expect(res.body).toBe(OK);
     expect((await list(ctx)).json().navigation_views).toEqual([INBOX]);
     expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([removeEvent('recent', 0)]));
   });
@@ -226,16 +227,16 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
   it('removes only the caller\'s row when others have the same fragment', async () => {
     await seedViews(ctx, 'V', [RECENT]);
     await seedViews(ctx, 'U', [RECENT]);
-    expect((await remove(ctx, 'recent')).body).toBe(JSON.stringify(OK));
+    expect((await remove(ctx, 'recent')).body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([]);
     expect(await storedViews(ctx, 'V')).toEqual([RECENT]);
   });
 
   it('targets fragments with slashes, encoded or not, and reports unknown parameters', async () => {
     await seedViews(ctx, 'U', [ALERTED, ATTACHMENT]);
-    expect((await remove(ctx, 'narrow%2Fis%2Falerted')).body).toBe(JSON.stringify(OK));
+    expect((await remove(ctx, 'narrow%2Fis%2Falerted')).body).toBe(OK);
     const res = await api(ctx.app, { method: 'DELETE', url: '/api/v1/navigation_views/narrow/is/attachment?x=1', as: 'U', form: { fragment: 'f' } });
-    expect(res.body).toBe(JSON.stringify({ ...OK, ignored_parameters_unsupported: ['fragment', 'x'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['fragment', 'x'] }));
     expect(await storedViews(ctx, 'U')).toEqual([]);
     expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([
       removeEvent('narrow/is/alerted', 0), removeEvent('narrow/is/attachment', 1),

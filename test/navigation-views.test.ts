@@ -1,10 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api } from './helpers/app.js';
+import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
-  BUILT_IN_NAMED, BUILT_INS, createViewsContext, error, eventsOf, EXISTS, expectRefused, list, OK, post, seedViews,
+  BUILT_IN_NAMED, BUILT_INS, createViewsContext, eventsOf, EXISTS, expectRefused, list, post, seedViews,
   storedViews, type ViewsContext, waitForLockWaiter,
-} from './navigation-views-helpers.js';
+} from './helpers/navigation-views.js';
 
 let ctx: ViewsContext;
 beforeEach(async () => {
@@ -30,12 +31,12 @@ describe('routing of /api/v1/navigation_views', () => {
     const put = await api(ctx.app, { method: 'PUT', url: '/api/v1/navigation_views/narrow/x' });
     expect(put.statusCode).toBe(405);
     expect(put.headers.allow).toBe('DELETE, PATCH');
-    expect(put.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['DELETE', 'PATCH'] }));
+    expect(put.body).toBe(methodNotAllowed(['DELETE', 'PATCH']));
     const del = await api(ctx.app, { method: 'DELETE', url: '/api/v1/navigation_views' });
     expect(del.json()).toEqual({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['GET', 'HEAD', 'POST'] });
     const empty = await api(ctx.app, { method: 'DELETE', url: '/api/v1/navigation_views/' });
     expect(empty.statusCode).toBe(404);
-    expect(empty.body).toBe(JSON.stringify(error('Not Found')));
+    expect(empty.body).toBe(errorBody('Not Found'));
   });
 
   it('every method needs credentials', async () => {
@@ -45,7 +46,7 @@ describe('routing of /api/v1/navigation_views', () => {
       ['PATCH', '/api/v1/navigation_views/recent'], ['DELETE', '/api/v1/navigation_views/recent'],
     ] as const) {
       await expectRefused(ctx, () => api(ctx.app, { method, url, form: { fragment: 'x', is_pinned: 'true', name: 'x' } }), 401,
-        error('Not logged in: API authentication or user session required', 'UNAUTHORIZED'));
+        errorBody('Not logged in: API authentication or user session required', 'UNAUTHORIZED'));
     }
   });
 });
@@ -54,7 +55,7 @@ describe('GET /api/v1/navigation_views', () => {
   it('case 120: a new user has no views', async () => {
     const res = await list(ctx);
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', navigation_views: [] }));
+    expect(res.body).toBe(success({ navigation_views: [] }));
   });
 
   it('case 147: lists the views in creation order', async () => {
@@ -62,21 +63,17 @@ describe('GET /api/v1/navigation_views', () => {
     expect((await post(ctx, { fragment: 'inbox', is_pinned: 'false' })).statusCode).toBe(200);
     expect((await post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'X' })).statusCode).toBe(200);
     const res = await list(ctx);
-    expect(res.body).toBe(JSON.stringify({
-      result: 'success',
-      msg: '',
-      navigation_views: [
-        { fragment: 'feed', is_pinned: true, name: null },
-        { fragment: 'inbox', is_pinned: false, name: null },
-        { fragment: 'narrow/x', is_pinned: true, name: 'X' },
-      ],
-    }));
+    expect(res.body).toBe(success({ navigation_views: [
+      { fragment: 'feed', is_pinned: true, name: null },
+      { fragment: 'inbox', is_pinned: false, name: null },
+      { fragment: 'narrow/x', is_pinned: true, name: 'X' },
+    ] }));
   });
 
   it('case 149: reports unknown query parameters, not client', async () => {
     const res = await list(ctx, 'U', '?foo=1&client=x');
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', navigation_views: [], ignored_parameters_unsupported: ['foo'] }));
+    expect(res.body).toBe(success({ navigation_views: [], ignored_parameters_unsupported: ['foo'] }));
   });
 
   it('shows only the caller\'s own views (same and other organization)', async () => {
@@ -102,10 +99,8 @@ describe('POST /api/v1/navigation_views', () => {
   it('case 121: adds a built-in view and announces it to the caller', async () => {
     const res = await post(ctx, { fragment: 'recent', is_pinned: 'true' });
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify(OK));
-    expect((await list(ctx)).body).toBe(JSON.stringify({
-      result: 'success', msg: '', navigation_views: [{ fragment: 'recent', is_pinned: true, name: null }],
-    }));
+    expect(res.body).toBe(OK);
+    expect((await list(ctx)).body).toBe(success({ navigation_views: [{ fragment: 'recent', is_pinned: true, name: null }] }));
     const events = await eventsOf(ctx, ctx.queueU);
     expect(JSON.stringify(events)).toBe(JSON.stringify([addEvent('recent', true, null, 0)]));
   });
@@ -116,24 +111,24 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 123: a blank fragment is refused', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: '', is_pinned: 'true', name: 'foo' }), 400, error('fragment cannot be blank'));
-    await expectRefused(ctx, () => post(ctx, { fragment: '  ', is_pinned: 'true' }), 400, error('fragment cannot be blank'));
+    await expectRefused(ctx, () => post(ctx, { fragment: '', is_pinned: 'true', name: 'foo' }), 400, errorBody('fragment cannot be blank'));
+    await expectRefused(ctx, () => post(ctx, { fragment: '  ', is_pinned: 'true' }), 400, errorBody('fragment cannot be blank'));
   });
 
   it('case 124: a custom view needs a name', async () => {
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true' }), 400,
-      error('Custom views must have a valid name.'));
+      errorBody('Custom views must have a valid name.'));
   });
 
   it('case 125: a blank name is refused', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true', name: '' }), 400, error('name cannot be blank'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true', name: '' }), 400, errorBody('name cannot be blank'));
     // Parsing comes before the built-in check.
-    await expectRefused(ctx, () => post(ctx, { fragment: 'inbox', is_pinned: 'true', name: ' ' }), 400, error('name cannot be blank'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'inbox', is_pinned: 'true', name: ' ' }), 400, errorBody('name cannot be blank'));
   });
 
   it('case 126: fragment and name are trimmed before storing and announcing', async () => {
     const res = await post(ctx, { fragment: ' narrow/view ', is_pinned: 'false', name: ' foo ' });
-    expect(res.body).toBe(JSON.stringify(OK));
+    expect(res.body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([{ fragment: 'narrow/view', is_pinned: false, name: 'foo' }]);
     expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([addEvent('narrow/view', false, 'foo', 0)]));
   });
@@ -154,15 +149,15 @@ describe('POST /api/v1/navigation_views', () => {
 
   it('names and fragments are compared exactly (case-sensitive)', async () => {
     await seedViews(ctx, 'U', [{ fragment: 'narrow/view', is_pinned: true, name: 'foo' }]);
-    expect((await post(ctx, { fragment: 'narrow/other', is_pinned: 'true', name: 'Foo' })).body).toBe(JSON.stringify(OK));
-    expect((await post(ctx, { fragment: 'Narrow/View', is_pinned: 'true', name: 'bar' })).body).toBe(JSON.stringify(OK));
+    expect((await post(ctx, { fragment: 'narrow/other', is_pinned: 'true', name: 'Foo' })).body).toBe(OK);
+    expect((await post(ctx, { fragment: 'Narrow/View', is_pinned: 'true', name: 'bar' })).body).toBe(OK);
     expect((await storedViews(ctx, 'U')).map((view) => view.name)).toEqual(['foo', 'Foo', 'bar']);
   });
 
   it('another user\'s fragment or name does not clash', async () => {
     await seedViews(ctx, 'V', [{ fragment: 'narrow/view', is_pinned: true, name: 'foo' }, { fragment: 'recent', is_pinned: true, name: null }]);
-    expect((await post(ctx, { fragment: 'narrow/view', is_pinned: 'false', name: 'foo' })).body).toBe(JSON.stringify(OK));
-    expect((await post(ctx, { fragment: 'recent', is_pinned: 'false' })).body).toBe(JSON.stringify(OK));
+    expect((await post(ctx, { fragment: 'narrow/view', is_pinned: 'false', name: 'foo' })).body).toBe(OK);
+    expect((await post(ctx, { fragment: 'recent', is_pinned: 'false' })).body).toBe(OK);
     expect(await storedViews(ctx, 'V')).toEqual([
       { fragment: 'narrow/view', is_pinned: true, name: 'foo' }, { fragment: 'recent', is_pinned: true, name: null },
     ]);
@@ -170,41 +165,39 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 129: missing parameters, in table order', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'recent' }), 400,
-      { result: 'error', msg: "Missing 'is_pinned' argument", var_name: 'is_pinned', code: 'REQUEST_VARIABLE_MISSING' });
-    await expectRefused(ctx, () => post(ctx, {}), 400,
-      { result: 'error', msg: "Missing 'fragment' argument", var_name: 'fragment', code: 'REQUEST_VARIABLE_MISSING' });
+    await expectRefused(ctx, () => post(ctx, { fragment: 'recent' }), 400, missingArgument('is_pinned'));
+    await expectRefused(ctx, () => post(ctx, {}), 400, missingArgument('fragment'));
   });
 
   it('case 130: is_pinned must be a JSON boolean', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: 'maybe' }), 400, error('is_pinned is not valid JSON'));
-    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: '1' }), 400, error('is_pinned is not a boolean'));
-    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: '"true"' }), 400, error('is_pinned is not a boolean'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: 'maybe' }), 400, errorBody('is_pinned is not valid JSON'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: '1' }), 400, errorBody('is_pinned is not a boolean'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: '"true"' }), 400, errorBody('is_pinned is not a boolean'));
   });
 
   it('case 131: every built-in fragment, exactly as spelled', async () => {
     for (const fragment of BUILT_INS) {
       await expectRefused(ctx, () => post(ctx, { fragment, is_pinned: 'true', name: 'x' }), 400, BUILT_IN_NAMED);
-      expect((await post(ctx, { fragment, is_pinned: 'true' })).body).toBe(JSON.stringify(OK));
+      expect((await post(ctx, { fragment, is_pinned: 'true' })).body).toBe(OK);
     }
-    await expectRefused(ctx, () => post(ctx, { fragment: 'Inbox', is_pinned: 'true' }), 400, error('Custom views must have a valid name.'));
+    await expectRefused(ctx, () => post(ctx, { fragment: 'Inbox', is_pinned: 'true' }), 400, errorBody('Custom views must have a valid name.'));
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/is/starred/', is_pinned: 'true' }), 400,
-      error('Custom views must have a valid name.'));
+      errorBody('Custom views must have a valid name.'));
     expect((await storedViews(ctx, 'U')).map((view) => view.fragment)).toEqual(BUILT_INS);
     expect((await eventsOf(ctx, ctx.queueU)).map((event) => event.id)).toEqual(BUILT_INS.map((_, index) => index));
   });
 
   it('case 132: fragment and name are limited to 500 characters, counted in code points after trimming', async () => {
     await expectRefused(ctx, () => post(ctx, { fragment: 'f'.repeat(501), is_pinned: 'true', name: 'n' }), 400,
-      error('fragment is too long (limit: 500 characters)'));
+      errorBody('fragment is too long (limit: 500 characters)'));
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n'.repeat(501) }), 400,
-      error('name is too long (limit: 500 characters)'));
+      errorBody('name is too long (limit: 500 characters)'));
     await expectRefused(ctx, () => post(ctx, { fragment: '😀'.repeat(501), is_pinned: 'true', name: 'n' }), 400,
-      error('fragment is too long (limit: 500 characters)'));
+      errorBody('fragment is too long (limit: 500 characters)'));
     const longest = 'f'.repeat(500);
-    expect((await post(ctx, { fragment: longest, is_pinned: 'true', name: 'a' })).body).toBe(JSON.stringify(OK));
+    expect((await post(ctx, { fragment: longest, is_pinned: 'true', name: 'a' })).body).toBe(OK);
     expect((await post(ctx, { fragment: ` ${'😀'.repeat(500)} `, is_pinned: 'true', name: ` ${'é'.repeat(500)} ` })).body)
-      .toBe(JSON.stringify(OK));
+      .toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([
       { fragment: longest, is_pinned: true, name: 'a' },
       { fragment: '😀'.repeat(500), is_pinned: true, name: 'é'.repeat(500) },
@@ -213,9 +206,9 @@ describe('POST /api/v1/navigation_views', () => {
 
   it('a NUL character, which PostgreSQL text cannot hold, is a 400 rather than a 500', async () => {
     await expectRefused(ctx, () => post(ctx, { fragment: 'a\u0000b', is_pinned: 'true', name: 'n' }), 400,
-      error('fragment cannot contain NUL characters'));
+      errorBody('fragment cannot contain NUL characters'));
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n\u0000' }), 400,
-      error('name cannot contain NUL characters'));
+      errorBody('name cannot contain NUL characters'));
   });
 
   it('reports unknown parameters on success; the query string is a source too', async () => {
@@ -223,7 +216,7 @@ describe('POST /api/v1/navigation_views', () => {
       method: 'POST', url: '/api/v1/navigation_views?name=Q&zeta=1', as: 'U',
       form: { fragment: 'narrow/q', is_pinned: 'true', client: 'app', alpha: '2' },
     });
-    expect(res.body).toBe(JSON.stringify({ ...OK, ignored_parameters_unsupported: ['alpha', 'zeta'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['alpha', 'zeta'] }));
     expect(await storedViews(ctx, 'U')).toEqual([{ fragment: 'narrow/q', is_pinned: true, name: 'Q' }]);
   });
 
@@ -255,7 +248,7 @@ describe('POST /api/v1/navigation_views under concurrency', () => {
     );
     const statuses = responses.map((res) => res.statusCode).sort();
     expect(statuses).toEqual([200, 400, 400, 400, 400, 400]);
-    for (const res of responses.filter((r) => r.statusCode === 400)) expect(res.body).toBe(JSON.stringify(EXISTS));
+    for (const res of responses.filter((r) => r.statusCode === 400)) expect(res.body).toBe(EXISTS);
     expect(await storedViews(ctx, 'U')).toHaveLength(1);
     expect(await eventsOf(ctx, ctx.queueU)).toHaveLength(1);
   });
@@ -273,7 +266,7 @@ describe('POST /api/v1/navigation_views under concurrency', () => {
     });
     const res = await pending!;
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify(EXISTS));
+    expect(res.body).toBe(EXISTS);
     expect(await storedViews(ctx, 'U')).toEqual([{ fragment: 'narrow/raw', is_pinned: true, name: 'dup' }]);
     expect(await eventsOf(ctx, ctx.queueU)).toEqual([]);
   });

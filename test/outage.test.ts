@@ -9,6 +9,7 @@ import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { api, FIXTURE_ENV } from './helpers/app.js';
+import { UNAVAILABLE } from './helpers/envelope.js';
 import { seedFixture } from './helpers/fixture.js';
 
 // Case 18 on a PostgreSQL of its own, really stopped and started again under a running app.
@@ -38,8 +39,6 @@ afterAll(async () => {
   await postgres?.stop();
   rmSync(work, { recursive: true, force: true });
 });
-
-const UNAVAILABLE = JSON.stringify({ result: 'error', msg: 'Service temporarily unavailable', code: 'SERVER_NOT_READY' });
 
 describe('database outage (case 18)', () => {
   it('answers 503 with Retry-After while PostgreSQL is down, and recovers without a restart', async () => {

@@ -4,13 +4,14 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { errorBody, INTERNAL_ERROR } from './helpers/envelope.js';
 import { apiKeys, basicAuth, ids } from './helpers/fixture.js';
+import { sleep } from './helpers/wait.js';
 
 // Spec §1.10 and cases 32–37, with the spec's rule of 3 requests per 60 s unless a test says otherwise.
 const LIMITED = { RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' };
 const RATE_HEADERS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'];
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const nowSeconds = () => Date.now() / 1000;
 
 /** The 429 body, `retry-after` after `code`, with R as the server sent it. */
@@ -144,14 +145,14 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
   it('case 35: a request with bad parameters still uses quota: 400 with Remaining 2', async () => {
     const res = await getV(ctx.app, '?client_gravatar=yes');
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'client_gravatar is not valid JSON', code: 'BAD_REQUEST' }));
+    expect(res.body).toBe(errorBody('client_gravatar is not valid JSON'));
     expect(res.headers['x-ratelimit-limit']).toBe('3');
     expect(res.headers['x-ratelimit-remaining']).toBe('2');
     expect(res.headers['x-ratelimit-reset']).toMatch(/^\d+$/);
     expect(await hitsOf(ctx, ids.U)).toHaveLength(1);
     // Endpoint-level 4xx answers carry the headers too.
     const missing = await api(ctx.app, { url: '/api/v1/users/999999', as: 'U' });
-    expect(missing.body).toBe(JSON.stringify({ result: 'error', msg: 'No such user', code: 'BAD_REQUEST' }));
+    expect(missing.body).toBe(errorBody('No such user'));
     expect(missing.headers['x-ratelimit-remaining']).toBe('1');
   });
 
@@ -200,7 +201,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     await sql`ALTER TABLE navigation_views RENAME TO navigation_views_gone`.execute(ctx.db);
     const res = await api(ctx.app, { url: '/api/v1/navigation_views', as: 'U' });
     expect(res.statusCode).toBe(500);
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(res.body).toBe(INTERNAL_ERROR);
     expect(res.headers['x-ratelimit-limit']).toBe('3');
     expect(res.headers['x-ratelimit-remaining']).toBe('2');
   });

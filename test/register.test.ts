@@ -1,8 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
-import { errorBody, pendingEvents, register, setColor } from './events-helpers.js';
+import { errorBody } from './helpers/envelope.js';
+import { type FixtureUser, restrict } from './helpers/fixture.js';
+import { pendingEvents, register, setColor } from './helpers/events.js';
 
 /** POST /api/v1/register (spec §3.12, acceptance cases 150–158 and 171). */
 
@@ -168,7 +169,7 @@ describe('POST /api/v1/register', () => {
   });
 
   it('case 156: a restricted guest gets placeholders, or nothing with user_list_incomplete', async () => {
-    await ctx.db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', 1).execute();
+    await restrict(ctx.db);
     const fetch = { fetch_event_types: '["realm_user"]' };
     const full = await registered(fetch, 'G');
     expect(JSON.stringify(full.body.realm_users)).toBe(JSON.stringify([

@@ -1,14 +1,13 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reusableStatement } from '../src/db/reusable-statement.js';
-import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { ids, seedFixture } from './helpers/fixture.js';
+import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { ids } from './helpers/fixture.js';
 
 describe('reusableStatement', () => {
   let database: TestDatabase;
   beforeAll(async () => {
-    database = await createTestDatabase();
-    await seedFixture(database.db);
+    database = await createFixtureDatabase();
   });
   afterAll(async () => {
     await database.drop();

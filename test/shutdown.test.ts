@@ -5,9 +5,10 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
-import { createTestDatabase, type TestDatabase } from './helpers/database.js';
-import { auth, seedFixture } from './helpers/fixture.js';
-import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './server-process.js';
+import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { OK, success, UNAVAILABLE } from './helpers/envelope.js';
+import { auth } from './helpers/fixture.js';
+import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './helpers/server-process.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
 vi.setConfig({ testTimeout: 240_000 });
@@ -47,8 +48,7 @@ async function eventually(check: () => Promise<boolean>, what: string, ms = 10_0
 
 describe('graceful shutdown on SIGTERM', () => {
   it('with DATABASE_URL: stops accepting, finishes the in-flight request, ends long polls, closes the pool, exits 0', async () => {
-    database = await createTestDatabase();
-    await seedFixture(database.db);
+    database = await createFixtureDatabase();
     const dbName = new URL(database.url).pathname.slice(1);
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
@@ -97,7 +97,7 @@ describe('graceful shutdown on SIGTERM', () => {
     // The waiting poll answers at once with what is pending (nothing), as a waited answer.
     const polled = await poll;
     expect(polled.status).toBe(200);
-    expect(await polled.text()).toBe(JSON.stringify({ result: 'success', msg: '', events: [], queue_id: queueId }));
+    expect(await polled.text()).toBe(success({ events: [], queue_id: queueId }));
     expect(Date.now() - signalledAt).toBeLessThan(3000);
 
     // No new connections, but the process waits for the in-flight write.
@@ -111,7 +111,7 @@ describe('graceful shutdown on SIGTERM', () => {
     await blocker.end();
     const written = await write;
     expect(written.status).toBe(200);
-    expect(await written.text()).toBe(JSON.stringify({ result: 'success', msg: '' }));
+    expect(await written.text()).toBe(OK);
     const row = await database.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', 13).where('stream_id', '=', 100).executeTakeFirstOrThrow();
     expect(row.pin_to_top).toBe(true);
 
@@ -161,8 +161,7 @@ describe('graceful shutdown on SIGTERM', () => {
 describe('draining before the close (SIGTERM)', () => {
   /** A server on a fixture database, draining `drainSeconds` on SIGTERM. */
   async function drainingServer(drainSeconds: number): Promise<ServerProcess> {
-    database = await createTestDatabase();
-    await seedFixture(database.db);
+    database = await createFixtureDatabase();
     return spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
@@ -172,11 +171,10 @@ describe('draining before the close (SIGTERM)', () => {
     });
   }
   const get = (path: string) => fetch(`${server!.url}${path}`, { headers });
-  const notReadyBody = JSON.stringify({ result: 'error', msg: 'Service temporarily unavailable', code: 'SERVER_NOT_READY' });
   const isNotReady = async () => {
     const ready = await fetch(`${server!.url}/ready`);
     const body = await ready.text();
-    return ready.status === 503 && ready.headers.get('retry-after') === '5' && body === notReadyBody;
+    return ready.status === 503 && ready.headers.get('retry-after') === '5' && body === UNAVAILABLE;
   };
 
   it('/ready answers 503 while requests, writes and long polls are still served; then it closes and exits 0', async () => {
@@ -215,7 +213,7 @@ describe('draining before the close (SIGTERM)', () => {
     expect(await isNotReady()).toBe(true);
     expect(server.child.exitCode).toBeNull();
 
-    expect(await secondPoll).toEqual({ status: 200, body: JSON.stringify({ result: 'success', msg: '', events: [], queue_id: queueId }) });
+    expect(await secondPoll).toEqual({ status: 200, body: success({ events: [], queue_id: queueId }) });
     const exit = await exitWithin(server, 20_000);
     expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
     expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(11_000);

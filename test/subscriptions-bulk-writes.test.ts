@@ -1,8 +1,9 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
-import { auditRows, bulk, OK, PROPERTIES_URL, subscriptionOf, writableState } from './subscriptions-helpers.js';
+import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
 
 /** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
 
@@ -108,7 +109,7 @@ describe('bulk update atomicity', () => {
     const before = await writableState(ctx);
     const res = await bulk(ctx, [{ stream_id: P, property: 'color', value: '#ffffff' }]);
     expect(res.statusCode).toBe(500);
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Internal server error' }));
+    expect(res.body).toBe(INTERNAL_ERROR);
     expect(await writableState(ctx)).toEqual(before);
     expect(await queueEvents(ctx.db, queue)).toEqual([]);
   });

@@ -1,16 +1,16 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
   auditRows,
   bulk,
   expectRejectedWithoutChanges,
-  OK,
   PROPERTIES_URL,
   subscriptionEvent as event,
   subscriptionOf,
   writableState,
-} from './subscriptions-helpers.js';
+} from './helpers/subscriptions.js';
 
 const { U, P, Q, S, Z, W, C2 } = ids;
 const BOOLEAN_PROPERTIES = [
@@ -138,7 +138,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
       invalid_parameter: 'x', client: 'foo',
     });
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', ignored_parameters_unsupported: ['invalid_parameter'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['invalid_parameter'] }));
   });
 
   it('case 73: extra keys inside an entry are ignored', async () => {
@@ -259,9 +259,7 @@ describe('POST /users/me/subscriptions/properties: parameter and entry errors', 
   it('missing subscription_data', async () => {
     const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', form: { other: 'x' } });
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify({
-      result: 'error', msg: "Missing 'subscription_data' argument", var_name: 'subscription_data', code: 'REQUEST_VARIABLE_MISSING',
-    }));
+    expect(res.body).toBe(missingArgument('subscription_data'));
   });
 });
 
@@ -354,9 +352,7 @@ describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
       headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ subscription_data: payload }),
     });
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify({
-      result: 'error', msg: "Missing 'subscription_data' argument", var_name: 'subscription_data', code: 'REQUEST_VARIABLE_MISSING',
-    }));
+    expect(res.body).toBe(missingArgument('subscription_data'));
     expect(await writableState(ctx)).toEqual(before);
   });
 
@@ -393,6 +389,6 @@ describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
     const res = await api(ctx.app, { url: PROPERTIES_URL });
     expect(res.statusCode).toBe(405);
     expect(res.headers.allow).toBe('POST');
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['POST'] }));
+    expect(res.body).toBe(methodNotAllowed(['POST']));
   });
 });

@@ -1,8 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { listSubscriptions } from '../src/modules/subscriptions/subscriptions.service.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { expectError, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
-import { bulk, expectBadRequest, OK } from './subscriptions-helpers.js';
+import { bulk } from './helpers/subscriptions.js';
 
 const URL = '/api/v1/users/me/subscriptions';
 
@@ -28,7 +29,7 @@ describe('GET /users/me/subscriptions', () => {
   it('case 87: U sees exactly P, as the §3.4 example', async () => {
     const res = await list('U');
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', subscriptions: [P_FOR_U] }));
+    expect(res.body).toBe(success({ subscriptions: [P_FOR_U] }));
   });
 
   it('case 88: V sees P, Q, S, W sorted by name', async () => {
@@ -42,11 +43,11 @@ describe('GET /users/me/subscriptions', () => {
 
   it('case 89: include_subscribers lists active users with active subscriptions, ascending', async () => {
     const res = await list('U', '?include_subscribers=true');
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', subscriptions: [{ ...P_FOR_U, subscribers: [13, 14, 15] }] }));
+    expect(res.body).toBe(success({ subscriptions: [{ ...P_FOR_U, subscribers: [13, 14, 15] }] }));
   });
 
   it('include_subscribers=false adds nothing', async () => {
-    expect((await list('U', '?include_subscribers=false')).body).toBe(JSON.stringify({ result: 'success', msg: '', subscriptions: [P_FOR_U] }));
+    expect((await list('U', '?include_subscribers=false')).body).toBe(success({ subscriptions: [P_FOR_U] }));
   });
 
   it('include_subscribers excludes inactive subscriptions and reads the subscribers of every channel in one query', async () => {
@@ -62,16 +63,16 @@ describe('GET /users/me/subscriptions', () => {
   });
 
   it('case 90: include_subscribers must be a JSON boolean (or partial)', async () => {
-    expectBadRequest(await list('U', '?include_subscribers=yes'), 'include_subscribers is not valid JSON');
-    expectBadRequest(await list('U', '?include_subscribers=1'), 'include_subscribers is not a boolean');
-    expectBadRequest(await list('U', '?include_subscribers=%22all%22'), 'include_subscribers is not a boolean');
-    expectBadRequest(await list('U', '?include_subscribers=Partial'), 'include_subscribers is not valid JSON');
+    expectError(await list('U', '?include_subscribers=yes'), 'include_subscribers is not valid JSON');
+    expectError(await list('U', '?include_subscribers=1'), 'include_subscribers is not a boolean');
+    expectError(await list('U', '?include_subscribers=%22all%22'), 'include_subscribers is not a boolean');
+    expectError(await list('U', '?include_subscribers=Partial'), 'include_subscribers is not valid JSON');
   });
 
   it('include_subscribers=partial (feature level 412) answers the whole lists, as a word or a JSON string', async () => {
     for (const value of ['partial', '%22partial%22']) {
       const res = await list('U', `?include_subscribers=${value}`);
-      expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', subscriptions: [{ ...P_FOR_U, subscribers: [13, 14, 15] }] }));
+      expect(res.body).toBe(success({ subscriptions: [{ ...P_FOR_U, subscribers: [13, 14, 15] }] }));
     }
   });
 
@@ -79,14 +80,11 @@ describe('GET /users/me/subscriptions', () => {
     expect((await bulk(ctx, [{ stream_id: ids.P, property: 'is_muted', value: true }])).body).toBe(OK);
     expect((await bulk(ctx, [{ stream_id: ids.P, property: 'desktop_notifications', value: false }])).body).toBe(OK);
     const res = await list('U');
-    expect(res.body).toBe(JSON.stringify({
-      result: 'success', msg: '',
-      subscriptions: [{ ...P_FOR_U, desktop_notifications: false, in_home_view: false, is_muted: true }],
-    }));
+    expect(res.body).toBe(success({ subscriptions: [{ ...P_FOR_U, desktop_notifications: false, in_home_view: false, is_muted: true }] }));
   });
 
   it('case 92: no subscriptions', async () => {
-    expect((await list('B')).body).toBe(JSON.stringify({ result: 'success', msg: '', subscriptions: [] }));
+    expect((await list('B')).body).toBe(success({ subscriptions: [] }));
   });
 
   it('sorts by code point and skips inactive subscriptions and archived channels', async () => {

@@ -1,14 +1,14 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
   auditRows,
   expectRejectedWithoutChanges,
-  OK,
   subscriptionEvent as event,
   subscriptionOf,
   writableState,
-} from './subscriptions-helpers.js';
+} from './helpers/subscriptions.js';
 
 const { U, P } = ids;
 const url = (streamId: number | string) => `/api/v1/users/me/subscriptions/${streamId}`;
@@ -78,7 +78,7 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: success', () => {
 
   it('case 86: a stream_id parameter is not the path parameter and is reported', async () => {
     const res = await send({ property: 'pin_to_top', value: 'true', stream_id: '7' });
-    expect(res.body).toBe(JSON.stringify({ result: 'success', msg: '', ignored_parameters_unsupported: ['stream_id'] }));
+    expect(res.body).toBe(success({ ignored_parameters_unsupported: ['stream_id'] }));
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
   });
 
@@ -117,14 +117,10 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: errors', () => {
     const before = await writableState(ctx);
     const noFields = await send({});
     expect(noFields.statusCode).toBe(400);
-    expect(noFields.body).toBe(JSON.stringify({
-      result: 'error', msg: "Missing 'property' argument", var_name: 'property', code: 'REQUEST_VARIABLE_MISSING',
-    }));
+    expect(noFields.body).toBe(missingArgument('property'));
     const noValue = await send({ property: 'pin_to_top' });
     expect(noValue.statusCode).toBe(400);
-    expect(noValue.body).toBe(JSON.stringify({
-      result: 'error', msg: "Missing 'value' argument", var_name: 'value', code: 'REQUEST_VARIABLE_MISSING',
-    }));
+    expect(noValue.body).toBe(missingArgument('value'));
     expect(await writableState(ctx)).toEqual(before);
   });
 
@@ -155,9 +151,7 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: errors', () => {
       payload: JSON.stringify({ property: 'pin_to_top', value: true }),
     });
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(JSON.stringify({
-      result: 'error', msg: "Missing 'property' argument", var_name: 'property', code: 'REQUEST_VARIABLE_MISSING',
-    }));
+    expect(res.body).toBe(missingArgument('property'));
     expect(await writableState(ctx)).toEqual(before);
   });
 });
@@ -167,7 +161,7 @@ describe('routing of /users/me/subscriptions/{stream_id}', () => {
     for (const segment of ['abc', '-1', '1a', '%31x']) {
       const res = await api(ctx.app, { method: 'PATCH', url: url(segment), as: 'U', form: { property: 'pin_to_top', value: 'true' } });
       expect(res.statusCode).toBe(404);
-      expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Not Found', code: 'BAD_REQUEST' }));
+      expect(res.body).toBe(errorBody('Not Found'));
     }
   });
 
@@ -175,6 +169,6 @@ describe('routing of /users/me/subscriptions/{stream_id}', () => {
     const res = await api(ctx.app, { url: url(P) });
     expect(res.statusCode).toBe(405);
     expect(res.headers.allow).toBe('PATCH, POST');
-    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['PATCH', 'POST'] }));
+    expect(res.body).toBe(methodNotAllowed(['PATCH', 'POST']));
   });
 });

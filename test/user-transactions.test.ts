@@ -6,8 +6,9 @@ import { reusableStatement, type StatementRunner } from '../src/db/reusable-stat
 import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/http/client-gone.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
+import { userLockWaiters } from './helpers/database.js';
 import { auth, ids } from './helpers/fixture.js';
-import { PROPERTIES_URL } from './subscriptions-helpers.js';
+import { PROPERTIES_URL } from './helpers/subscriptions.js';
 
 // src/db/user-transactions.ts: a user's statements in one pipelined transaction under the user's
 // lock, cancelled when the client goes away.
@@ -31,13 +32,7 @@ const renameU = reusableStatement<{ userId: number; name: string }, { id: number
 const nameOfU = async () => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
 
 /** Backends waiting for U's user lock. */
-async function lockWaiters(): Promise<number> {
-  const { rows } = await other.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
-    [USER_EVENT_LOCK_NAMESPACE, ids.U],
-  );
-  return rows[0]!.n;
-}
+const lockWaiters = () => userLockWaiters(other, ids.U);
 
 describe('UserTransactions', () => {
   it('commits the statements of a work together, in one round trip behind the lock, with no BEGIN or COMMIT', async () => {

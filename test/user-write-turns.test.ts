@@ -6,8 +6,10 @@ import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
 import { KeyedTurns } from '../src/lib/keyed-turns.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { userLockWaiters } from './helpers/database.js';
+import { OK } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
-import { auditRows, OK, PROPERTIES_URL, subscriptionOf } from './subscriptions-helpers.js';
+import { auditRows, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
 
 /**
  * A burst of one user's writes must not take the instance's pool connections while they wait for
@@ -37,14 +39,8 @@ afterEach(async () => {
   await ctx.close();
 });
 
-/** Connections waiting for an advisory lock: the backends blocked on U's event lock. */
-async function lockWaiters(): Promise<number> {
-  const { rows } = await lockHolder.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
-    [USER_EVENT_LOCK_NAMESPACE, U],
-  );
-  return rows[0]!.n;
-}
+/** The backends blocked on U's event lock. */
+const lockWaiters = () => userLockWaiters(lockHolder, U);
 
 async function until(condition: () => Promise<boolean>): Promise<void> {
   for (let attempt = 0; attempt < 200; attempt++) {

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import { errorBody, expectError, success } from './helpers/envelope.js';
+import { type FixtureUser, restrict } from './helpers/fixture.js';
 
 /** GET /api/v1/users/{email} (spec §3.6, acceptance cases §5.9). */
 
@@ -12,8 +13,7 @@ const V_USER = {
 };
 const V_GRAVATAR = 'https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f90f6cea?d=identicon&version=1';
 
-const ok = (user: object, extra: object = {}) => JSON.stringify({ result: 'success', msg: '', user, ...extra });
-const error = (msg: string) => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
+const ok = (user: object, extra: object = {}) => success({ user, ...extra });
 
 async function snapshot(db: Database) {
   return {
@@ -33,11 +33,10 @@ afterEach(() => ctx.close());
 
 const get = (path: string, as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users/${path}`, as });
 
-async function expectError(path: string, msg: string, as: FixtureUser = 'U') {
+/** A 400 with `msg` that changed nothing. */
+async function expectRefused(path: string, msg: string, as: FixtureUser = 'U') {
   const before = await snapshot(ctx.db);
-  const res = await get(path, as);
-  expect(res.statusCode).toBe(400);
-  expect(res.body).toBe(error(msg));
+  expectError(await get(path, as), msg);
   expect(await snapshot(ctx.db)).toEqual(before);
 }
 
@@ -55,12 +54,12 @@ describe('GET /api/v1/users/{email}', () => {
     const res = await get('v@example.com?client_gravatar=false&include_custom_profile_fields=true&zz=1');
     expect(res.json()).toMatchObject({ user: { avatar_url: V_GRAVATAR, profile_data: { 3: { value: 'opt1' } } } });
     expect(res.json().ignored_parameters_unsupported).toEqual(['zz']);
-    await expectError('v@example.com?client_gravatar=yes', 'client_gravatar is not valid JSON');
+    await expectRefused('v@example.com?client_gravatar=yes', 'client_gravatar is not valid JSON');
   });
 
   it('case 110: a hidden address is not found; the dummy address always is', async () => {
     await setVisibility(ctx.db, 14, 3);
-    await expectError('v@example.com', 'No such user');
+    await expectRefused('v@example.com', 'No such user');
     const dummy = await get('user14@chat.example.com');
     expect(dummy.statusCode).toBe(200);
     expect(dummy.body).toBe(ok({ ...V_USER, email: 'user14@chat.example.com', delivery_email: null, avatar_url: V_GRAVATAR }));
@@ -70,8 +69,8 @@ describe('GET /api/v1/users/{email}', () => {
 
   it('case 111: visibility 4 hides the address from admins but not from the user itself', async () => {
     await setVisibility(ctx.db, 14, 4);
-    await expectError('v@example.com', 'No such user', 'A');
-    await expectError('v@example.com', 'No such user', 'O');
+    await expectRefused('v@example.com', 'No such user', 'A');
+    await expectRefused('v@example.com', 'No such user', 'O');
     const self = await get('v@example.com', 'V');
     expect(self.statusCode).toBe(200);
     expect(self.json().user).toMatchObject({ user_id: 14, email: 'user14@chat.example.com', delivery_email: 'v@example.com' });
@@ -97,7 +96,7 @@ describe('GET /api/v1/users/{email}', () => {
       // PostgreSQL text cannot hold NUL: no address has one, and the lookup must not fail.
       'v%00@example.com', 'v@example.com%00',
     ]) {
-      await expectError(path, 'No such user');
+      await expectRefused(path, 'No such user');
     }
   });
 
@@ -108,9 +107,9 @@ describe('GET /api/v1/users/{email}', () => {
   });
 
   it('case 113: a restricted guest gets Insufficient permission for a visible address it cannot access', async () => {
-    await ctx.db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', 1).execute();
-    await expectError('owner@example.com', 'Insufficient permission', 'G');
-    await expectError('user10@chat.example.com', 'Insufficient permission', 'G');
+    await restrict(ctx.db);
+    await expectRefused('owner@example.com', 'Insufficient permission', 'G');
+    await expectRefused('user10@chat.example.com', 'Insufficient permission', 'G');
     expect((await get('v@example.com', 'G')).statusCode).toBe(200);
     expect((await get('b-bot@chat.example.com', 'G')).statusCode).toBe(200);
   });
@@ -143,7 +142,7 @@ describe('GET /api/v1/users/{email}', () => {
       const found = await api(local.app, { url: '/api/v1/users/user14@localhost', as: 'U', host: 'localhost:9991' });
       expect(found.json().user.user_id).toBe(14);
       const other = await api(local.app, { url: '/api/v1/users/user14@localhost:9991', as: 'U', host: 'localhost:9991' });
-      expect(other.body).toBe(error('No such user'));
+      expect(other.body).toBe(errorBody('No such user'));
     } finally {
       await local.close();
     }

@@ -4,7 +4,8 @@ import type { Database } from '../src/db/database.js';
 import type { Users } from '../src/db/types.js';
 import { renderMarkdown } from '../src/lib/markdown.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
-import { basicAuth, type FixtureUser } from './helpers/fixture.js';
+import { errorBody, expectError, success } from './helpers/envelope.js';
+import { basicAuth, type FixtureUser, restrict } from './helpers/fixture.js';
 
 /** GET /api/v1/users/{user_id} (spec §3.5, acceptance cases 8, 9 and §5.8). */
 
@@ -23,8 +24,7 @@ const V_PROFILE_DATA = {
   4: { value: '2000-01-01' },
 };
 
-const ok = (user: object, extra: object = {}) => JSON.stringify({ result: 'success', msg: '', user, ...extra });
-const error = (msg: string) => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
+const ok = (user: object, extra: object = {}) => success({ user, ...extra });
 
 /** Everything these endpoints could conceivably touch, to prove a failed request changed nothing. */
 async function snapshot(db: Database) {
@@ -37,7 +37,6 @@ async function snapshot(db: Database) {
 
 const setV = (db: Database, values: Updateable<Users>) =>
   db.updateTable('users').set(values).where('id', '=', 14).execute();
-const restrict = (db: Database) => db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', 1).execute();
 
 let ctx: TestContext;
 beforeEach(async () => {
@@ -47,11 +46,10 @@ afterEach(() => ctx.close());
 
 const get = (url: string, as: FixtureUser = 'U') => api(ctx.app, { url, as });
 
-async function expectError(url: string, msg: string, as: FixtureUser = 'U') {
+/** A 400 with `msg` that changed nothing. */
+async function expectRefused(url: string, msg: string, as: FixtureUser = 'U') {
   const before = await snapshot(ctx.db);
-  const res = await get(url, as);
-  expect(res.statusCode).toBe(400);
-  expect(res.body).toBe(error(msg));
+  expectError(await get(url, as), msg);
   expect(await snapshot(ctx.db)).toEqual(before);
 }
 
@@ -77,7 +75,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 9: an unknown id is an error without ignored_parameters_unsupported', async () => {
-    await expectError('/api/v1/users/999999?foo=1', 'No such user');
+    await expectRefused('/api/v1/users/999999?foo=1', 'No such user');
   });
 
   it('case 94: client_gravatar=false gives the full Gravatar URL', async () => {
@@ -152,7 +150,7 @@ describe('GET /api/v1/users/{user_id}', () => {
 
   it('case 100: unknown, zero, out-of-range and other-organization ids are No such user', async () => {
     for (const id of ['999999', '0', '30', '000', '2147483648', '99999999999999999999999999']) {
-      await expectError(`/api/v1/users/${id}`, 'No such user');
+      await expectRefused(`/api/v1/users/${id}`, 'No such user');
     }
   });
 
@@ -171,35 +169,35 @@ describe('GET /api/v1/users/{user_id}', () => {
 
   it('case 102: a guest in a restricted organization sees only users sharing a channel, bots and itself', async () => {
     await restrict(ctx.db);
-    await expectError('/api/v1/users/10', 'Insufficient permission', 'G');
+    await expectRefused('/api/v1/users/10', 'Insufficient permission', 'G');
     expect((await get('/api/v1/users/14', 'G')).json().user.user_id).toBe(14);
     expect((await get('/api/v1/users/16', 'G')).json().user.user_id).toBe(16);
     expect((await get('/api/v1/users/15', 'G')).json().user.user_id).toBe(15);
-    await expectError('/api/v1/users/18', 'Insufficient permission', 'G');
+    await expectRefused('/api/v1/users/18', 'Insufficient permission', 'G');
     expect((await get('/api/v1/users/10')).statusCode).toBe(200);
     // Unknown ids stay unknown (checked before access).
-    await expectError('/api/v1/users/999', 'No such user', 'G');
+    await expectRefused('/api/v1/users/999', 'No such user', 'G');
   });
 
   it('restricted access: archived channels count, inactive subscriptions do not', async () => {
     await restrict(ctx.db);
     // U and G share only P; U's Z subscription (archived) is the other candidate.
     await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', 13).where('stream_id', '=', 100).execute();
-    await expectError('/api/v1/users/13', 'Insufficient permission', 'G');
+    await expectRefused('/api/v1/users/13', 'Insufficient permission', 'G');
     await ctx.db.insertInto('subscriptions').values({ realm_id: 1, user_id: 15, stream_id: 103 }).execute();
     expect((await get('/api/v1/users/13', 'G')).statusCode).toBe(200);
     await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', 15).where('stream_id', '=', 103).execute();
-    await expectError('/api/v1/users/13', 'Insufficient permission', 'G');
+    await expectRefused('/api/v1/users/13', 'Insufficient permission', 'G');
   });
 
   it('case 103: boolean parameters are parsed as JSON with the exact messages', async () => {
-    await expectError('/api/v1/users/14?client_gravatar=yes', 'client_gravatar is not valid JSON');
-    await expectError('/api/v1/users/14?client_gravatar=1', 'client_gravatar is not a boolean');
-    await expectError('/api/v1/users/14?include_custom_profile_fields=True', 'include_custom_profile_fields is not valid JSON');
-    await expectError('/api/v1/users/14?include_custom_profile_fields=%22true%22', 'include_custom_profile_fields is not a boolean');
-    await expectError('/api/v1/users/14?client_gravatar=', 'client_gravatar is not valid JSON');
+    await expectRefused('/api/v1/users/14?client_gravatar=yes', 'client_gravatar is not valid JSON');
+    await expectRefused('/api/v1/users/14?client_gravatar=1', 'client_gravatar is not a boolean');
+    await expectRefused('/api/v1/users/14?include_custom_profile_fields=True', 'include_custom_profile_fields is not valid JSON');
+    await expectRefused('/api/v1/users/14?include_custom_profile_fields=%22true%22', 'include_custom_profile_fields is not a boolean');
+    await expectRefused('/api/v1/users/14?client_gravatar=', 'client_gravatar is not valid JSON');
     // Parameters are parsed before the lookup.
-    await expectError('/api/v1/users/999999?client_gravatar=1', 'client_gravatar is not a boolean');
+    await expectRefused('/api/v1/users/999999?client_gravatar=1', 'client_gravatar is not a boolean');
   });
 
   it('case 104: date_joined is UTC truncated to minutes', async () => {
@@ -251,8 +249,8 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 106: a non-digit segment that is no address is No such user', async () => {
-    await expectError('/api/v1/users/abc', 'No such user');
-    await expectError('/api/v1/users/-1', 'No such user');
+    await expectRefused('/api/v1/users/abc', 'No such user');
+    await expectRefused('/api/v1/users/-1', 'No such user');
   });
 
   it('case 107: a deleted user ends with is_deleted; an import stub has no is_deleted key', async () => {
@@ -379,6 +377,6 @@ describe('GET /api/v1/users/{user_id}', () => {
     const res = await api(ctx.app, { url: '/api/v1/users/30', as: 'X', host: 'other.chat.example.com' });
     expect(res.json().user).toMatchObject({ email: 'user30@other.chat.example.com', delivery_email: 'x@example.com' });
     const foreign = await api(ctx.app, { url: '/api/v1/users/14', as: 'X', host: 'other.chat.example.com' });
-    expect(foreign.body).toBe(error('No such user'));
+    expect(foreign.body).toBe(errorBody('No such user'));
   });
 });

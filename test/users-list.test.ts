@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db/database.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import { errorBody, expectError, success } from './helpers/envelope.js';
+import { type FixtureUser, restrict } from './helpers/fixture.js';
 
 /** GET /api/v1/users (spec §3.7, acceptance cases §5.10). */
 
@@ -34,9 +34,8 @@ const V_PROFILE_DATA = {
   4: { value: '2000-01-01' },
 };
 
-const ok = (members: object[], extra: object = {}) => JSON.stringify({ result: 'success', msg: '', members, ...extra });
+const ok = (members: object[], extra: object = {}) => success({ members, ...extra });
 const withProfile = (user: object, profile_data: object = {}) => ({ ...user, profile_data });
-const restrict = (db: Database) => db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', 1).execute();
 
 let ctx: TestContext;
 beforeEach(async () => {
@@ -110,7 +109,7 @@ describe('GET /api/v1/users', () => {
     ] as const) {
       const res = await list(query.replace(/[[\]{}"]/g, encodeURIComponent));
       expect(res.statusCode, query).toBe(400);
-      expect(res.body).toBe(JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' }));
+      expect(res.body).toBe(errorBody(msg));
     }
   });
 
@@ -132,8 +131,7 @@ describe('GET /api/v1/users', () => {
       ['?include_custom_profile_fields=null', 'include_custom_profile_fields is not a boolean'],
     ] as const) {
       const res = await list(query);
-      expect(res.statusCode).toBe(400);
-      expect(res.body).toBe(JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' }));
+      expectError(res, msg);
     }
   });
 

@@ -1,22 +1,15 @@
 import type net from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { badQueueBody, errorBody } from './helpers/envelope.js';
 import { auth, ids } from './helpers/fixture.js';
 import { rawPost } from './helpers/http.js';
+import { pinP, pinToTopOfP, PROPERTIES_URL } from './helpers/subscriptions.js';
 
 // Bounds on the work one request can cause (spec §1.9, §3.2, §3.12, O12; §4 row 31): form fields
 // counted while the body arrives, list lengths, and live queues per user. Each refusal changes nothing.
 
-const PROPERTIES_URL = '/api/v1/users/me/subscriptions/properties';
-const TOO_MANY_FIELDS = JSON.stringify({ result: 'error', msg: 'Too many fields in request body', code: 'BAD_REQUEST' });
-const pinP = JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]);
-const bad = (msg: string) => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
-
-async function pinToTopOfP(ctx: TestContext): Promise<boolean> {
-  const row = await ctx.db.selectFrom('subscriptions').select('pin_to_top')
-    .where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow();
-  return row.pin_to_top;
-}
+const TOO_MANY_FIELDS = errorBody('Too many fields in request body');
 
 /** `count` extra fields x0…x(count-1): sorted as ignored_parameters_unsupported reports them. */
 const padding = (count: number) => Array.from({ length: count }, (_, i) => `x${i}`);
@@ -88,7 +81,7 @@ describe('list lengths', () => {
     const tooMany = [{ stream_id: ids.P, property: 'nope', value: 1 }, ...entries(10_000)];
     const refused = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(tooMany) }) });
     expect(refused.statusCode).toBe(400);
-    expect(refused.body).toBe(bad('subscription_data is too long (limit: 10000 items)'));
+    expect(refused.body).toBe(errorBody('subscription_data is too long (limit: 10000 items)'));
     expect(await pinToTopOfP(ctx)).toBe(false);
     expect(await ctx.db.selectFrom('subscription_audit_log').select('id').execute()).toEqual([]);
 
@@ -102,7 +95,7 @@ describe('list lengths', () => {
     for (const parameter of ['event_types', 'fetch_event_types']) {
       const refused = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'V', form: { [parameter]: JSON.stringify([1, ...names(256)]) } });
       expect(refused.statusCode).toBe(400);
-      expect(refused.body).toBe(bad(`${parameter} is too long (limit: 256 items)`));
+      expect(refused.body).toBe(errorBody(`${parameter} is too long (limit: 256 items)`));
       expect(await ctx.db.selectFrom('event_queues').select('id').where('user_id', '=', ids.V).execute()).toEqual([]);
     }
     const accepted = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'V', form: { event_types: JSON.stringify(names(256)), fetch_event_types: '[]' } });
@@ -128,7 +121,6 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     (await ctx.db.selectFrom('event_queues').select('id').where('user_id', '=', userId).orderBy('created_at').execute()).map((row) => row.id);
   const poll = (queueId: string, dontBlock = true) =>
     api(ctx.app, { url: `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=${dontBlock}`, as: 'U' });
-  const badQueue = (queueId: string) => JSON.stringify({ result: 'error', msg: `Bad event queue ID: ${queueId}`, queue_id: queueId, code: 'BAD_EVENT_QUEUE_ID' });
 
   it('a register beyond the maximum deletes the least recently used queue (by last poll or creation), with its events', async () => {
     const [q1, q2, q3] = [await register(), await register(), await register()];
@@ -143,7 +135,7 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     expect(await ctx.db.selectFrom('events').select('id').where('queue_id', '=', q2!).execute()).toEqual([]);
     const gone = await poll(q2!);
     expect(gone.statusCode).toBe(400);
-    expect(gone.body).toBe(badQueue(q2!));
+    expect(gone.body).toBe(badQueueBody(q2!));
     expect(await queuesOf(ids.V)).toEqual([other]); // other users' queues are not counted or touched
   });
 
@@ -166,7 +158,7 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     expect(new Set(await queuesOf(ids.U))).toEqual(new Set([q3, q4, q5]));
     const answer = await waitingOnQ1.answer;
     expect(answer.statusCode).toBe(400);
-    expect(answer.body).toBe(badQueue(q1));
+    expect(answer.body).toBe(badQueueBody(q1));
     expect(await pollId(q3)).not.toBeNull(); // the other polls keep waiting
     await ctx.app.close(); // shutdown answers them
     expect((await Promise.all(others.map((waiting) => waiting.answer))).map((res) => res.statusCode)).toEqual([200, 200]);

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { isDeepStrictEqual } from 'node:util';
 import type { Database } from '../../src/db/database.js';
-import { logLines } from '../../test/server-process.js';
+import { logLines } from '../../test/helpers/server-process.js';
 import type { Instance } from './processes.js';
 import { type Client, type Exchange, type LoadUser, VALID_REQUEST_ID, type Writes } from './traffic.js';
 

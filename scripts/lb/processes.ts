@@ -2,7 +2,7 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { collectLines, type ServerProcess, spawnServer, REPO_ROOT } from '../../test/server-process.js';
+import { collectLines, type ServerProcess, spawnServer, REPO_ROOT } from '../../test/helpers/server-process.js';
 
 /** Processes of the load-balancer test: the app instances and HAProxy. Every wait is bounded. */
 

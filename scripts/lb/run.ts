@@ -27,7 +27,7 @@ import { createDatabase, type Database } from '../../src/db/database.js';
 import { startEmbeddedPostgres } from '../../src/db/embedded.js';
 import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
-import { baseEnvironment, exitWithin, logLines } from '../../test/server-process.js';
+import { baseEnvironment, exitWithin, logLines } from '../../test/helpers/server-process.js';
 import { checkDatabase, checkEdge, checkLogs, checkObservedHeaders } from './checks.js';
 import { type Balancer, balancerConfig, haproxyVersion, type Instance, log, onCleanup, runCleanups, startBalancer, startInstance } from './processes.js';
 import { Client, type LoadUser, pollLoop, readLoop, register, type Writes, writeLoop } from './traffic.js';

@@ -2,8 +2,8 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { buildApp } from '../../src/app.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import { type Database, databaseOptionsOf } from '../../src/db/database.js';
-import { createTestDatabase, type TestDatabase } from './database.js';
-import { auth, type FixtureUser, seedFixture } from './fixture.js';
+import { createFixtureDatabase, createTestDatabase, type TestDatabase } from './database.js';
+import { auth, type FixtureUser } from './fixture.js';
 
 export const FIXTURE_ENV = {
   EXTERNAL_HOST: 'chat.example.com',
@@ -23,18 +23,17 @@ export interface TestContext {
 
 export interface TestAppOptions {
   env?: Record<string, string>;
-  /** Seed the §5.0 fixture (default true). */
+  /** Start from the §5.0 fixture (default true); false: a migrated database with no rows. */
   fixture?: boolean;
   /** Runs before app.ready(), e.g. to add a route for a test. */
   beforeReady?: (app: FastifyInstance) => void | Promise<void>;
 }
 
-/** The real app on a fresh copy of the migrated database. */
+/** The real app on a fresh copy of a template database (migrated, with the fixture unless told otherwise). */
 export async function createTestContext(options: TestAppOptions = {}): Promise<TestContext> {
   // The database connections get the configuration's pool size and timeouts, as in production.
   const settings = loadConfig({ ...FIXTURE_ENV, ...options.env, DATABASE_URL: 'postgres://set-below' });
-  const database = await createTestDatabase(databaseOptionsOf(settings));
-  if (options.fixture !== false) await seedFixture(database.db);
+  const database = await (options.fixture === false ? createTestDatabase : createFixtureDatabase)(databaseOptionsOf(settings));
   const config: Config = { ...settings, databaseUrl: database.url };
   const app = await buildApp({ config, ...database }, process.env.TEST_LOG_LEVEL !== undefined);
   await options.beforeReady?.(app);

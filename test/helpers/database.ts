@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
 import { createDatabase, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../../src/db/user-transactions.js';
 
 export interface TestDatabase extends DatabaseHandle {
   url: string;
@@ -20,10 +21,20 @@ async function adminQuery(text: string): Promise<void> {
   }
 }
 
-/** A fresh, migrated database copied from the template made by the global setup. */
-export async function createTestDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+/** A fresh, migrated database with no rows: a copy of the template made by the global setup. */
+export function createTestDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+  return copyOfTemplate(inject('templateDatabase'), options);
+}
+
+/** A fresh, migrated database holding the §5.0 fixture: a copy of the fixture template made by the global setup. */
+export function createFixtureDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
+  return copyOfTemplate(inject('fixtureTemplateDatabase'), options);
+}
+
+/** One CREATE DATABASE … TEMPLATE (the templates have no open connection, which it requires). */
+async function copyOfTemplate(template: string, options: DatabaseOptions): Promise<TestDatabase> {
   const name = `test_${randomBytes(6).toString('hex')}`;
-  await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${inject('templateDatabase')}`);
+  await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${template}`);
   const url = new URL(inject('adminDatabaseUrl'));
   url.pathname = `/${name}`;
   const statements: string[] = [];
@@ -37,4 +48,13 @@ export async function createTestDatabase(options: DatabaseOptions = {}): Promise
       await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
+}
+
+/** Backends waiting for a user's lock (the advisory lock of src/db/user-transactions.ts), asked through `client`. */
+export async function userLockWaiters(client: pg.Client, userId: number): Promise<number> {
+  const { rows } = await client.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
+    [USER_EVENT_LOCK_NAMESPACE, userId],
+  );
+  return rows[0]!.n;
 }

@@ -102,6 +102,9 @@ export async function seedFixture(db: Database): Promise<void> {
   }
 }
 
+/** Makes R "restricted" (spec §5.0): guests see only the users they share a channel with. */
+export const restrict = (db: Database) => db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', ids.R).execute();
+
 /** A queue for a fixture user, made directly in the database (register is another endpoint). */
 export async function createQueue(db: Database, user: FixtureUser, eventTypes: string[] | null = null): Promise<string> {
   const id = randomUUID();

@@ -1,8 +1,9 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import { expect } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
-import { createQueue, type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
+import { api, createTestContext, type TestContext } from './app.js';
+import { errorBody } from './envelope.js';
+import { createQueue, type FixtureUser, ids, queueEvents } from './fixture.js';
 
 /** A fresh fixture database with one queue each for U and V (the acting user and a bystander). */
 export interface ViewsContext extends TestContext {
@@ -82,23 +83,21 @@ export async function expectRefused(
   ctx: TestContext,
   send: () => Promise<LightMyRequestResponse>,
   status: number,
-  body: Record<string, unknown>,
+  body: string,
 ): Promise<void> {
   const rowsBefore = await allViewRows(ctx);
   const eventsBefore = await eventState(ctx);
   const res = await send();
   expect(res.statusCode).toBe(status);
-  expect(res.body).toBe(JSON.stringify(body));
+  expect(res.body).toBe(body);
   expect(await allViewRows(ctx)).toEqual(rowsBefore);
   expect(await eventState(ctx)).toEqual(eventsBefore);
 }
 
-export const error = (msg: string, code = 'BAD_REQUEST') => ({ result: 'error', msg, code });
-export const OK = { result: 'success', msg: '' };
-export const EXISTS = error('Navigation view already exists.');
-export const BUILT_IN_NAMED = error('Built-in views cannot have a custom name');
-export const UPDATE_MISSING = error('Navigation view does not exist.', 'NOT_FOUND');
-export const REMOVE_MISSING = error('Navigation view does not exist.');
+export const EXISTS = errorBody('Navigation view already exists.');
+export const BUILT_IN_NAMED = errorBody('Built-in views cannot have a custom name');
+export const UPDATE_MISSING = errorBody('Navigation view does not exist.', 'NOT_FOUND');
+export const REMOVE_MISSING = errorBody('Navigation view does not exist.');
 export const BUILT_INS = [
   'inbox', 'recent', 'feed', 'drafts', 'narrow/has/reaction/sender/me', 'narrow/is/mentioned', 'narrow/is/starred',
   'scheduled', 'reminders',

@@ -1,24 +1,27 @@
 import { expect } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
-import { api, type TestContext } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import { api, type TestContext } from './app.js';
+import { expectError } from './envelope.js';
+import { type FixtureUser, ids } from './fixture.js';
 
 /** Shared by the subscription test files. */
 
 export const PROPERTIES_URL = '/api/v1/users/me/subscriptions/properties';
-export const OK = JSON.stringify({ result: 'success', msg: '' });
-
-const badRequestBody = (msg: string): string => JSON.stringify({ result: 'error', msg, code: 'BAD_REQUEST' });
-
-export function expectBadRequest(res: LightMyRequestResponse, msg: string): void {
-  expect(res.statusCode).toBe(400);
-  expect(res.body).toBe(badRequestBody(msg));
-}
 
 /** POST .../properties with subscription_data JSON-encoded (a string is sent as is). */
 export function bulk(ctx: TestContext, data: unknown, as: FixtureUser = 'U', extra: Record<string, string> = {}) {
   const subscriptionData = typeof data === 'string' ? data : JSON.stringify(data);
   return api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as, form: { subscription_data: subscriptionData, ...extra } });
+}
+
+/** A bulk payload that pins channel P to the top (U is subscribed to P). */
+export const pinP = JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]);
+
+/** U's pin_to_top on channel P as stored. */
+export async function pinToTopOfP(ctx: TestContext): Promise<boolean> {
+  const row = await ctx.db.selectFrom('subscriptions').select('pin_to_top')
+    .where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow();
+  return row.pin_to_top;
 }
 
 export function subscriptionOf(ctx: TestContext, userId: number, streamId: number) {
@@ -54,7 +57,7 @@ export async function expectRejectedWithoutChanges(
   msg: string,
 ): Promise<void> {
   const before = await writableState(ctx);
-  expectBadRequest(await send(), msg);
+  expectError(await send(), msg);
   expect(await writableState(ctx)).toEqual(before);
 }
 

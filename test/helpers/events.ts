@@ -1,22 +1,11 @@
-import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { expect } from 'vitest';
-import type { Database } from '../src/db/database.js';
-import { api } from './helpers/app.js';
-import type { FixtureUser } from './helpers/fixture.js';
+import type { Database } from '../../src/db/database.js';
+import { api } from './app.js';
+import { success } from './envelope.js';
+import type { FixtureUser } from './fixture.js';
 
 /** Shared by the register and events test files. */
-
-export const OK = JSON.stringify({ result: 'success', msg: '' });
-
-export const errorBody = (msg: string, code = 'BAD_REQUEST'): string => JSON.stringify({ result: 'error', msg, code });
-
-export const badQueueBody = (queueId: string): string =>
-  JSON.stringify({ result: 'error', msg: `Bad event queue ID: ${queueId}`, queue_id: queueId, code: 'BAD_EVENT_QUEUE_ID' });
-
-export function expectError(res: LightMyRequestResponse, msg: string): void {
-  expect(res.statusCode).toBe(400);
-  expect(res.body).toBe(errorBody(msg));
-}
 
 export function register(app: FastifyInstance, form: Record<string, string> = {}, as: FixtureUser = 'U') {
   return api(app, { method: 'POST', url: '/api/v1/register', as, form });
@@ -62,19 +51,8 @@ export async function storedEventIds(db: Database, queueId: string): Promise<num
   return rows.map((row) => row.id);
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Resolves once `check` holds, polling; fails after `timeoutMs`. */
-export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await sleep(20);
-  }
-}
-
 /** A delivered pin_to_top change of channel P, as the queue numbers it. */
 export const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
 
 /** The exact body of a long poll that waited (queue_id present, last). */
-export const waited = (queueId: string, events: object[]) => JSON.stringify({ result: 'success', msg: '', events, queue_id: queueId });
+export const waited = (queueId: string, events: object[]) => success({ events, queue_id: queueId });
