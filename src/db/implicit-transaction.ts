@@ -28,7 +28,8 @@ interface ProtocolConnection {
  * "Extended Query": the statements between two Syncs commit together at the Sync, and an error
  * rolls all of them back and skips the rest). Each statement still takes its own snapshot when it
  * is bound, after the statements before it ran (READ COMMITTED), exactly as in BEGIN … COMMIT,
- * without the two statements and two round trips of server work those cost.
+ * without those two statements and their Syncs, each of which cost the server about as much as a
+ * small statement.
  *
  * A node-postgres Query (a pipelined client accepts no other kind) whose messages are its own:
  * node-postgres's Query answers several results when several statements complete before the
