@@ -174,6 +174,10 @@ export interface PathParam<T> {
 export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, routerName = ''): PathParam<T> =>
   ({ routerName, decode, schema });
 
+/** A path parameter's value: the router's text under its name, decoded. */
+const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<string, string>): T =>
+  param.decode(pathValues[param.routerName || name] ?? '');
+
 type Params = Record<string, Param<unknown>>;
 type PathParams = Record<string, PathParam<unknown>>;
 
@@ -260,7 +264,7 @@ export function decodeParameters(
     }
   }
   if (missingLate) throw badRequest(MESSAGES.missingLate(missingLate.name));
-  for (const [name, param] of Object.entries(declaration?.path ?? {})) values[name] = param.decode(pathValues[param.routerName || name] ?? '');
+  for (const [name, param] of Object.entries(declaration?.path ?? {})) values[name] = decodeSegment(param, name, pathValues);
   return { values, ignored: undeclared(sources, params) };
 }
 
@@ -311,7 +315,7 @@ export function peekParameter<S extends DeclaredSchema<Params, PathParams>, K ex
 ): Values<S>[K] | undefined {
   const { params, path } = schema[DECLARATION];
   const segment = path[name];
-  if (segment) return segment.decode((request.params as Record<string, string>)[segment.routerName || name] ?? '') as Values<S>[K];
+  if (segment) return decodeSegment(segment, name, request.params as Record<string, string>) as Values<S>[K];
   const param = params[name]!;
   const text = raw(request.parameterSources, name);
   if (text === undefined) return param.fallback as Values<S>[K];
