@@ -1,9 +1,11 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createDatabase } from '../src/db/database.js';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
 import { INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
+import { eventually } from './helpers/wait.js';
 
 /** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
 
@@ -158,5 +160,33 @@ describe('bulk update concurrency', () => {
     expect(colors[0]!.old_value).toBe('#76ce90');
     for (let i = 1; i < colors.length; i++) expect(colors[i]!.old_value).toBe(colors[i - 1]!.new_value);
     expect(colors.map((row) => row.new_value)).toEqual(events.filter((e) => e.property === 'color').map((e) => e.value));
+  });
+
+  it('a queue deleted while the write waits for it gets no event, the others theirs, and the write succeeds', async () => {
+    const deleted = await createQueue(ctx.db, 'U');
+    const kept = await createQueue(ctx.db, 'U');
+    const holder = createDatabase(ctx.database.url, { poolMax: 1 });
+    try {
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      // Deleted (the sweeper or DELETE /events) but not yet committed when the write reaches the queue.
+      const deleting = holder.db.transaction().execute(async (tx) => {
+        await tx.deleteFrom('event_queues').where('id', '=', deleted).execute();
+        await released;
+      });
+      await eventually(async () => (await ctx.db.selectFrom('event_queues').select('id').where('id', '=', deleted).execute()).length === 1);
+      const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
+      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`.execute(ctx.db)).rows[0]!.n > 0);
+      release();
+      await deleting;
+      expect((await response).body).toBe(OK);
+    } finally {
+      await holder.close();
+    }
+    expect(await queueEvents(ctx.db, deleted)).toEqual([]);
+    expect(await queueEvents(ctx.db, kept)).toEqual([{ type: 'subscription', op: 'update', stream_id: P, property: 'pin_to_top', value: true, id: 0 }]);
+    expect((await ctx.db.selectFrom('event_queues').select('next_event_id').where('id', '=', kept).executeTakeFirstOrThrow()).next_event_id).toBe(1);
+    expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: true });
+    expect(await auditRows(ctx)).toHaveLength(1);
   });
 });

@@ -47,9 +47,20 @@ class FieldCounter extends Transform {
   }
 }
 
+/**
+ * Whether the body is declared shorter than MAX_FORM_FIELDS bytes, too short for the separators
+ * that would reach the limit: Node's parser reads exactly the declared length (and refuses a
+ * Content-Length sent with Transfer-Encoding), so such a body needs no counting, nor the stream
+ * that counts (most of what a small write's body cost).
+ */
+function declaredTooShortForTheLimit(request: FastifyRequest): boolean {
+  const declared = request.headers['content-length'];
+  return declared !== undefined && request.headers['transfer-encoding'] === undefined && /^\d+$/.test(declared) && Number(declared) < MAX_FORM_FIELDS;
+}
+
 /** preParsing: urlencoded bodies are read through a FieldCounter. A callback hook (see echoRequestId). */
 export function limitFormFields(request: FastifyRequest, _reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void): void {
-  if (!BODY_METHODS.has(request.method) || !isUrlencoded(request)) return done(null, payload);
+  if (!BODY_METHODS.has(request.method) || !isUrlencoded(request) || declaredTooShortForTheLimit(request)) return done(null, payload);
   done(null, payload.pipe(new FieldCounter()));
 }
 

@@ -23,6 +23,11 @@ export interface EventAppendArgs extends Record<string, unknown> {
  * write statement (settings, navigation views), which then adds its own CTEs. A write that refuses
  * raises (refuse_write), which undoes these too; so they need no condition of their own.
  *
+ * Each queue's counter is bumped first and its events numbered from what the UPDATE returns: the
+ * update locks the row and works on its latest version, so the numbers are right without a
+ * separate SELECT … FOR UPDATE (one row lock less per queue and write), and a queue deleted
+ * meanwhile (expiry, DELETE /events) gets nothing, since the update skips it.
+ *
  * The events travel as one JSON array (node-postgres escapes every element of an array parameter,
  * which cost milliseconds for a thousand events), and json_array_elements returns each element's
  * text as sent, so payloads keep their key order. Each queue's type list (at most 256 names) is
@@ -31,46 +36,51 @@ export interface EventAppendArgs extends Record<string, unknown> {
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
   return db
-    .with('event_queue', (db) =>
-      db.selectFrom('event_queues').select(['id', 'next_event_id', 'event_types']).where('user_id', '=', args.userId).forUpdate())
     // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).
     .with('incoming_event(payload, ord, type)', () => sql<{ payload: unknown; ord: number; type: string }>`(
       SELECT e.payload, e.ord, e.payload->>'type' FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(payload, ord))`)
+    // Which of the incoming types each of the user's queues accepts (a queue's types never change).
     .with('accepting', (db) =>
       db
-        .selectFrom('event_queue as q')
+        .selectFrom('event_queues as q')
         .innerJoin((eb) => eb.selectFrom('incoming_event').select('type').distinct().as('t'), (join) =>
           join.on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`))
-        .select(['q.id as queue_id', 'q.next_event_id', 't.type']))
-    .with('numbered_event', (db) =>
+        .select(['q.id as queue_id', 't.type'])
+        .where('q.user_id', '=', args.userId))
+    .with('event_count', (db) =>
       db
         .selectFrom('accepting as a')
         .innerJoin('incoming_event as i', 'i.type', 'a.type')
-        .select((eb) => [
-          'a.queue_id',
-          eb('a.next_event_id', '+', eb.fn.agg<number>('row_number').over((over) => over.partitionBy('a.queue_id').orderBy('i.ord'))).as('position'),
-          'i.payload',
+        .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
+        .groupBy('a.queue_id'))
+    .with('bumped_queue', (db) =>
+      db
+        .updateTable('event_queues as eq')
+        .from('event_count as c')
+        .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('c.n')) }))
+        // The user's queues by index (the planner cannot tell how few rows event_count holds).
+        .where('eq.user_id', '=', args.userId)
+        .whereRef('eq.id', '=', 'c.queue_id')
+        // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
+        .returning((eb) => [
+          'eq.id', eb('eq.next_event_id', '-', eb.ref('c.n')).as('first_id'),
+          sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified'),
         ]))
     .with('inserted_event', (db) =>
       db
         .insertInto('events')
         .columns(['queue_id', 'id', 'realm_id', 'payload'])
-        .expression((eb) => eb.selectFrom('numbered_event').select((eb) => [
-          'queue_id', eb('position', '-', sql.lit(1)).as('id'), sql<number>`${args.realmId}::integer`.as('realm_id'), sql<unknown>`payload`.as('payload'),
-        ]))
-        .returning('queue_id'))
-    .with('event_count', (db) =>
-      db.selectFrom('inserted_event').select((eb) => ['queue_id', eb.fn.countAll<number>().as('n')]).groupBy('queue_id'))
-    .with('bumped_queue', (db) =>
-      db
-        .updateTable('event_queues as eq')
-        .from('event_count')
-        .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('event_count.n')) }))
-        // The user's queues by index (the planner cannot tell how few rows event_count holds).
-        .where('eq.user_id', '=', args.userId)
-        .whereRef('eq.id', '=', 'event_count.queue_id')
-        // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
-        .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified')));
+        .expression((eb) =>
+          eb
+            .selectFrom('bumped_queue as b')
+            .innerJoin('accepting as a', 'a.queue_id', 'b.id')
+            .innerJoin('incoming_event as i', 'i.type', 'a.type')
+            .select((eb) => [
+              'b.id as queue_id',
+              eb(eb('b.first_id', '-', sql.lit(1)), '+', eb.fn.agg<number>('row_number').over((over) => over.partitionBy('b.id').orderBy('i.ord'))).as('id'),
+              sql<number>`${args.realmId}::integer`.as('realm_id'),
+              'i.payload',
+            ])));
 }
 
 export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events'] as const;
