@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
-import { INTERNAL_ERROR, OK } from './helpers/envelope.js';
+import { errorBody, INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
 import { eventually } from './helpers/wait.js';
@@ -188,5 +188,31 @@ describe('bulk update concurrency', () => {
     expect((await ctx.db.selectFrom('event_queues').select('next_event_id').where('id', '=', kept).executeTakeFirstOrThrow()).next_event_id).toBe(1);
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: true });
     expect(await auditRows(ctx)).toHaveLength(1);
+  });
+
+  it('writes of different users arriving together commit together, each with its own outcome', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueV = await createQueue(ctx.db, 'V');
+    const pin = [{ stream_id: P, property: 'pin_to_top', value: true }];
+    const [u, v] = await Promise.all([bulk(ctx, pin), bulk(ctx, pin, 'V')]);
+    expect([u.body, v.body]).toEqual([OK, OK]);
+    // One commit: the rows of both carry the same transaction id.
+    const writers = await sql<{ acting_user_id: number; xid: string }>`SELECT acting_user_id, xmin::text AS xid FROM subscription_audit_log ORDER BY acting_user_id`.execute(ctx.db);
+    expect(writers.rows).toEqual([{ acting_user_id: U, xid: expect.any(String) }, { acting_user_id: ids.V, xid: writers.rows[0]!.xid }]);
+    expect((await queueEvents(ctx.db, queueV)).map((event) => event.id)).toEqual([0]);
+
+    // A refusal of one (no such channel) leaves the other's write whole, and writes nothing of its own.
+    const [again, refused] = await Promise.all([
+      bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: false }]),
+      bulk(ctx, [{ stream_id: 999999, property: 'pin_to_top', value: false }], 'V'),
+    ]);
+    expect(again.body).toBe(OK);
+    expect(refused.statusCode).toBe(400);
+    expect(refused.body).toBe(errorBody('Invalid channel ID'));
+    expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: false });
+    expect(await subscriptionOf(ctx, ids.V, P)).toMatchObject({ pin_to_top: true });
+    expect((await queueEvents(ctx.db, queueU)).map((event) => [event.id, event.value])).toEqual([[0, true], [1, false]]);
+    expect((await queueEvents(ctx.db, queueV)).map((event) => event.id)).toEqual([0]);
+    expect((await auditRows(ctx)).map((row) => [row.acting_user_id, row.new_value])).toEqual([[U, true], [ids.V, true], [U, false]]);
   });
 });

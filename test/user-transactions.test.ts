@@ -3,6 +3,7 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { reusableStatement, type StatementRunner } from '../src/db/reusable-statement.js';
+import { isDatabaseUnavailable } from '../src/db/errors.js';
 import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/http/client-gone.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
@@ -147,6 +148,74 @@ describe('UserTransactions', () => {
     expect(await nameOfU()).toBe('U Member');
     // The cancelled connection was closed, not handed back: the next transaction works.
     expect(await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }), undefined, 'large')).toEqual([{ id: ids.U }]);
+  });
+});
+
+describe('commit groups: the small transactions of different users in one turn', () => {
+  const LOCK = 'SELECT pg_advisory_xact_lock($1, $2)';
+  /** Renames a user; answers the transaction id and the time of the statement within it. */
+  const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(['userId', 'name'], (db, args) =>
+    db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId)
+      .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`extract(epoch FROM clock_timestamp())::float8`.as('at')]));
+  const divide = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) => db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
+  const nameOf = async (userId: number) => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
+  afterEach(async () => {
+    await ctx.db.updateTable('users').set({ full_name: 'M Mod' }).where('id', '=', ids.M).execute();
+    await ctx.db.updateTable('users').set({ full_name: 'U Member' }).where('id', '=', ids.U).execute();
+    await ctx.db.updateTable('users').set({ full_name: 'V Member' }).where('id', '=', ids.V).execute();
+  });
+
+  it('commit as one transaction, each behind its own lock, in user id order, each answered its own rows', async () => {
+    ctx.database.statements.length = 0;
+    // V first: the group still takes U's lock (13) before V's (14).
+    const [v, u] = await Promise.all([ids.V, ids.U].map((userId) =>
+      ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: `Grouped ${userId}` }))));
+    expect(u).toEqual([{ id: ids.U, xid: expect.any(String), at: expect.any(Number) }]);
+    expect(v).toEqual([{ id: ids.V, xid: u![0]!.xid, at: expect.any(Number) }]); // the same transaction
+    expect(u![0]!.at).toBeLessThan(v![0]!.at);
+    expect(ctx.database.statements).toEqual([LOCK, expect.stringContaining('update "users"'), LOCK, expect.stringContaining('update "users"')]);
+    expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual([`Grouped ${ids.U}`, `Grouped ${ids.V}`]);
+  });
+
+  it('a member that fails is answered alone; the group rolls back and the others commit again together', async () => {
+    ctx.database.statements.length = 0;
+    const [m, u, v] = await Promise.allSettled([
+      ctx.database.transactions.run(ids.M, (tx) => rename(tx, { userId: ids.M, name: 'Committed again' })),
+      ctx.database.transactions.run(ids.U, (tx) => Promise.all([rename(tx, { userId: ids.U, name: 'Never' }), divide(tx, { divisor: 0 })])),
+      ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Committed again' })),
+    ]);
+    expect(u).toMatchObject({ status: 'rejected', reason: { code: '22012' } });
+    expect(m).toMatchObject({ status: 'fulfilled', value: [{ id: ids.M }] });
+    expect(v).toMatchObject({ status: 'fulfilled', value: [{ id: ids.V }] });
+    const xid = (outcome: PromiseSettledResult<{ xid: string }[]>) => (outcome as PromiseFulfilledResult<{ xid: string }[]>).value[0]!.xid;
+    expect(xid(v)).toBe(xid(m));
+    // The group (M's two statements, U's three, V's two), U again alone, then M and V again together.
+    expect(ctx.database.statements).toHaveLength(7 + 3 + 4);
+    expect([await nameOf(ids.M), await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['Committed again', 'U Member', 'Committed again']);
+  });
+
+  it('a connection lost under a group fails every member as unavailable and sends nothing again', async () => {
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    try {
+      ctx.database.statements.length = 0;
+      const outcomes = Promise.allSettled([ids.U, ids.V].map((userId) =>
+        ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Lost' }))));
+      await vi.waitFor(async () => expect(await lockWaiters()).toBe(1)); // the group waits for U's lock
+      await other.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
+        [USER_EVENT_LOCK_NAMESPACE, ids.U],
+      );
+      for (const outcome of await outcomes) {
+        expect(outcome.status).toBe('rejected');
+        expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
+      }
+      expect(ctx.database.statements).toHaveLength(4);
+    } finally {
+      await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    }
+    expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['U Member', 'V Member']);
+    // The next group gets a new connection.
+    expect(await ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Again' }))).toEqual([{ id: ids.V, xid: expect.any(String), at: expect.any(Number) }]);
   });
 });
 

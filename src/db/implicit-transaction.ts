@@ -42,6 +42,8 @@ interface ProtocolConnection {
 export class ImplicitTransaction extends pg.Query {
   /** Set when the group failed before its first row: the connection's prepared statements are uncertain. */
   connectionSuspect = false;
+  /** How many statements completed: after a failure, the index of the statement that failed. */
+  completed = 0;
 
   constructor(statements: readonly GroupStatement[], done: (error: Error | undefined, rows: unknown[][]) => void) {
     /** The Parses this group sent, until the first row shows they all succeeded. */
@@ -67,6 +69,12 @@ export class ImplicitTransaction extends pg.Query {
     };
     // Every Parse came before the first Bind: once a row arrives, all of them have succeeded.
     this.once('row', parsed);
+    const counted = this as unknown as { handleCommandComplete(message: unknown, connection: unknown): void };
+    const complete = counted.handleCommandComplete.bind(this);
+    counted.handleCommandComplete = (message, connection) => {
+      this.completed++;
+      complete(message, connection);
+    };
     this.submit = (raw) => {
       connection = raw as unknown as ProtocolConnection;
       const target = connection;

@@ -92,9 +92,10 @@ export class PipelinedConnections implements StatementRunner {
 
   /**
    * Runs `statements` as one implicit transaction (implicit-transaction.ts) on one connection;
-   * resolves to each statement's rows, in order, once they have committed together.
+   * resolves to each statement's rows, in order, once they have committed together. After a
+   * failure, `progress.completed` is the index of the statement that failed.
    */
-  async transaction(statements: readonly GroupStatement[]): Promise<unknown[][]> {
+  async transaction(statements: readonly GroupStatement[], progress?: { completed: number }): Promise<unknown[][]> {
     if (this.closed) throw closedError();
     const lane = this.leastBusyLane();
     if (!lane.connected) {
@@ -112,6 +113,7 @@ export class PipelinedConnections implements StatementRunner {
     try {
       return await rows;
     } catch (error) {
+      if (progress) progress.completed = query.completed;
       if (query.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
       throw statementFailure(error, lane.failed);
     } finally {

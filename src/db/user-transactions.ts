@@ -4,6 +4,7 @@ import { connectOrUnavailable, statementFailure } from './errors.js';
 import type { Departure } from '../http/client-gone.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
+import { CommitGroups } from './commit-groups.js';
 import { type GroupStatement, sendImplicitTransaction } from './implicit-transaction.js';
 
 /**
@@ -20,6 +21,8 @@ import { type GroupStatement, sendImplicitTransaction } from './implicit-transac
  *   work sees everything the user's previous transaction (on any instance) committed.
  * - A statement that fails rolls the whole transaction back, and the statements after it are not
  *   run. Nothing of the work is then stored.
+ * - The small transactions of one turn, each another user's, commit together (commit-groups.ts):
+ *   one WAL flush for all of them, each with its own outcome.
  * - When the client goes away (`departure`) before the turn comes, nothing is sent; while a large
  *   transaction's statements run, they are cancelled (pg_cancel_backend), so it rolls back and its
  *   connection is closed rather than reused.
@@ -52,18 +55,24 @@ export interface UserTransactionOptions {
 
 /**
  * Where a transaction runs. `small`: on one of the shared write connections (DB_WRITE_CONNECTIONS),
- * where the small transactions of one turn of the event loop leave in one socket write, a system
- * call that cost as much as the rest of a small write's work; it holds up the transactions behind
+ * where the small transactions of one turn of the event loop leave together, as one commit group
+ * (one socket write, one commit); it holds up the transactions behind
  * it on that connection while it runs, so only short work goes there, and once sent it runs to its
  * end (a cancel could hit another transaction of the connection). `large`: on a pooled connection
  * of its own, cancelled if its client goes away.
  */
 export type TransactionSize = 'small' | 'large';
 
+/** At most this many statements in one commit group (commit-groups.ts): 32 one-statement writes. */
+const MAX_GROUP_STATEMENTS = 64;
+
 export class UserTransactions {
   private readonly turns = new KeyedTurns<number>();
+  private readonly groups: CommitGroups;
 
-  constructor(private readonly options: UserTransactionOptions) {}
+  constructor(private readonly options: UserTransactionOptions) {
+    this.groups = new CommitGroups(options.writes, MAX_GROUP_STATEMENTS);
+  }
 
   /** How many users have a transaction running or waiting in this process. */
   get activeUsers(): number {
@@ -81,7 +90,7 @@ export class UserTransactions {
       const issued = issue(userId, work);
       // A work that threw while issuing sent nothing: there is nothing to roll back.
       if (issued.threw || issued.statements.length === 1) return issued.result;
-      const sent = size === 'small' ? this.options.writes.transaction(issued.statements) : this.onOwnConnection(issued.statements, departure);
+      const sent = size === 'small' ? this.groups.commit(userId, issued.statements) : this.onOwnConnection(issued.statements, departure);
       return finish(sent, issued);
     });
   }

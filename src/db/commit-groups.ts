@@ -1,0 +1,115 @@
+import pg from 'pg';
+import type { GroupStatement } from './implicit-transaction.js';
+import type { PipelinedConnections } from './pipelined-connections.js';
+
+/**
+ * The small write transactions of one turn of the event loop, each a different user's, committed
+ * together: their statements go as ONE implicit transaction, so they share one commit and one WAL
+ * flush. With synchronous commit a flush costs more than a small write itself (about 0.5–0.8 ms of
+ * waiting on this machine's disk, bench/RESULTS.md), and on a pipelined connection each commit's
+ * flush holds up every transaction behind it: one flush per transaction made the write path wait
+ * on the disk rather than work.
+ *
+ * What stays as it was for each member:
+ * - its statements run in order, behind its user's lock, each seeing what was committed before it
+ *   (and the members before it in the group, which write other users' rows only);
+ * - all or nothing, with its own outcome: when the group fails with an error the server reported
+ *   (a refusal, a deadlock, a timeout), the whole group rolled back. The member whose statement
+ *   failed is then sent again alone, so that its answer is the one it would have had alone, and
+ *   the others again as a group (so one refused request costs the others one more round trip, not
+ *   one transaction each); if that group fails too, each of its members goes alone. A lost
+ *   connection fails every member as it would have failed each (503): whether the commit happened
+ *   is unknown, so nothing is sent again.
+ *
+ * The members of a group take their users' locks in user id order, as every group does (on any
+ * instance), so two groups wait for each other rather than deadlock. Each instance runs at most one
+ * transaction per user at a time (UserTransactions), so a group never holds one user twice.
+ */
+export class CommitGroups {
+  private pending: Member[] = [];
+
+  constructor(
+    private readonly writes: PipelinedConnections,
+    /** Bounds a group's statements: the transactions queued behind it on its connection wait for all of it. */
+    private readonly maxStatements: number,
+  ) {}
+
+  /** Commits `statements` (a user's lock first) as one transaction, with others of this turn; resolves to each statement's rows. */
+  commit(userId: number, statements: readonly GroupStatement[]): Promise<unknown[][]> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ userId, statements, resolve, reject });
+      if (this.pending.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  private flush(): void {
+    const members = this.pending.sort((a, b) => a.userId - b.userId);
+    this.pending = [];
+    let group: Member[] = [];
+    let size = 0;
+    for (const member of members) {
+      if (group.length > 0 && size + member.statements.length > this.maxStatements) {
+        this.send(group);
+        group = [];
+        size = 0;
+      }
+      group.push(member);
+      size += member.statements.length;
+    }
+    this.send(group);
+  }
+
+  /** `again`: the group is what remained of a failed one; a second failure sends each member alone. */
+  private send(group: Member[], again = false): void {
+    if (group.length === 1) return this.alone(group[0]!);
+    const progress = { completed: 0 };
+    this.writes.transaction(group.flatMap((member) => member.statements), progress).then(
+      (rows) => {
+        let at = 0;
+        for (const member of group) {
+          member.resolve(rows.slice(at, at + member.statements.length));
+          at += member.statements.length;
+        }
+      },
+      (error: unknown) => {
+        if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
+        const failed = memberAt(group, progress.completed);
+        if (again || !failed) return group.forEach((member) => this.alone(member));
+        this.alone(failed);
+        this.send(group.filter((member) => member !== failed), true);
+      },
+    );
+  }
+
+  private alone(member: Member): void {
+    this.writes.transaction(member.statements).then(member.resolve, member.reject);
+  }
+}
+
+/** The member whose statements include the group's `index`-th one. */
+function memberAt(group: Member[], index: number): Member | undefined {
+  let first = 0;
+  for (const member of group) {
+    if (index < first + member.statements.length) return member;
+    first += member.statements.length;
+  }
+  return undefined;
+}
+
+interface Member {
+  userId: number;
+  statements: readonly GroupStatement[];
+  resolve(rows: unknown[][]): void;
+  reject(error: unknown): void;
+}
+
+/** SQLSTATEs after which the connection is gone: the server shut down (class 08 is added below). */
+const CONNECTION_ENDED = new Set(['57P01', '57P02', '57P03']);
+
+/**
+ * Whether the server reported the failure and so rolled the transaction back on a connection that
+ * still serves: a statement_timeout (57014) counts, and only its culprit will meet it again alone.
+ */
+function rolledBack(error: unknown): boolean {
+  return error instanceof pg.DatabaseError && !CONNECTION_ENDED.has(error.code ?? '') && !(error.code ?? '').startsWith('08');
+}
