@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
 import { errorBody, INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
@@ -214,5 +215,22 @@ describe('bulk update concurrency', () => {
     expect((await queueEvents(ctx.db, queueU)).map((event) => [event.id, event.value])).toEqual([[0, true], [1, false]]);
     expect((await queueEvents(ctx.db, queueV)).map((event) => event.id)).toEqual([0]);
     expect((await auditRows(ctx)).map((row) => [row.acting_user_id, row.new_value])).toEqual([[U, true], [ids.V, true], [U, false]]);
+  });
+
+  it('an audit row is stamped when it is written, after the lock, not when its transaction began', async () => {
+    const other = createDatabase(ctx.database.url, { poolMax: 1 });
+    try {
+      await sql`SELECT pg_advisory_lock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);
+      const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
+      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`.execute(ctx.db)).rows[0]!.n === 1);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const releasedAt = (await sql<{ at: Date }>`SELECT clock_timestamp() AS at`.execute(other.db)).rows[0]!.at;
+      await sql`SELECT pg_advisory_unlock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);
+      expect((await response).body).toBe(OK);
+      const written = await ctx.db.selectFrom('subscription_audit_log').select('created_at').executeTakeFirstOrThrow();
+      expect(written.created_at.getTime()).toBeGreaterThanOrEqual(releasedAt.getTime());
+    } finally {
+      await other.close();
+    }
   });
 });

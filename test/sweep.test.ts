@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createDatabase } from '../src/db/database.js';
 import { sweepOnce } from '../src/modules/maintenance/sweeper.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { createQueue, ids } from './helpers/fixture.js';
@@ -66,5 +67,37 @@ describe('expired queues', () => {
     expect(await sweepOnce(ctx.db, ctx.config)).toEqual({ queues: 1200, auditRows: 0 });
     expect((await ctx.db.selectFrom('event_queues').select('id').execute()).map((row) => row.id)).toEqual([alive]);
     expect((await ctx.db.selectFrom('events').select('queue_id').execute()).map((row) => row.queue_id)).toEqual([alive]);
+  });
+
+  it('a queue a transaction holds (a write appending to it) is left for the next sweep, not waited for', async () => {
+    ctx = await createTestContext();
+    const expired = (user: 'U' | 'V') => sql<{ id: string }>`
+      INSERT INTO event_queues (id, realm_id, user_id, lifespan_seconds, last_active_at)
+      VALUES (gen_random_uuid(), 1, ${ids[user]}, 600, now() - interval '1 hour') RETURNING id::text AS id
+    `.execute(ctx!.db);
+    const held = (await expired('U')).rows[0]!.id;
+    const free = (await expired('V')).rows[0]!.id;
+    const holder = createDatabase(ctx.database.url, { poolMax: 1 });
+    try {
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let holding!: () => void;
+      const isHeld = new Promise<void>((resolve) => (holding = resolve));
+      const transaction = holder.db.transaction().execute(async (tx) => {
+        await tx.updateTable('event_queues').set((eb) => ({ next_event_id: eb('next_event_id', '+', 1) })).where('id', '=', held).execute();
+        holding();
+        await released;
+      });
+      await isHeld;
+      expect(await sweepOnce(ctx.db, ctx.config)).toEqual({ queues: 1, auditRows: 0 });
+      expect((await ctx.db.selectFrom('event_queues').select('id').execute()).map((row) => row.id)).toEqual([held]);
+      release();
+      await transaction;
+    } finally {
+      await holder.close();
+    }
+    expect(free).not.toBe(held);
+    expect(await sweepOnce(ctx.db, ctx.config)).toEqual({ queues: 1, auditRows: 0 });
+    expect(await ctx.db.selectFrom('event_queues').select('id').execute()).toEqual([]);
   });
 });

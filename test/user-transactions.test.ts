@@ -194,6 +194,22 @@ describe('commit groups: the small transactions of different users in one turn',
     expect([await nameOf(ids.M), await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['Committed again', 'U Member', 'Committed again']);
   });
 
+  it('a value that cannot be sent fails its member only, before anything of the group is written', async () => {
+    const echo = reusableStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) => db.selectNoFrom(sql<unknown>`${args.value}::jsonb`.as('value')));
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    const [u, v] = await Promise.allSettled([
+      ctx.database.transactions.run(ids.U, (tx) => echo(tx, { value: circular })),
+      ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Sent alone' })),
+    ]);
+    expect(u).toMatchObject({ status: 'rejected', reason: expect.any(TypeError) });
+    expect(v).toMatchObject({ status: 'fulfilled', value: [{ id: ids.V }] });
+    expect(await nameOf(ids.V)).toBe('Sent alone');
+    // The shared connections were left whole: a group still commits.
+    const again = await Promise.all([ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Again' }))));
+    expect(again[1]![0]!.xid).toBe(again[0]![0]!.xid);
+  });
+
   it('a connection lost under a group fails every member as unavailable and sends nothing again', async () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     try {

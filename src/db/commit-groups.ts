@@ -1,6 +1,7 @@
 import pg from 'pg';
+import { DatabaseUnavailable } from './errors.js';
 import type { GroupStatement } from './implicit-transaction.js';
-import type { PipelinedConnections } from './pipelined-connections.js';
+import type { PipelinedConnections, TransactionProgress } from './pipelined-connections.js';
 
 /**
  * The small write transactions of one turn of the event loop, each a different user's, committed
@@ -62,7 +63,7 @@ export class CommitGroups {
   /** `again`: the group is what remained of a failed one; a second failure sends each member alone. */
   private send(group: Member[], again = false): void {
     if (group.length === 1) return this.alone(group[0]!);
-    const progress = { completed: 0 };
+    const progress: TransactionProgress = { sent: false, completed: 0, suspect: false };
     this.writes.transaction(group.flatMap((member) => member.statements), progress).then(
       (rows) => {
         let at = 0;
@@ -72,8 +73,12 @@ export class CommitGroups {
         }
       },
       (error: unknown) => {
+        // Nothing sent: no connection (each fails alike), or a value that cannot be converted (each
+        // member goes alone, and only the culprit fails).
+        if (!progress.sent) return group.forEach((member) => (error instanceof DatabaseUnavailable ? member.reject(error) : this.alone(member)));
         if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
-        const failed = memberAt(group, progress.completed);
+        // A failure before the first row (a Parse) names no member: each goes alone.
+        const failed = progress.suspect ? undefined : memberAt(group, progress.completed);
         if (again || !failed) return group.forEach((member) => this.alone(member));
         this.alone(failed);
         this.send(group.filter((member) => member !== failed), true);
@@ -103,13 +108,16 @@ interface Member {
   reject(error: unknown): void;
 }
 
-/** SQLSTATEs after which the connection is gone: the server shut down (class 08 is added below). */
-const CONNECTION_ENDED = new Set(['57P01', '57P02', '57P03']);
+/** SQLSTATEs after which the session is over (shutdown, database dropped, idle timeout); class 08 is added below. */
+const SESSION_ENDED = new Set(['57P01', '57P02', '57P03', '57P04', '57P05']);
 
 /**
  * Whether the server reported the failure and so rolled the transaction back on a connection that
  * still serves: a statement_timeout (57014) counts, and only its culprit will meet it again alone.
+ * By SQLSTATE, not severity, which the server may send translated. A session-ending error this
+ * misses only sends the members again to a connection that fails them as unavailable.
  */
 function rolledBack(error: unknown): boolean {
-  return error instanceof pg.DatabaseError && !CONNECTION_ENDED.has(error.code ?? '') && !(error.code ?? '').startsWith('08');
+  const code = error instanceof pg.DatabaseError ? (error.code ?? '') : undefined;
+  return code !== undefined && !SESSION_ENDED.has(code) && !code.startsWith('08');
 }

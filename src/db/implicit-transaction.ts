@@ -89,7 +89,7 @@ export class ImplicitTransaction extends pg.Query {
         }
         for (const { name, text, values } of statements) {
           if (!name) target.parse({ name: '', text });
-          target.bind({ statement: name ?? '', values, valueMapper: prepareValue });
+          target.bind({ statement: name ?? '', values, valueMapper: asPrepared });
           target.describe({ type: 'P', name: '' });
           target.execute({ portal: '' });
         }
@@ -101,14 +101,23 @@ export class ImplicitTransaction extends pg.Query {
   }
 }
 
-/** Sends `statements` as one implicit transaction on `client`; resolves to each statement's rows, in order. */
+/** The values were converted before the group was written (see sendImplicitTransaction). */
+const asPrepared = (value: unknown) => value;
+
+/**
+ * Sends `statements` as one implicit transaction on `client`; resolves to each statement's rows, in
+ * order. The values are converted first: a value node-postgres cannot convert (a circular object)
+ * throws here, before anything is written, not halfway through the group's messages, which would
+ * leave statements without their Sync on a connection others share.
+ */
 export function sendImplicitTransaction(
   client: pg.ClientBase,
   statements: readonly GroupStatement[],
 ): { rows: Promise<unknown[][]>; query: ImplicitTransaction } {
+  const prepared = statements.map((statement) => ({ ...statement, values: statement.values.map((value) => prepareValue(value)) }));
   let query!: ImplicitTransaction;
   const rows = new Promise<unknown[][]>((resolve, reject) => {
-    query = new ImplicitTransaction(statements, (error, rows) => (error ? reject(error) : resolve(rows)));
+    query = new ImplicitTransaction(prepared, (error, rows) => (error ? reject(error) : resolve(rows)));
   });
   client.query(query);
   return { rows, query };

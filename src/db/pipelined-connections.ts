@@ -2,7 +2,7 @@ import pg from 'pg';
 import { DatabaseUnavailable, statementFailure } from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
-import { type GroupStatement, sendImplicitTransaction } from './implicit-transaction.js';
+import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
 
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: the authentication
@@ -61,6 +61,16 @@ interface Lane {
  */
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
+/** How far a failed transaction got (PipelinedConnections.transaction). */
+export interface TransactionProgress {
+  /** false: it failed before anything was written (a value node-postgres could not convert). */
+  sent: boolean;
+  /** How many statements completed: the index of the one that failed. */
+  completed: number;
+  /** It failed before its first row: `completed` names no statement. */
+  suspect: boolean;
+}
+
 const closedError = () => new DatabaseUnavailable('the database connections are closed');
 
 export class PipelinedConnections implements StatementRunner {
@@ -93,9 +103,11 @@ export class PipelinedConnections implements StatementRunner {
   /**
    * Runs `statements` as one implicit transaction (implicit-transaction.ts) on one connection;
    * resolves to each statement's rows, in order, once they have committed together. After a
-   * failure, `progress.completed` is the index of the statement that failed.
+   * failure, `progress` tells whether anything was sent, the index of the statement that failed,
+   * and whether the failure came before the first row (so that index says nothing: see
+   * ImplicitTransaction).
    */
-  async transaction(statements: readonly GroupStatement[], progress?: { completed: number }): Promise<unknown[][]> {
+  async transaction(statements: readonly GroupStatement[], progress?: TransactionProgress): Promise<unknown[][]> {
     if (this.closed) throw closedError();
     const lane = this.leastBusyLane();
     if (!lane.connected) {
@@ -107,14 +119,16 @@ export class PipelinedConnections implements StatementRunner {
       }
     }
     if (lane.failed) throw new DatabaseUnavailable('database connection lost');
+    let query: ImplicitTransaction | undefined;
     lane.inFlight++;
-    batchWritesOfThisTurn(lane.client);
-    const { rows, query } = sendImplicitTransaction(lane.client, statements);
     try {
-      return await rows;
+      batchWritesOfThisTurn(lane.client);
+      const sent = sendImplicitTransaction(lane.client, statements);
+      query = sent.query;
+      return await sent.rows;
     } catch (error) {
-      if (progress) progress.completed = query.completed;
-      if (query.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
+      if (progress && query) Object.assign(progress, { sent: true, completed: query.completed, suspect: query.connectionSuspect });
+      if (query?.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
       throw statementFailure(error, lane.failed);
     } finally {
       lane.inFlight--;

@@ -5,7 +5,7 @@ import type { Departure } from '../http/client-gone.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';
-import { type GroupStatement, sendImplicitTransaction } from './implicit-transaction.js';
+import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
@@ -105,9 +105,11 @@ export class UserTransactions {
       if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
     };
     const stopListening = departure?.onGone(cancel);
-    const { rows, query } = sendImplicitTransaction(client, statements);
+    let query: ImplicitTransaction | undefined;
     try {
-      return await rows;
+      const sent = sendImplicitTransaction(client, statements);
+      query = sent.query;
+      return await sent.rows;
     } catch (error) {
       throw statementFailure(error, failedClients.has(client));
     } finally {
@@ -116,7 +118,7 @@ export class UserTransactions {
       // A cancelled or broken connection is closed (a cancel request may still be on its way to
       // it), and so is one whose prepared statements are uncertain; after any other failure the
       // transaction has rolled back and the connection serves again.
-      client.release(cancelled || query.connectionSuspect || failedClients.has(client) ? true : undefined);
+      client.release(cancelled || query?.connectionSuspect || failedClients.has(client) ? true : undefined);
     }
   }
 }

@@ -166,7 +166,12 @@ export async function deleteExpiredQueues(db: Database, limit: number): Promise<
         .select('id')
         .where(sql<boolean>`last_active_at + make_interval(secs => lifespan_seconds) < now()`)
         .where((eb) => eb.or([eb('poll_lease_until', 'is', null), eb('poll_lease_until', '<', sql<Date>`now()`)]))
-        .limit(limit),
+        .limit(limit)
+        // A queue a write holds (it appends to expired queues too) is left for the next sweep:
+        // waiting for it, while holding other users' queues, could deadlock with a commit group
+        // (src/db/commit-groups.ts), which holds several users' queues at once.
+        .forUpdate()
+        .skipLocked(),
     )
     .returning(sql<string>`pg_notify(${EVENTS_CHANNEL}, id::text)`.as('notified'))
     .execute();

@@ -109,7 +109,7 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
       .with('audited', (db) =>
         db
           .insertInto('subscription_audit_log')
-          .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value'])
+          .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
           .expression((eb) =>
             eb
               .selectFrom('entry as e')
@@ -119,6 +119,9 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
                 // The first change of a setting starts from the stored value.
                 eb.case().when('e.known_old', '=', sql.lit(true)).then(eb.ref('e.old')).else(sql<unknown>`(c.settings -> e.property)::jsonb`).end().as('old_value'),
                 'e.value',
+                // Not now(): that is when the transaction began, which in a commit group
+                // (src/db/commit-groups.ts) can be before this user's lock was granted.
+                sql<Date>`clock_timestamp()`.as('created_at'),
               ])
               .where(write)
               .orderBy('e.ord')))
