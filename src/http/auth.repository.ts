@@ -1,5 +1,6 @@
 import { type Expression, type QueryCreator, sql } from 'kysely';
 import type { DB } from '../db/types.js';
+import { isDatabaseUnavailable } from '../db/errors.js';
 import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
 import type { RateLimitRule } from './rate-limit.js';
 
@@ -185,7 +186,7 @@ function statementFor(lookup: AuthLookup<object> | undefined, rateLimited: boole
 const MAX_BATCH = 256;
 
 interface Pending {
-  request: AccountRequest;
+  request: AccountRequestFields;
   resolve(row: AuthenticationRow<object> | undefined): void;
   reject(error: unknown): void;
 }
@@ -225,7 +226,7 @@ export class AccountBatches {
     batch.keyHashes.add(request.key_hash);
     const pending = batch.pending;
     const found = new Promise<AuthenticationRow<object> | undefined>((resolve, reject) => {
-      pending.push({ request: { ...request, ord: pending.length }, resolve, reject });
+      pending.push({ request, resolve, reject });
     });
     if (!this.scheduled) {
       this.scheduled = true;
@@ -242,18 +243,28 @@ export class AccountBatches {
     if (!batch) return;
     this.batches.delete(group);
     const { pending, lookup, rule } = batch;
+    this.run(pending, lookup, rule);
+  }
+
+  /**
+   * Sends `pending` as one statement. When it fails with anything but an unavailable database
+   * (which each member would meet alone too), each member is sent again alone: one request whose
+   * values the statement cannot take must not fail the others of its turn, whatever its organization.
+   */
+  private run(pending: Pending[], lookup: AuthLookup<object> | undefined, rule: RateLimitRule | undefined): void {
     const args = {
-      requests: JSON.stringify(pending.map((entry) => entry.request)),
+      requests: JSON.stringify(pending.map((entry, ord) => ({ ...entry.request, ord }))),
       maxRequests: rule?.maxRequests ?? 0,
       windowSeconds: rule?.windowSeconds ?? 0,
     };
     statementFor(lookup, rule !== undefined)(this.reads, args).then(
       (rows) => {
         const byOrd = new Map(rows.map((row) => [row.ord, row]));
-        for (const entry of pending) entry.resolve(byOrd.get(entry.request.ord));
+        pending.forEach((entry, ord) => entry.resolve(byOrd.get(ord)));
       },
       (error: unknown) => {
-        for (const entry of pending) entry.reject(error);
+        if (pending.length === 1 || isDatabaseUnavailable(error)) return pending.forEach((entry) => entry.reject(error));
+        for (const entry of pending) this.run([entry], lookup, rule);
       },
     );
   }

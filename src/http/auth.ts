@@ -38,6 +38,9 @@ function parseBasicAuthorization(header: string | undefined): { email: string; a
   const email = parts[0]!.trim();
   const apiKey = parts[1]!.trim();
   if (!API_KEY_PATTERN.test(apiKey)) throw unauthorized('Malformed API key');
+  // No stored address holds NUL (PostgreSQL's text and jsonb cannot carry it), so no account
+  // matches (row 7); sent to the shared statement, it would fail every request batched with it.
+  if (email.includes('\0')) throw unauthorized('Invalid API key');
   return { email, apiKey };
 }
 
