@@ -1,8 +1,8 @@
 import { Transform, type TransformCallback } from 'node:stream';
-import formbody from '@fastify/formbody';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
 import { ApiError, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
+import { decodeForm } from './form-decoding.js';
 
 const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
@@ -20,7 +20,7 @@ const AMPERSAND = 0x26;
  */
 export async function registerBodyParsers(app: FastifyInstance, bodyLimit: number): Promise<void> {
   app.removeAllContentTypeParsers();
-  await app.register(formbody, { bodyLimit });
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (_request, body, done) => done(null, decodeForm(body as Buffer)));
   // busboy stops at the part after the limit; the request then fails with 400 (multipartFields).
   await app.register(multipart, {
     limits: { fieldSize: bodyLimit, fileSize: bodyLimit, parts: MAX_FORM_FIELDS, fields: MAX_FORM_FIELDS },
@@ -64,7 +64,7 @@ export function limitFormFields(request: FastifyRequest, _reply: FastifyReply, p
   done(null, payload.pipe(new FieldCounter()));
 }
 
-/** Last occurrence wins within one source (`a=1&a=2` → `2`). */
+/** Last occurrence wins within one source (`a=1&a=2` → `2`): the query string's fields. */
 function lastValues(source: unknown): Map<string, string> {
   const values = new Map<string, string>();
   if (typeof source !== 'object' || source === null) return values;
@@ -141,7 +141,8 @@ export function parameterCollector(bodyLimit: number) {
       done();
     };
     if (!BODY_METHODS.has(request.method)) return collect(new Map());
-    if (!request.isMultipart()) return collect(lastValues(request.body));
+    // An urlencoded body was decoded to its fields (decodeForm); other bodies carry none.
+    if (!request.isMultipart()) return collect(request.body instanceof Map ? (request.body as Map<string, string>) : new Map());
     multipartFields(request, bodyLimit).then(collect, done);
   };
 }
