@@ -4,13 +4,15 @@ import type { AppDeps } from './deps.js';
 import { authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
+import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
 import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
-import { echoRequestId, RequestLog, requestId } from './http/request-log.js';
+import { echoRequestId, logClientLeaving, RequestLog, requestId } from './http/request-log.js';
+import { RequestMemory } from './http/request-memory.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
 import { eventRoutes } from './modules/events/events.routes.js';
 import { sweeper } from './modules/maintenance/sweeper.js';
@@ -75,6 +77,8 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   await registerBodyParsers(app, config.bodyLimitBytes);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
+    // Whatever failed (ClientGone, a cancelled statement), nobody is there to read it: logClientLeaving logged it.
+    if (clientLeft(reply)) return reply.code(CLIENT_LEFT).send();
     const apiError = toApiError(error, config.retryAfterSeconds);
     if (!apiError) {
       request.log.error({ err: error }, 'unhandled error');
@@ -112,14 +116,25 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
 
   await app.register(sweeper, deps);
 
+  const requestMemory = new RequestMemory({
+    totalBytes: config.requestBodyMemoryBytes,
+    userBytes: config.userRequestBodyBytes,
+    userRequests: config.userRequestBodies,
+    bodyLimit: config.bodyLimitBytes,
+    retryAfterSeconds: config.retryAfterSeconds,
+  });
   await app.register(async (api) => {
     // Route schemas declare the parameters: decodeRequestParameters decodes them Zulip's way, and
     // the OpenAPI document is generated from them; Fastify itself neither validates nor coerces.
     api.setValidatorCompiler(documentationOnly);
     api.addHook('onRequest', rejectEmptyPathParams);
+    if (logging) api.addHook('onRequest', logClientLeaving);
+    // Before anything of the body is read (its reservation), then its field count as it arrives.
+    requestMemory.register(api);
     api.addHook('preParsing', limitFormFields);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
     api.addHook('preHandler', authenticationHook(new AccountBatches(reads), config));
+    api.addHook('preHandler', requestMemory.admitUser);
     // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);

@@ -32,6 +32,11 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200 }),
   BODY_LIMIT_BYTES: Type.Integer({ minimum: 1024, default: 1048576 }),
+  // Request bodies this instance holds at once, being read or waiting for their answer; beyond: 503 (src/http/request-memory.ts).
+  REQUEST_BODY_MEMORY_BYTES: Type.Integer({ minimum: 1024, default: 16777216 }),
+  // One user's bodies held at once on an instance, in bytes and in requests; beyond: 429.
+  USER_REQUEST_BODY_BYTES: Type.Integer({ minimum: 1024, default: 2097152 }),
+  USER_REQUEST_BODIES: Type.Integer({ minimum: 1, default: 32 }),
   RETRY_AFTER_SECONDS: Type.Integer({ minimum: 1, default: 5 }),
   HEARTBEAT_SECONDS: Type.Integer({ minimum: 1, default: 45 }),
   HEARTBEAT_JITTER_SECONDS: Type.Integer({ minimum: 0, default: 10 }),
@@ -126,6 +131,10 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       'EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed HEARTBEAT_SECONDS + HEARTBEAT_JITTER_SECONDS',
     );
   }
+  // Otherwise a body of the largest size could never be admitted.
+  if (env.REQUEST_BODY_MEMORY_BYTES < env.BODY_LIMIT_BYTES) {
+    throw new ConfigError('REQUEST_BODY_MEMORY_BYTES must be at least BODY_LIMIT_BYTES');
+  }
   // A long poll's connection is silent until its answer; the idle timeout must not cut it.
   if (env.CONNECTION_TIMEOUT_SECONDS <= env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS) {
     throw new ConfigError('CONNECTION_TIMEOUT_SECONDS must exceed EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS');
@@ -150,6 +159,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     rateLimitWindowSeconds: env.RATE_LIMIT_WINDOW_SECONDS,
     rateLimitMaxRequests: env.RATE_LIMIT_MAX_REQUESTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
+    requestBodyMemoryBytes: env.REQUEST_BODY_MEMORY_BYTES,
+    userRequestBodyBytes: env.USER_REQUEST_BODY_BYTES,
+    userRequestBodies: env.USER_REQUEST_BODIES,
     retryAfterSeconds: env.RETRY_AFTER_SECONDS,
     heartbeatSeconds: env.HEARTBEAT_SECONDS,
     heartbeatJitterSeconds: env.HEARTBEAT_JITTER_SECONDS,

@@ -1,14 +1,19 @@
+import { once } from 'node:events';
+import net, { type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
-import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
+import { createFixtureDatabase, type TestDatabase, userLockWaiters } from './helpers/database.js';
 import { INTERNAL_ERROR } from './helpers/envelope.js';
-import { apiKeys, auth, basicAuth, emails } from './helpers/fixture.js';
+import { apiKeys, auth, basicAuth, emails, ids } from './helpers/fixture.js';
+import { eventually, sleep } from './helpers/wait.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
 const lines: string[] = [];
@@ -178,6 +183,36 @@ describe('at trace level', () => {
       }
     } finally {
       await traced.close();
+    }
+  });
+
+});
+
+describe('clients that leave', () => {
+  it('a client that left before its write\'s turn is logged as gone (499, info), not as an error or a 500', async () => {
+    lines.length = 0;
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as AddressInfo;
+    const locker = new pg.Client({ connectionString: database.url });
+    await locker.connect();
+    try {
+      // U's write waits for its user's lock, held here as another instance would hold it.
+      await locker.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+      const body = `subscription_data=${encodeURIComponent(JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]))}`;
+      const socket = net.connect(port, '127.0.0.1');
+      await once(socket, 'connect');
+      socket.write(`POST /api/v1/users/me/subscriptions/properties HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n`
+        + `X-Request-Id: gone-1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      await eventually(async () => (await userLockWaiters(locker, ids.U)) === 1 || linesOf('gone-1').length > 0);
+      socket.destroy();
+      await sleep(100);
+      await locker.query('SELECT pg_advisory_unlock_all()');
+      const line = await completedLine('gone-1');
+      expect(line).toMatchObject({ level: 30, statusCode: 499, clientLeft: true, userId: ids.U });
+      expect(linesOf('gone-1').filter((entry) => (entry.level as number) >= 40)).toEqual([]);
+    } finally {
+      await locker.query('SELECT pg_advisory_unlock_all()');
+      await locker.end();
     }
   });
 });

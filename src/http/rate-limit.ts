@@ -30,6 +30,8 @@ class RateLimitExceeded extends ApiError {
   }
 }
 
+export const rateLimitExceeded = (retryAfterSeconds: number): ApiError => new RateLimitExceeded(retryAfterSeconds);
+
 /** The decision the authentication statement took (src/http/auth.repository.ts). */
 export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
   // Present whenever the statement accepted the credentials, which authenticate checks first.

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { type FastifyReply, type FastifyRequest, type HookHandlerDoneFunction, LogController } from 'fastify';
+import { CLIENT_LEFT, clientLeft } from './client-gone.js';
 
 /** What a load balancer may send as X-Request-Id; anything else (huge, odd bytes) gets a fresh id. */
 const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -40,17 +41,30 @@ export class RequestLog extends LogController {
   override incomingRequest(): void {}
 
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
-    if (this.isLogDisabled(request)) return;
-    const { caller } = request;
-    const line = {
-      method: request.method,
-      path: request.url.split('?', 1)[0],
-      statusCode: reply.statusCode,
-      responseTimeMs: Math.round(reply.elapsedTime * 10) / 10,
-      ...(caller && { userId: caller.id }),
-    };
+    // A request whose client left has its line already (logClientLeaving).
+    if (this.isLogDisabled(request) || clientLeft(reply)) return;
+    const line = { ...requestFields(request), statusCode: reply.statusCode, responseTimeMs: Math.round(reply.elapsedTime * 10) / 10 };
     // An error here means the response itself failed (e.g. the socket broke mid-body).
     if (error) reply.log.error({ ...line, err: error }, 'request completed');
     else reply.log.info(line, 'request completed');
   }
+}
+
+function requestFields(request: FastifyRequest) {
+  const { caller } = request;
+  return { method: request.method, path: request.url.split('?', 1)[0], ...(caller && { userId: caller.id }) };
+}
+
+/**
+ * onRequest: a request whose client leaves before its answer gets its line when it leaves. Fastify
+ * writes none (the response never finishes), and whatever the request then meets (ClientGone, a
+ * cancelled statement, a success nobody reads) is the client's doing, not a failure: info, status
+ * CLIENT_LEFT. (Fastify's onRequestAbort hears only of clients that leave before their body ends.)
+ */
+export function logClientLeaving(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
+  reply.raw.once('close', () => {
+    if (!clientLeft(reply)) return;
+    request.log.info({ ...requestFields(request), statusCode: CLIENT_LEFT, clientLeft: true, responseTimeMs: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed');
+  });
+  done();
 }

@@ -1,0 +1,159 @@
+import { once } from 'node:events';
+import net, { type AddressInfo } from 'node:net';
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { OK, UNAVAILABLE } from './helpers/envelope.js';
+import { auth, ids } from './helpers/fixture.js';
+import { userLockWaiters } from './helpers/database.js';
+import { rawPost } from './helpers/http.js';
+import { bulk, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
+import { eventually } from './helpers/wait.js';
+
+// Issue 31: the bodies an instance holds are bounded per user (429) and in all (503), whatever
+// one account sends; its own writes waiting for their turn are what it may hold.
+
+let ctx: TestContext | undefined;
+let locker: pg.Client | undefined;
+afterEach(async () => {
+  await locker?.end();
+  locker = undefined;
+  await ctx?.close();
+  ctx = undefined;
+});
+
+const USER_QUEUE_FULL = JSON.stringify({ result: 'error', msg: 'API usage exceeded rate limit', code: 'RATE_LIMIT_HIT', 'retry-after': 1 });
+
+/** Holds U's write lock from another connection, as U's write on another instance would: U's writes here wait. */
+async function holdLockOfU(context: TestContext): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: context.database.url });
+  await client.connect();
+  await client.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+  return client;
+}
+
+const pinTo = (value: boolean, streamId: number = ids.P) => JSON.stringify([{ stream_id: streamId, property: 'pin_to_top', value }]);
+/** A bulk body padded to about `bytes` with an ignored parameter. */
+const padded = (bytes: number) => ({ padding: 'x'.repeat(bytes) });
+
+describe('one user', () => {
+  it('holds at most USER_REQUEST_BODIES bodies: the next gets 429 with retry-after 1 and changes nothing; others are served', async () => {
+    ctx = await createTestContext({ env: { USER_REQUEST_BODIES: '2' } });
+    locker = await holdLockOfU(ctx);
+    const waiting = [bulk(ctx, pinTo(true)), bulk(ctx, pinTo(true))];
+    await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
+    const refused = await bulk(ctx, JSON.stringify([{ stream_id: ids.P, property: 'color', value: '#123456' }]));
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(refused.body).toBe(USER_QUEUE_FULL);
+    // Another user is not held up.
+    expect((await bulk(ctx, pinTo(true), 'V')).body).toContain('"result":"success"');
+    await locker.query('SELECT pg_advisory_unlock_all()');
+    expect((await Promise.all(waiting)).map((res) => res.statusCode)).toEqual([200, 200]);
+    // The refused color was never written; U's budget is free again.
+    expect((await subscriptionOf(ctx, ids.U, ids.P))?.color).not.toBe('#123456');
+    expect((await bulk(ctx, pinTo(false))).body).toContain('"result":"success"');
+  });
+
+  it('holds at most USER_REQUEST_BODY_BYTES: a second large body waits no queue, a small one still fits', async () => {
+    ctx = await createTestContext({ env: { USER_REQUEST_BODY_BYTES: '4096' } });
+    locker = await holdLockOfU(ctx);
+    const first = bulk(ctx, pinTo(true), 'U', padded(3000));
+    await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
+    const large = await bulk(ctx, pinTo(false), 'U', padded(3000));
+    expect(large.statusCode).toBe(429);
+    expect(large.body).toBe(USER_QUEUE_FULL);
+    const small = bulk(ctx, pinTo(false), 'U');
+    await locker.query('SELECT pg_advisory_unlock_all()');
+    expect((await first).statusCode).toBe(200);
+    expect((await small).statusCode).toBe(200);
+    expect((await subscriptionOf(ctx, ids.U, ids.P))?.pin_to_top).toBe(false);
+  });
+});
+
+describe('the instance', () => {
+  it('holds at most REQUEST_BODY_MEMORY_BYTES: beyond, 503 before the body is read, credentials or not; reads are served', async () => {
+    ctx = await createTestContext({ env: { REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '4096' } });
+    locker = await holdLockOfU(ctx);
+    const held = bulk(ctx, pinTo(true), 'U', padded(3000));
+    await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
+    const body = `subscription_data=${encodeURIComponent(pinTo(true))}&padding=${'y'.repeat(2000)}`;
+    for (const authorization of [auth('V'), 'Basic nonsense']) {
+      const res = await api(ctx.app, {
+        method: 'POST', url: PROPERTIES_URL, payload: body,
+        headers: { authorization, 'content-type': 'application/x-www-form-urlencoded' },
+      });
+      expect(res.statusCode).toBe(503);
+      expect(res.body).toBe(UNAVAILABLE);
+      expect(res.headers['retry-after']).toBe('5');
+    }
+    expect((await subscriptionOf(ctx, ids.V, ids.P))?.pin_to_top).toBe(false);
+    expect((await api(ctx.app, { url: '/api/v1/users/14', as: 'V' })).statusCode).toBe(200);
+    await locker.query('SELECT pg_advisory_unlock_all()');
+    expect((await held).body).toBe(OK.replace('}', ',"ignored_parameters_unsupported":["padding"]}'));
+    // Released: the same request now passes.
+    expect((await bulk(ctx, pinTo(true), 'V', padded(2000))).statusCode).toBe(200);
+  });
+
+  it('a body of unknown length (chunked) counts as the body limit', async () => {
+    ctx = await createTestContext({ env: { REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '4096' } });
+    locker = await holdLockOfU(ctx);
+    const held = bulk(ctx, pinTo(true));
+    await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
+    const res = await api(ctx.app, {
+      method: 'POST', url: PROPERTIES_URL, as: 'V', payload: `subscription_data=${encodeURIComponent(pinTo(true))}`,
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'transfer-encoding': 'chunked' },
+    });
+    expect(res.statusCode).toBe(503);
+    await locker.query('SELECT pg_advisory_unlock_all()');
+    expect((await held).statusCode).toBe(200);
+  });
+});
+
+describe('a client that leaves', () => {
+  it('halfway through its body frees its reservation', async () => {
+    ctx = await createTestContext({ env: { REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '4096' } });
+    await ctx.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = ctx.app.server.address() as AddressInfo;
+    const socket = net.connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write(`POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n`
+      + 'Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 3000\r\n\r\npadding=xxxx');
+    const body = `subscription_data=${encodeURIComponent(pinTo(true))}&padding=${'y'.repeat(2000)}`;
+    const post = () => rawPost({ port, path: PROPERTIES_URL, chunks: [body], headers: { authorization: auth('V'), host: 'chat.example.com', 'content-type': 'application/x-www-form-urlencoded' } });
+    // While the upload is held, there is no room for another such body; once its client left, there is.
+    await eventually(async () => (await post()).status === 503);
+    socket.destroy();
+    await eventually(async () => (await post()).status === 200);
+    expect((await subscriptionOf(ctx, ids.V, ids.P))?.pin_to_top).toBe(true);
+  });
+});
+
+describe('a burst of large writes from one account', () => {
+  it('keeps the heap bounded (under 100 MB above where it started) and fails nobody with 500', async () => {
+    ctx = await createTestContext({ env: { RATE_LIMITING: 'true' } });
+    // 10,000 entries on one subscription (about 500 KB urlencoded), the largest update the limits allow.
+    const entries = Array.from({ length: 10_000 }, (_, index) => ({ stream_id: ids.P, property: 'color', value: `#${String(index).padStart(6, '0')}` }));
+    const payload = `subscription_data=${encodeURIComponent(JSON.stringify(entries))}`;
+    global.gc?.();
+    const baseline = process.memoryUsage().heapUsed;
+    let peak = baseline;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().heapUsed);
+    }, 5);
+    try {
+      const responses = await Promise.all(Array.from({ length: 150 }, () => api(ctx!.app, {
+        method: 'POST', url: PROPERTIES_URL, as: 'U', payload,
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      })));
+      const statuses = responses.map((res) => res.statusCode);
+      expect(statuses.filter((status) => ![200, 429, 503].includes(status))).toEqual([]);
+      expect(statuses.filter((status) => status === 200).length).toBeGreaterThan(0);
+      expect(statuses.filter((status) => status !== 200).length).toBeGreaterThan(0);
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(peak - baseline).toBeLessThan(100 * 1024 * 1024);
+  });
+});
