@@ -96,6 +96,8 @@ async function startServer(databaseUrl: string): Promise<ServerProcess> {
       RATE_LIMIT_MAX_REQUESTS: '1000000',
       LOG_LEVEL: 'warn',
       PGAPPNAME: SERVER_APPLICATION_NAME,
+      // The untouched queue is never polled and must keep every event of the run.
+      QUEUE_MAX_PENDING_EVENTS: '1000000000',
       // Long polls answer with a heartbeat within 3 s, so the pollers stop promptly at the end.
       HEARTBEAT_SECONDS: '2',
       HEARTBEAT_JITTER_SECONDS: '1',

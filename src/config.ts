@@ -51,6 +51,9 @@ const EnvSchema = Type.Object({
   POLL_RECHECK_SECONDS: Type.Integer({ minimum: 1, maximum: 20, default: 5 }),
   // Live event queues per user; register beyond it deletes the least recently used one.
   QUEUE_MAX_PER_USER: Type.Integer({ minimum: 1, default: 20 }),
+  // Pending (unacknowledged) events per queue; a write that would leave more deletes the queue, whose
+  // client then registers again. 10,000: one bulk update of the most entries a request may carry.
+  QUEUE_MAX_PENDING_EVENTS: Type.Integer({ minimum: 1, default: 10_000 }),
   // Subscription audit rows older than this are deleted by the sweep.
   AUDIT_LOG_RETENTION_DAYS: Type.Integer({ minimum: 1, default: 365 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
@@ -171,6 +174,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
     pollRecheckSeconds: env.POLL_RECHECK_SECONDS,
     queueMaxPerUser: env.QUEUE_MAX_PER_USER,
+    queueMaxPendingEvents: env.QUEUE_MAX_PENDING_EVENTS,
     auditLogRetentionDays: env.AUDIT_LOG_RETENTION_DAYS,
     trustProxy: env.TRUST_PROXY,
     dbPoolMax: env.DB_POOL_MAX,

@@ -6,6 +6,7 @@ import { api, createTestContext, multipart, type TestContext } from './helpers/a
 import { errorBody, INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
+import { queueRow } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
 
 /** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
@@ -85,20 +86,31 @@ describe('bulk update cost and scale', () => {
     expect(ctx.database.statements).toHaveLength(1); // authentication only
   });
 
-  it('applies 10,000 entries in one request', async () => {
+  it('applies 10,000 entries in one request; a queue their events would take past QUEUE_MAX_PENDING_EVENTS is dropped', async () => {
     const queue = await createQueue(ctx.db, 'U');
     const list = entries(10_000);
+    // is_muted and in_home_view make two events each.
+    expect(eventCount(list)).toBeGreaterThan(ctx.config.queueMaxPendingEvents);
     const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(list) }) });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
     for (const [streamId, values] of expectedFinal(list)) {
       expect(await subscriptionOf(ctx, U, streamId)).toMatchObject(values);
     }
-    const events = await queueEvents(ctx.db, queue);
-    expect(events).toHaveLength(eventCount(list));
-    expect(events.map((e) => e.id)).toEqual(events.map((_, index) => index));
-    expect(events.at(-1)).toMatchObject({ property: list.at(-1)!.property, value: list.at(-1)!.value, stream_id: list.at(-1)!.stream_id });
+    expect(await queueRow(ctx.db, queue)).toBeUndefined();
+    expect(await queueEvents(ctx.db, queue)).toEqual([]);
     expect(await auditRows(ctx)).toHaveLength(10_000);
+  });
+
+  it('10,000 one-event entries reach a caught-up queue whole (the default cap), numbered in order', async () => {
+    const queue = await createQueue(ctx.db, 'U');
+    const list = Array.from({ length: 10_000 }, (_, i) => ({ stream_id: [P, Q, W][i % 3]!, property: 'pin_to_top', value: i % 2 === 0 }));
+    const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(list) }) });
+    expect(res.body).toBe(OK);
+    const events = await queueEvents(ctx.db, queue);
+    expect(events).toHaveLength(ctx.config.queueMaxPendingEvents);
+    expect(events.map((e) => e.id)).toEqual(events.map((_, index) => index));
+    expect(events.at(-1)).toMatchObject({ property: 'pin_to_top', value: false, stream_id: list.at(-1)!.stream_id, id: 9_999 });
   });
 });
 

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 
 /** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
 export interface ApiEvent {
@@ -15,6 +16,14 @@ export interface EventAppendArgs extends Record<string, unknown> {
   realmId: number;
   /** The events as one JSON array, in order ('[]': none). */
   events: string;
+  /** A queue this write would leave with more pending events is deleted instead (QUEUE_MAX_PENDING_EVENTS). */
+  maxPendingEvents: number;
+}
+
+/** Where a user's event-producing writes run, and the bound they keep on each queue's pending events. */
+export interface EventWrites {
+  transactions: UserTransactions;
+  maxPendingEvents: number;
 }
 
 /**
@@ -33,6 +42,11 @@ export interface EventAppendArgs extends Record<string, unknown> {
  * text as sent, so payloads keep their key order. Each queue's type list (at most 256 names) is
  * searched once per distinct event type, not once per event: the events then meet their queues
  * through a hash join on the type.
+ *
+ * A queue the write would leave with more than `maxPendingEvents` pending (unacknowledged) events
+ * is deleted instead, with its events, and its waiting poll woken: the client's next poll gets
+ * BAD_EVENT_QUEUE_ID and it registers again, as after expiry (spec §2.10). A write thus stores at
+ * most maxPendingEvents rows per queue, and a queue whose client stops polling stops growing.
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
   return db
@@ -61,11 +75,26 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
         // The user's queues by index (the planner cannot tell how few rows event_count holds).
         .where('eq.user_id', '=', args.userId)
         .whereRef('eq.id', '=', 'c.queue_id')
+        // Pending afterwards: the ids after the acknowledged one. Checked on the row's latest
+        // version, like the numbering (a poll may have acknowledged meanwhile).
+        .where((eb) => eb(eb(eb('eq.next_event_id', '+', eb.ref('c.n')), '-', eb.ref('eq.last_acked_id')), '<=', sql<number>`${args.maxPendingEvents}::bigint + 1`))
         // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
         .returning((eb) => [
           'eq.id', eb('eq.next_event_id', '-', eb.ref('c.n')).as('first_id'),
           sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified'),
         ]))
+    // The queues the update skipped for their cap, known from its output rather than from the
+    // opposite condition: rechecked on a row a poll changed meanwhile, that could fail as well, and
+    // the queue would lose these events without an error. Reading bumped_queue also runs the update
+    // first, so the two never touch the same row. The NOTIFY ends a poll waiting on a dropped queue.
+    .with('dropped_queue', (db) =>
+      db
+        // Not aliased: Kysely cannot type an aliased DELETE inside a CTE.
+        .deleteFrom('event_queues')
+        .where('event_queues.user_id', '=', args.userId)
+        .where('event_queues.id', 'in', (eb) => eb.selectFrom('event_count').select('queue_id'))
+        .where('event_queues.id', 'not in', (eb) => eb.selectFrom('bumped_queue').select('id'))
+        .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, event_queues.id::text)`.as('notified')))
     .with('inserted_event', (db) =>
       db
         .insertInto('events')
@@ -83,7 +112,7 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
             ])));
 }
 
-export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events'] as const;
+export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events', 'maxPendingEvents'] as const;
 
 export interface NewEventQueue {
   id: string;

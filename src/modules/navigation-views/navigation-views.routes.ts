@@ -14,7 +14,8 @@ import {
 import { addNavigationView, changeNavigationView, removeNavigationView } from './navigation-views.service.js';
 
 /** Navigation views of the caller (spec §3.8–§3.11). */
-export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
+export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
+  const writes = { transactions, maxPendingEvents: config.queueMaxPendingEvents };
   app.get('/api/v1/navigation_views', { schema: listNavigationViewsSchema }, async (request) => {
     const caller = callerOf(request);
     const views = await selectNavigationViews(db, caller.realmId, caller.id).execute();
@@ -23,20 +24,20 @@ export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { d
 
   app.post('/api/v1/navigation_views', { schema: addNavigationViewSchema }, async (request, reply) => {
     const { fragment, is_pinned, name } = parametersOf(request, addNavigationViewSchema);
-    await addNavigationView(transactions, callerOf(request), { fragment, is_pinned, name }, clientGone(reply));
+    await addNavigationView(writes, callerOf(request), { fragment, is_pinned, name }, clientGone(reply));
     return success(request);
   });
 
   app.patch('/api/v1/navigation_views/*', { schema: updateNavigationViewSchema }, async (request, reply) => {
     const { fragment, is_pinned, name } = parametersOf(request, updateNavigationViewSchema);
     const changes = { ...(name !== undefined && { name }), ...(is_pinned !== undefined && { is_pinned }) };
-    await changeNavigationView(transactions, callerOf(request), fragment, changes, clientGone(reply));
+    await changeNavigationView(writes, callerOf(request), fragment, changes, clientGone(reply));
     return success(request);
   });
 
   app.delete('/api/v1/navigation_views/*', { schema: removeNavigationViewSchema }, async (request, reply) => {
     const { fragment } = parametersOf(request, removeNavigationViewSchema);
-    await removeNavigationView(transactions, callerOf(request), fragment, clientGone(reply));
+    await removeNavigationView(writes, callerOf(request), fragment, clientGone(reply));
     return success(request);
   });
 };

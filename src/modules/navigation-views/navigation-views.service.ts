@@ -1,10 +1,9 @@
 import { writeRefusal } from '../../db/errors.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { isStorableText } from '../../lib/text.js';
-import type { ApiEvent } from '../events/events.repository.js';
+import type { ApiEvent, EventWrites } from '../events/events.repository.js';
 import {
   addViewStatement,
   type NavigationView,
@@ -46,7 +45,7 @@ type ViewStatement = typeof addViewStatement;
  * error a missing view gets (spec §4 row 7: PATCH and DELETE differ only in the code).
  */
 async function writeView(
-  transactions: UserTransactions,
+  writes: EventWrites,
   caller: Caller,
   statement: ViewStatement,
   args: { fragment: string | null; isPinned?: boolean; name?: string },
@@ -56,10 +55,10 @@ async function writeView(
 ): Promise<void> {
   const values = {
     userId: caller.id, realmId: caller.realmId, events: JSON.stringify([event]),
-    fragment: args.fragment, isPinned: args.isPinned ?? null, name: args.name ?? null,
+    fragment: args.fragment, isPinned: args.isPinned ?? null, name: args.name ?? null, maxPendingEvents: writes.maxPendingEvents,
   };
   try {
-    await transactions.run(caller.id, (tx) => statement(tx, values), departure);
+    await writes.transactions.run(caller.id, (tx) => statement(tx, values), departure);
   } catch (error) {
     const refusal = writeRefusal(error)?.reason;
     if (refusal === VIEW_EXISTS) throw badRequest(EXISTS_MESSAGE);
@@ -71,19 +70,19 @@ async function writeView(
 }
 
 /** POST /navigation_views: checks of spec §3.9 in order, then the row and its event. */
-export async function addNavigationView(transactions: UserTransactions, caller: Caller, input: NewNavigationView, departure?: Departure): Promise<void> {
+export async function addNavigationView(writes: EventWrites, caller: Caller, input: NewNavigationView, departure?: Departure): Promise<void> {
   const builtIn = BUILT_IN_FRAGMENTS.has(input.fragment);
   if (builtIn && input.name !== undefined) throw badRequest('Built-in views cannot have a custom name');
   if (!builtIn && input.name === undefined) throw badRequest('Custom views must have a valid name.');
   const view: NavigationView = { fragment: input.fragment, is_pinned: input.is_pinned, name: input.name ?? null };
   const event = { type: 'navigation_view', op: 'add', navigation_view: view };
   const args = { fragment: view.fragment, isPinned: view.is_pinned, ...(input.name !== undefined && { name: input.name }) };
-  await writeView(transactions, caller, addViewStatement, args, event, () => badRequest(EXISTS_MESSAGE), departure);
+  await writeView(writes, caller, addViewStatement, args, event, () => badRequest(EXISTS_MESSAGE), departure);
 }
 
 /** PATCH /navigation_views/{fragment}: checks of spec §3.10 in order, then the change and its event. */
 export async function changeNavigationView(
-  transactions: UserTransactions,
+  writes: EventWrites,
   caller: Caller,
   fragment: string,
   changes: NavigationViewChanges,
@@ -99,15 +98,15 @@ export async function changeNavigationView(
   };
   const args = { fragment: isStorableText(fragment) ? fragment : null, ...(changes.is_pinned !== undefined && { isPinned: changes.is_pinned }), ...(changes.name !== undefined && { name: changes.name }) };
   const event = { type: 'navigation_view', op: 'update', fragment, data };
-  await writeView(transactions, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
+  await writeView(writes, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
 }
 
 /** DELETE /navigation_views/{fragment} (spec §3.11). */
-export async function removeNavigationView(transactions: UserTransactions, caller: Caller, fragment: string, departure?: Departure): Promise<void> {
+export async function removeNavigationView(writes: EventWrites, caller: Caller, fragment: string, departure?: Departure): Promise<void> {
   const missing = () => new ApiError(404, MISSING_MESSAGE, 'BAD_REQUEST');
   if (!isStorableText(fragment)) throw missing();
   const event = { type: 'navigation_view', op: 'remove', fragment };
-  await writeView(transactions, caller, removeViewStatement, { fragment }, event, missing, departure);
+  await writeView(writes, caller, removeViewStatement, { fragment }, event, missing, departure);
 }
 
 function isNavigationViewUniqueViolation(error: unknown): boolean {

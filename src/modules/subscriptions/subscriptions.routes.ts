@@ -14,7 +14,8 @@ import { applySubscriptionChanges, listSubscriptions } from './subscriptions.ser
 import { checkSettingChange } from './subscriptions.validation.js';
 
 /** Subscription settings (spec §3.2–§3.4). */
-export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions }) => {
+export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
+  const writes = { transactions, maxPendingEvents: config.queueMaxPendingEvents };
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
     const { include_subscribers } = parametersOf(request, listSubscriptionsSchema);
     const subscriptions = await listSubscriptions(db, callerOf(request), { includeSubscribers: include_subscribers });
@@ -23,7 +24,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
 
   app.post('/api/v1/users/me/subscriptions/properties', { schema: updateSettingsSchema }, async (request, reply) => {
     const { changes, shapeError } = parametersOf(request, updateSettingsSchema).subscription_data;
-    await applySubscriptionChanges(transactions, callerOf(request), changes, shapeError, clientGone(reply));
+    await applySubscriptionChanges(writes, callerOf(request), changes, shapeError, clientGone(reply));
     return success(request);
   });
 
@@ -31,7 +32,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
   const updateOneSetting: RouteHandlerMethod = async (request: FastifyRequest, reply) => {
     const { stream_id, property, value } = parametersOf(request, updateSettingSchema);
     const change = checkSettingChange(stream_id, property, value);
-    await applySubscriptionChanges(transactions, callerOf(request), [change], undefined, clientGone(reply));
+    await applySubscriptionChanges(writes, callerOf(request), [change], undefined, clientGone(reply));
     return success(request);
   };
   // Digits only: any other segment is not this route (404 from the router).

@@ -1,11 +1,10 @@
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
-import type { ApiEvent } from '../events/events.repository.js';
+import type { ApiEvent, EventWrites } from '../events/events.repository.js';
 import {
   INVALID_CHANNEL,
   NOT_SUBSCRIBED,
@@ -64,7 +63,7 @@ function channelError(error: unknown, changes: SettingChange[]): ApiError | unde
  * error, for which the channels are only checked and nothing is written.
  */
 export async function applySubscriptionChanges(
-  transactions: UserTransactions,
+  writes: EventWrites,
   caller: SettingsCaller,
   changes: SettingChange[],
   shapeError?: ApiError,
@@ -85,9 +84,10 @@ export async function applySubscriptionChanges(
     streamIds: `{${[...new Set(changes.map((change) => storableStreamId(change.streamId)))].join(',')}}`,
     write: shapeError === undefined,
     events: JSON.stringify(shapeError === undefined ? events : []),
+    maxPendingEvents: writes.maxPendingEvents,
   };
   try {
-    await transactions.run(caller.id, (tx) => writeSettingsStatement(tx, args), departure, changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small');
+    await writes.transactions.run(caller.id, (tx) => writeSettingsStatement(tx, args), departure, changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small');
   } catch (error) {
     throw channelError(error, changes) ?? error;
   }
