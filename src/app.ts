@@ -5,7 +5,7 @@ import { authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
-import { limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
+import { bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { ApiError, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
@@ -120,7 +120,6 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     totalBytes: config.requestBodyMemoryBytes,
     userBytes: config.userRequestBodyBytes,
     userRequests: config.userRequestBodies,
-    bodyLimit: config.bodyLimitBytes,
     retryAfterSeconds: config.retryAfterSeconds,
   });
   await app.register(async (api) => {
@@ -129,12 +128,13 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.setValidatorCompiler(documentationOnly);
     api.addHook('onRequest', rejectEmptyPathParams);
     if (logging) api.addHook('onRequest', logClientLeaving);
-    // Before anything of the body is read (its reservation), then its field count as it arrives.
-    requestMemory.register(api);
     api.addHook('preParsing', limitFormFields);
-    api.addHook('preValidation', parameterCollector(config.bodyLimitBytes));
+    // After limitFormFields: the stream it fails is the one the parser reads (a pipe passes no error on).
+    api.addHook('preParsing', bodyDeadline(config.bodyTimeoutSeconds));
+    requestMemory.register(api);
+    api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
     api.addHook('preHandler', authenticationHook(new AccountBatches(reads), config));
-    api.addHook('preHandler', requestMemory.admitUser);
+    api.addHook('preHandler', requestMemory.admit);
     // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);

@@ -32,7 +32,7 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
   RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200 }),
   BODY_LIMIT_BYTES: Type.Integer({ minimum: 1024, default: 1048576 }),
-  // Request bodies this instance holds at once, being read or waiting for their answer; beyond: 503 (src/http/request-memory.ts).
+  // Bytes of authenticated requests' bodies this instance serves at once; beyond: 503 (src/http/request-memory.ts).
   REQUEST_BODY_MEMORY_BYTES: Type.Integer({ minimum: 1024, default: 16777216 }),
   // One user's bodies held at once on an instance, in bytes and in requests; beyond: 429.
   USER_REQUEST_BODY_BYTES: Type.Integer({ minimum: 1024, default: 2097152 }),
@@ -69,6 +69,8 @@ const EnvSchema = Type.Object({
   DB_READ_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 1000 }),
   // How long a client may take to send a whole request (headers and body).
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),
+  // How long a body of 64 KiB or more (or chunked) may take to arrive, from the request's headers.
+  BODY_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 10 }),
   // How long a connection may stay silent in both directions, a long poll included.
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 120 }),
   // How long an idle keep-alive connection stays open between requests.
@@ -184,6 +186,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     dbStatementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
     dbReadStatementTimeoutMs: env.DB_READ_STATEMENT_TIMEOUT_MS,
     requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
+    bodyTimeoutSeconds: env.BODY_TIMEOUT_SECONDS,
     connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
     keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
     shutdownDrainSeconds: env.SHUTDOWN_DRAIN_SECONDS,

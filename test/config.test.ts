@@ -25,7 +25,8 @@ describe('configuration from the environment', () => {
       heartbeatSeconds: 45, heartbeatJitterSeconds: 10, eventQueueLongpollTimeoutSeconds: 90,
       queueDefaultLifespanSeconds: 600, queueMaxLifespanSeconds: 604800, trustProxy: false,
       dbPoolMax: 20, dbReadConnections: 2, dbWriteConnections: 2, dbConnectTimeoutMs: 2000, shutdownDrainSeconds: 5,
-      pollRecheckSeconds: 5,
+      pollRecheckSeconds: 5, requestBodyMemoryBytes: 16777216, userRequestBodyBytes: 2097152, userRequestBodies: 32,
+      bodyTimeoutSeconds: 10,
     });
   });
 
@@ -53,6 +54,8 @@ describe('configuration from the environment', () => {
     // A longer interval would let the 60 s poll leases run out between two renewals.
     [{ POLL_RECHECK_SECONDS: '21' }, /^Invalid environment variable POLL_RECHECK_SECONDS="21"/],
     [{ HEARTBEAT_SECONDS: '100' }, /^EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed/],
+    // No body of the largest size could ever be admitted.
+    [{ REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '8192' }, /^REQUEST_BODY_MEMORY_BYTES must be at least BODY_LIMIT_BYTES/],
   ])('a bad value fails naming the variable: %o', (env, message) => {
     expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(ConfigError);
     expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(message);

@@ -234,3 +234,42 @@ describe('timeout configuration', () => {
     expect(() => loadConfig({ ...env, REQUEST_TIMEOUT_SECONDS: '0' })).toThrow(/REQUEST_TIMEOUT_SECONDS/);
   });
 });
+
+describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', () => {
+  let ctx: TestContext;
+  let port: number;
+  beforeAll(async () => {
+    ctx = await createTestContext({ env: { BODY_TIMEOUT_SECONDS: '1', REQUEST_TIMEOUT_SECONDS: '30' } });
+    await ctx.app.listen({ port: 0, host: '127.0.0.1' });
+    port = portOf(ctx);
+  });
+  afterAll(() => ctx.close());
+
+  const TIMED_OUT = '{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"}';
+  const head = (contentType: string, length: string, authorization = auth('U')) =>
+    `POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${authorization}\r\nContent-Type: ${contentType}\r\n${length}\r\n\r\n`;
+
+  // A large body that stops halfway: 408 after about a second, far before the request timeout,
+  // whatever its encoding and with or without credentials; nothing is written.
+  const stalled: [string, string][] = [
+    ['urlencoded', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000')}subscription_data=${'x'.repeat(100_000)}`],
+    ['urlencoded, no credentials', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000', 'Basic bm9uZQ==')}a=${'x'.repeat(100_000)}`],
+    ['multipart', `${head('multipart/form-data; boundary=b', 'Content-Length: 200000')}--b\r\nContent-Disposition: form-data; name="subscription_data"\r\n\r\n${'x'.repeat(100_000)}`],
+    ['chunked', `${head('application/x-www-form-urlencoded', 'Transfer-Encoding: chunked')}10\r\nsubscription_dat\r\n`],
+  ];
+  it.each(stalled)('%s: 408 within the deadline, connection closed', async (_name, text) => {
+    const result = await rawSocket(port, text);
+    expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
+    expect(result.received.endsWith(`\r\n\r\n${TIMED_OUT}`)).toBe(true);
+    expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
+    expect(result.closedAfterMs).toBeLessThan(5000);
+    expect(await pinToTopOfP(ctx)).toBe(false);
+  });
+
+  it('a large body that arrives in time is served', async () => {
+    const form = `subscription_data=${encodeURIComponent(pinP)}&padding=${'x'.repeat(70_000)}`;
+    const res = await rawPost({ port, path: PROPERTIES_URL, chunks: [form.slice(0, 30_000), form.slice(30_000)], headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(res.status).toBe(200);
+    expect(await pinToTopOfP(ctx)).toBe(true);
+  });
+});

@@ -1,7 +1,7 @@
 import { Transform, type TransformCallback } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
-import { ApiError, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
+import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
 import { decodeForm } from './form-decoding.js';
 
 const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
@@ -28,8 +28,10 @@ export async function registerBodyParsers(app: FastifyInstance, bodyLimit: numbe
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_request, _body, done) => done(null, undefined));
 }
 
-const isUrlencoded = (request: FastifyRequest): boolean =>
-  request.headers['content-type']?.trimStart().toLowerCase().startsWith('application/x-www-form-urlencoded') === true;
+const hasMediaType = (request: FastifyRequest, type: string): boolean =>
+  request.headers['content-type']?.trimStart().toLowerCase().startsWith(type) === true;
+
+const isUrlencoded = (request: FastifyRequest): boolean => hasMediaType(request, 'application/x-www-form-urlencoded');
 
 /**
  * Counts the fields of an urlencoded body as it arrives (as Python's parse_qsl does for Django:
@@ -64,6 +66,34 @@ export function limitFormFields(request: FastifyRequest, _reply: FastifyReply, p
   done(null, payload.pipe(new FieldCounter()));
 }
 
+/** Bodies declared at least this long (or chunked) must arrive within the body deadline; shorter ones come in a packet or two. */
+const DEADLINE_FROM_BYTES = 65_536;
+
+/**
+ * preParsing: a large body must arrive whole within `seconds` of the request's headers, or the
+ * request gets 408 and its connection closes. The body is read before the credentials are checked
+ * (spec §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
+ * up to a body limit's worth of memory; REQUEST_TIMEOUT_SECONDS (for headers and small bodies) is
+ * too loose for that.
+ */
+export function bodyDeadline(seconds: number) {
+  return (request: FastifyRequest, reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void): void => {
+    const declared = request.headers['content-length'];
+    const chunked = request.headers['transfer-encoding'] !== undefined;
+    if (!BODY_METHODS.has(request.method) || (!chunked && (declared === undefined || Number(declared) < DEADLINE_FROM_BYTES))) return done(null, payload);
+    // Multipart is read from request.raw when its fields are collected, which keeps its own deadline
+    // (request.isMultipart() is only known once its parser ran, after this hook).
+    if (hasMediaType(request, 'multipart/form-data')) return done(null, payload);
+    // Unless answered meanwhile: a body refused unread (413 on its declared length) leaves a stream nobody reads or ends.
+    const timer = setTimeout(() => reply.sent || payload.destroy(bodyTimedOut()), seconds * 1000);
+    // 'close' too: a body refused on the way (413, too many fields) or a client gone ends no other way.
+    const clear = () => clearTimeout(timer);
+    payload.once('end', clear);
+    payload.once('close', clear);
+    done(null, payload);
+  };
+}
+
 /** Last occurrence wins within one source (`a=1&a=2` → `2`): the query string's fields. */
 function lastValues(source: unknown): Map<string, string> {
   const values = new Map<string, string>();
@@ -79,13 +109,17 @@ function lastValues(source: unknown): Map<string, string> {
  * The request's parts, failing with 413 as soon as more than bodyLimit bytes have arrived: busboy's
  * limits are per part, and a chunked body declares no length to check up front.
  */
-async function* limitedParts(request: FastifyRequest, bodyLimit: number) {
+async function* limitedParts(request: FastifyRequest, bodyLimit: number, timeoutMs: number) {
   let received = 0;
   let exceed: () => void = () => undefined;
+  let expire: () => void = () => undefined;
   const tooLarge = new Promise<never>((_resolve, reject) => {
     exceed = () => reject(bodyTooLarge());
+    expire = () => reject(bodyTimedOut());
   });
   tooLarge.catch(() => undefined); // observed through the race below
+  // The body deadline (bodyDeadline): multipart is read from request.raw, not from the hook's payload.
+  const timer = setTimeout(expire, timeoutMs);
   const onData = (chunk: Buffer) => {
     received += chunk.length;
     if (received <= bodyLimit) return;
@@ -104,16 +138,17 @@ async function* limitedParts(request: FastifyRequest, bodyLimit: number) {
       yield next.value;
     }
   } finally {
+    clearTimeout(timer);
     request.raw.removeListener('data', onData);
   }
 }
 
-async function multipartFields(request: FastifyRequest, bodyLimit: number): Promise<Map<string, string>> {
+async function multipartFields(request: FastifyRequest, bodyLimit: number, timeoutMs: number): Promise<Map<string, string>> {
   const declaredLength = Number(request.headers['content-length'] ?? 0);
   if (declaredLength > bodyLimit) throw bodyTooLarge();
   const fields = new Map<string, string>();
   try {
-    for await (const part of limitedParts(request, bodyLimit)) {
+    for await (const part of limitedParts(request, bodyLimit, timeoutMs)) {
       if (part.type === 'file') {
         part.file.resume(); // file parts are not parameters: drain and drop them
       } else if (typeof part.value === 'string') {
@@ -134,7 +169,7 @@ async function multipartFields(request: FastifyRequest, bodyLimit: number): Prom
  * preValidation: collects the request's parameters for the decoder (src/http/params.ts). A callback hook
  * (see echoRequestId): only a multipart body needs to wait.
  */
-export function parameterCollector(bodyLimit: number) {
+export function parameterCollector(bodyLimit: number, bodyTimeoutSeconds: number) {
   return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void => {
     const collect = (body: Map<string, string>) => {
       request.parameterSources = { body, query: lastValues(request.query) };
@@ -143,6 +178,6 @@ export function parameterCollector(bodyLimit: number) {
     if (!BODY_METHODS.has(request.method)) return collect(new Map());
     // An urlencoded body was decoded to its fields (decodeForm); other bodies carry none.
     if (!request.isMultipart()) return collect(request.body instanceof Map ? (request.body as Map<string, string>) : new Map());
-    multipartFields(request, bodyLimit).then(collect, done);
+    multipartFields(request, bodyLimit, bodyTimeoutSeconds * 1000).then(collect, done);
   };
 }

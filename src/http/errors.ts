@@ -48,6 +48,9 @@ export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too 
 
 export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');
 
+/** The body did not arrive in time (BODY_TIMEOUT_SECONDS): the message Node's request timeout gets (client-errors.ts); the rest of the body is not awaited. */
+export const bodyTimedOut = (): ApiError => new ApiError(408, 'Request timeout', 'BAD_REQUEST', {}, { connection: 'close' });
+
 export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields in request body');
 
 /**

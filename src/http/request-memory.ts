@@ -1,30 +1,29 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest, RequestPayload } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { serviceUnavailable } from './errors.js';
 import { rateLimitExceeded } from './rate-limit.js';
 
 /**
- * Bounds the memory an instance gives to request bodies, whoever sends them (issue 31). A body is
- * held from the moment it starts to arrive until its answer is sent: read, parsed, decoded, then
- * waiting for its user's turn (a user's writes run one at a time, src/db/user-transactions.ts), and
- * a decoded bulk update holds several times its size. So:
+ * Bounds the memory an instance gives to the bodies of authenticated requests while they are
+ * served (issue 31). Once read, a body is parsed and decoded, then may wait for its user's turn (a
+ * user's writes run one at a time, src/db/user-transactions.ts); a decoded bulk update holds
+ * several times its size, and until now the only bound on how many wait was the rate limit. So,
+ * right after authentication and the rate limit, before its parameters are decoded:
  *
- * - instance: the bodies being read or served may declare at most `totalBytes` together (a body
- *   of unknown length counts as the body limit). Beyond it a request is answered 503 before its
- *   body is read: it costs nothing but its headers, credentials or not.
- * - user: once authenticated, a user's requests with a body may hold at most `userBytes` and
- *   `userRequests` at once on this instance. Beyond it: 429 RATE_LIMIT_HIT with a retry-after of a
- *   second, which the official clients wait out and retry; the others' requests are not held up.
+ * - user: a user's requests with a body may hold at most `userBytes` and `userRequests` at once on
+ *   this instance (its first one is always admitted: the body limit bounds it). Beyond it: 429
+ *   RATE_LIMIT_HIT with a retry-after of a second, which the official clients wait out and retry.
+ * - instance: all users' together at most `totalBytes`. Beyond it: 503 SERVER_NOT_READY.
  *
- * A reservation ends when the answer is handed to Fastify (onSend): every request, answered or
- * failed, passes there once its handler, and so its waiting write, is done. Not when its client
- * leaves, unless its body had not all arrived: a write already queued stays in memory until its turn.
+ * Counted after authentication, not while bodies arrive: what unauthenticated requests cost is
+ * bounded per request (the body limit, BODY_TIMEOUT_SECONDS, linear decoding), and they can never
+ * fill the budget that the users' writes need. A reservation ends when the answer is handed to
+ * Fastify (onSend), which every request passes once its handler, and so its waiting write, is
+ * done, whether or not its client is still there.
  */
 export interface RequestMemoryLimits {
   totalBytes: number;
   userBytes: number;
   userRequests: number;
-  /** The body limit: what a body of unknown length may still grow to. */
-  bodyLimit: number;
   retryAfterSeconds: number;
 }
 
@@ -34,9 +33,8 @@ const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 const USER_RETRY_AFTER_SECONDS = 1;
 
 interface Reservation {
+  userId: number;
   bytes: number;
-  userId?: number;
-  released: boolean;
 }
 
 const reservations = new WeakMap<FastifyRequest, Reservation>();
@@ -47,82 +45,50 @@ export class RequestMemory {
 
   constructor(private readonly limits: RequestMemoryLimits) {}
 
-  /** Bytes reserved by bodies on this instance now. */
-  get reservedBytes(): number {
-    return this.total;
-  }
-
-  /** Users with a request holding a body now (for tests: the map must not grow without bound). */
-  get activeUsers(): number {
-    return this.users.size;
-  }
-
-  /** Reserves each body of `app`'s routes before it is read, and releases it once answered. */
+  /** Releases each request's reservation once it is answered, on the routes of `app`. */
   register(app: FastifyInstance): void {
-    app.addHook('preParsing', (request: FastifyRequest, _reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void) => {
-      if (!BODY_METHODS.has(request.method)) return done(null, payload);
-      const bytes = this.declaredBytes(request);
-      if (this.total + bytes > this.limits.totalBytes) return done(serviceUnavailable(this.limits.retryAfterSeconds));
-      this.total += bytes;
-      reservations.set(request, { bytes, released: false });
-      // A client that leaves before its whole body arrived never reaches its handler (nor onSend).
-      request.raw.once('close', () => {
-        if (!request.raw.complete) this.release(request);
-      });
-      done(null, payload);
-    });
     app.addHook('onSend', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (error: Error | null, payload?: unknown) => void) => {
       this.release(request);
       done(null, payload);
     });
   }
 
-  /** preHandler, after authentication and the rate limit: the body counts against its user. */
-  readonly admitUser = (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
-    try {
-      this.countAgainstUser(request);
-      done();
-    } catch (error) {
-      done(error as Error);
-    }
-  };
-
-  private declaredBytes(request: FastifyRequest): number {
-    const declared = request.headers['content-length'];
-    // Chunked: its length is unknown. Neither header: a request without a body (RFC 9112 §6.3).
-    if (request.headers['transfer-encoding'] !== undefined) return this.limits.bodyLimit;
-    if (declared === undefined) return 0;
-    if (!/^\d+$/.test(declared)) return this.limits.bodyLimit;
-    // A body declared larger than the limit is refused with 413 as soon as it is read.
-    return Math.min(Number(declared), this.limits.bodyLimit);
-  }
-
-  /** 429 when the user holds too much already. */
-  private countAgainstUser(request: FastifyRequest): void {
-    const reservation = reservations.get(request);
+  /** preHandler, after authentication and the rate limit: the body counts against its user and the instance. */
+  readonly admit = (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
     const userId = request.caller?.id;
-    if (!reservation || userId === undefined) return;
+    if (userId === undefined || !BODY_METHODS.has(request.method)) return done();
+    const bytes = bodyBytes(request);
     const held = this.users.get(userId) ?? { bytes: 0, requests: 0 };
-    // A user's first body is always admitted: the body limit bounds it, and the instance's budget let it in.
-    if (held.requests > 0 && (held.requests >= this.limits.userRequests || held.bytes + reservation.bytes > this.limits.userBytes)) {
-      throw rateLimitExceeded(USER_RETRY_AFTER_SECONDS);
+    if (held.requests > 0 && (held.requests >= this.limits.userRequests || held.bytes + bytes > this.limits.userBytes)) {
+      return done(rateLimitExceeded(USER_RETRY_AFTER_SECONDS));
     }
-    held.bytes += reservation.bytes;
+    if (this.total + bytes > this.limits.totalBytes) return done(serviceUnavailable(this.limits.retryAfterSeconds));
+    held.bytes += bytes;
     held.requests += 1;
     this.users.set(userId, held);
-    reservation.userId = userId;
-  }
+    this.total += bytes;
+    reservations.set(request, { userId, bytes });
+    done();
+  };
 
   private release(request: FastifyRequest): void {
     const reservation = reservations.get(request);
-    if (!reservation || reservation.released) return;
-    reservation.released = true;
+    if (!reservation) return;
+    reservations.delete(request);
     this.total -= reservation.bytes;
-    if (reservation.userId === undefined) return;
     const held = this.users.get(reservation.userId);
     if (!held) return;
     held.bytes -= reservation.bytes;
     held.requests -= 1;
     if (held.requests === 0) this.users.delete(reservation.userId);
   }
+}
+
+/** The body's size: as declared, or (chunked) what its fields hold. */
+function bodyBytes(request: FastifyRequest): number {
+  const declared = request.headers['content-length'];
+  if (declared !== undefined && request.headers['transfer-encoding'] === undefined) return Number(declared) || 0;
+  let bytes = 0;
+  for (const [name, value] of request.parameterSources.body) bytes += name.length + value.length;
+  return bytes;
 }
