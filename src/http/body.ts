@@ -3,6 +3,7 @@ import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
 import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
 import { decodeForm } from './form-decoding.js';
+import type { ParamSources } from './params.js';
 
 const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
@@ -20,7 +21,9 @@ const AMPERSAND = 0x26;
  */
 export async function registerBodyParsers(app: FastifyInstance, bodyLimit: number): Promise<void> {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (_request, body, done) => done(null, decodeForm(body as Buffer)));
+  // Decoded only once the credentials are accepted (parameterCollector): a megabyte of `+` still
+  // costs the event loop several milliseconds, which an unauthenticated request must not get.
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (_request, body, done) => done(null, new UrlencodedBody(body as Buffer)));
   // busboy stops at the part after the limit; the request then fails with 400 (multipartFields).
   await app.register(multipart, {
     limits: { fieldSize: bodyLimit, fileSize: bodyLimit, parts: MAX_FORM_FIELDS, fields: MAX_FORM_FIELDS },
@@ -165,6 +168,22 @@ async function multipartFields(request: FastifyRequest, bodyLimit: number, timeo
   return fields;
 }
 
+/** An urlencoded body as read, not yet decoded. */
+class UrlencodedBody {
+  constructor(readonly bytes: Buffer) {}
+}
+
+/** The body's fields, decoded on first use: by the decoder, after authentication and the rate limit. */
+function lazilyDecoded(body: UrlencodedBody, query: Map<string, string>): ParamSources {
+  let fields: Map<string, string> | undefined;
+  return {
+    get body() {
+      return (fields ??= decodeForm(body.bytes));
+    },
+    query,
+  };
+}
+
 /**
  * preValidation: collects the request's parameters for the decoder (src/http/params.ts). A callback hook
  * (see echoRequestId): only a multipart body needs to wait.
@@ -176,8 +195,12 @@ export function parameterCollector(bodyLimit: number, bodyTimeoutSeconds: number
       done();
     };
     if (!BODY_METHODS.has(request.method)) return collect(new Map());
-    // An urlencoded body was decoded to its fields (decodeForm); other bodies carry none.
-    if (!request.isMultipart()) return collect(request.body instanceof Map ? (request.body as Map<string, string>) : new Map());
+    if (request.body instanceof UrlencodedBody) {
+      request.parameterSources = lazilyDecoded(request.body, lastValues(request.query));
+      return done();
+    }
+    // Bodies of other types carry no parameters.
+    if (!request.isMultipart()) return collect(new Map());
     multipartFields(request, bodyLimit, bodyTimeoutSeconds * 1000).then(collect, done);
   };
 }
