@@ -5,7 +5,8 @@ import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } fr
 import { decodeForm } from './form-decoding.js';
 import type { ParamSources } from './params.js';
 
-const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
+/** The methods whose bodies are parameter sources (spec §1.5). */
+export const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
 /**
  * At most this many fields in a form body, urlencoded or multipart (Django's

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { BODY_METHODS } from './body.js';
 import { serviceUnavailable } from './errors.js';
 import { rateLimitExceeded } from './rate-limit.js';
 
@@ -15,7 +16,7 @@ import { rateLimitExceeded } from './rate-limit.js';
  * - instance: all users' together at most `totalBytes`. Beyond it: 503 SERVER_NOT_READY.
  *
  * Counted after authentication, not while bodies arrive: what unauthenticated requests cost is
- * bounded per request (the body limit, BODY_TIMEOUT_SECONDS, linear decoding), and they can never
+ * bounded per request (the body limit, BODY_TIMEOUT_SECONDS; their bodies are never decoded), and they can never
  * fill the budget that the users' writes need. A reservation ends when the answer is handed to
  * Fastify (onSend), which every request passes once its handler, and so its waiting write, is
  * done, whether or not its client is still there.
@@ -26,8 +27,6 @@ export interface RequestMemoryLimits {
   userRequests: number;
   retryAfterSeconds: number;
 }
-
-const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
 /** Seconds a client refused for its own queue waits before retrying: its queued writes take milliseconds each. */
 const USER_RETRY_AFTER_SECONDS = 1;
