@@ -20,6 +20,9 @@ afterEach(async () => {
   ctx = undefined;
 });
 
+/** The held writes wait for U's lock as long as the test needs, even on a loaded machine (not 503 after the 5 s statement timeout). */
+const WAIT_FOR_LOCK = { DB_STATEMENT_TIMEOUT_MS: '60000' };
+
 const USER_QUEUE_FULL = JSON.stringify({ result: 'error', msg: 'API usage exceeded rate limit', code: 'RATE_LIMIT_HIT', 'retry-after': 1 });
 
 /** Holds U's write lock from another connection, as U's write on another instance would: U's writes here wait. */
@@ -36,7 +39,7 @@ const padded = (bytes: number) => ({ padding: 'x'.repeat(bytes) });
 
 describe('one user', () => {
   it('holds at most USER_REQUEST_BODIES bodies: the next gets 429 with retry-after 1 and changes nothing; others are served', async () => {
-    ctx = await createTestContext({ env: { USER_REQUEST_BODIES: '2' } });
+    ctx = await createTestContext({ env: { ...WAIT_FOR_LOCK, USER_REQUEST_BODIES: '2' } });
     locker = await holdLockOfU(ctx);
     const waiting = [bulk(ctx, pinTo(true)), bulk(ctx, pinTo(true))];
     await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
@@ -54,7 +57,7 @@ describe('one user', () => {
   });
 
   it('holds at most USER_REQUEST_BODY_BYTES: a second large body waits no queue, a small one still fits', async () => {
-    ctx = await createTestContext({ env: { USER_REQUEST_BODY_BYTES: '4096' } });
+    ctx = await createTestContext({ env: { ...WAIT_FOR_LOCK, USER_REQUEST_BODY_BYTES: '4096' } });
     locker = await holdLockOfU(ctx);
     const first = bulk(ctx, pinTo(true), 'U', padded(3000));
     await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
@@ -71,7 +74,7 @@ describe('one user', () => {
 
 describe('the instance', () => {
   it('holds at most REQUEST_BODY_MEMORY_BYTES of authenticated bodies: beyond, 503; reads and unauthenticated requests are not affected', async () => {
-    ctx = await createTestContext({ env: { REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '4096' } });
+    ctx = await createTestContext({ env: { ...WAIT_FOR_LOCK, REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '4096' } });
     locker = await holdLockOfU(ctx);
     const held = bulk(ctx, pinTo(true), 'U', padded(3000));
     await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
