@@ -99,6 +99,19 @@ describe('a small write whose user is locked elsewhere', () => {
     await ctx.db.updateTable('users').set({ full_name: 'O Owner' }).where('id', '=', ids.O).execute();
   });
 
+  it('refused first in a group whose statements are new to the connection, it leaves the connection serving (not closed as uncertain)', async () => {
+    const shared = (await renameAs(ids.V, 'Probe'))[0]!.pid;
+    // A statement no connection has prepared yet: the group sends its Parse before U's refused lock.
+    const fresh = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
+      db.selectFrom('users').select(sql<number>`pg_backend_pid() + 0`.as('pid')).where('id', '=', args.userId));
+    const [u, v] = [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => fresh(tx, { userId })));
+    expect((await v!)[0]!.pid).toBe(shared); // V again, on the same connection
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await releaseU();
+    expect((await u!)[0]!.pid).not.toBe(shared);
+    expect((await renameAs(ids.V, 'Probe'))[0]!.pid).toBe(shared);
+  });
+
   it('when its client leaves while it waits for its lock, it is cancelled and nothing of it is written', async () => {
     let leave = () => undefined as void;
     const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
