@@ -22,12 +22,12 @@ import type { PipelinedConnections, TransactionProgress } from './pipelined-conn
  *   connection fails every member as it would have failed each (503): whether the commit happened
  *   is unknown, so nothing is sent again.
  *
- * A member whose user's lock is held elsewhere (another instance) is refused it at once (ZU002,
- * user_lock_now): a group never waits for a lock, which would hold up all its members and the
- * connection behind it. The group rolled back; the refused member fails with the refusal, not
+ * A member whose user's lock is held elsewhere (by another instance, say) is refused it at once
+ * (ZU002, user_lock_now): a group never waits for a user's lock, which would hold up all its
+ * members and the connection behind it for as long as the other holder keeps it. The group rolled back; the refused member fails with the refusal, not
  * sent again here (UserTransactions sends it on a connection of its own), and the others go again
  * together, as after any other culprit's failure, but counted as a first attempt (each refusal
- * removes a member, so this ends). The locks are still taken in user id order. Each instance runs
+ * removes a member, so this ends). Each instance runs
  * at most one transaction per user at a time (UserTransactions), so a group never holds one user
  * twice.
  */
