@@ -10,6 +10,8 @@ export interface LoadSpec {
   /** Bounded in time; `amount` (when set) ends it earlier, after that many responses. */
   durationSeconds: number;
   amount?: number;
+  /** Requests per second over all connections, at most (autocannon's overallRate); unset: as fast as answered. */
+  overallRate?: number;
   /** Cycled through per connection. */
   requests: autocannon.Request[];
   headers: Record<string, string>;
@@ -44,6 +46,7 @@ export async function runLoad(spec: LoadSpec): Promise<Measurement> {
     timeout: 30,
   };
   if (spec.amount !== undefined) options.amount = spec.amount;
+  if (spec.overallRate !== undefined) options.overallRate = spec.overallRate;
   let guard: NodeJS.Timeout | undefined;
   // autocannon's histogram keeps whole milliseconds: a 3.9 ms p50 reads 3, which would decide the
   // bulk update's 1,000/1 ratio by rounding. The percentiles come from the exact times instead.

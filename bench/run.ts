@@ -9,6 +9,7 @@ import { migrateToLatest } from '../src/db/migrator.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
+import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
 import { formatReport, type Row } from './report.js';
@@ -27,7 +28,9 @@ import { countStatements } from './statements.js';
  * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our servers and the floors under
  * --cpu-prof, profiles there; the floor's in floor/, the production-default processes' in
  * production/ and production-floor/), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
- * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs).
+ * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs),
+ * BENCH_NEIGHBOUR_ROUNDS (3: rounds of the noisy-neighbour scenario, bench/neighbour.ts),
+ * BENCH_NEIGHBOUR_LARGE_PER_SECOND (unset: its large writes unpaced).
  *
  * The production scenarios come first: a second instance of ours with the server's defaults (rate
  * limiting on with the default rule, info logs written to a file) against a floor that writes the
@@ -50,6 +53,9 @@ const CONNECTIONS = positiveInteger('BENCH_CONNECTIONS', 50);
 // holds where one of three outliers could still decide.
 const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
+// Alone, then with the neighbour, this many times (the p99 reported is the worst round's).
+const NEIGHBOUR_ROUNDS = positiveInteger('BENCH_NEIGHBOUR_ROUNDS', 3);
+const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND ? positiveInteger('BENCH_NEIGHBOUR_LARGE_PER_SECOND', 1) : 0;
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
 const LONG_POLLS = 'long polls';
@@ -274,6 +280,8 @@ async function main(): Promise<number> {
     history.set(scenario.name, await measure(scenario, servers[scenario.server], history, handle.db, cpu));
   }
 
+  let neighbour: NeighbourFigures | undefined;
+  if (ONLY.test(NEIGHBOUR)) neighbour = await runNeighbour(ours, embedded.url, handle.db, seeded);
   let longPolls: LongPollFigures | undefined;
   if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
 
@@ -286,8 +294,30 @@ async function main(): Promise<number> {
     machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
     settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
   }));
+  if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
-  return rows.some(({ measurement: m }) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
+  const measured = [...rows.map((row) => row.measurement), ...(neighbour ? [neighbour.alone, neighbour.attacked, neighbour.large, neighbour.small] : [])];
+  return measured.some((m) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
+}
+
+/** A second instance of ours (B) beside `ours` (A), both on the one PostgreSQL: see neighbour.ts. */
+async function runNeighbour(ours: RunningProcess, url: string, db: Database, seeded: Seeded): Promise<NeighbourFigures> {
+  const b = await startServer({
+    name: 'server B',
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'b')}`] : []), ...SERVER_ARGS],
+    env: { ...SERVER_ENV, DATABASE_URL: url },
+    port: await freePort(),
+    readyPath: '/ready',
+  });
+  cleanups.push(() => b.stop());
+  try {
+    return await measureNeighbour({
+      a: ours, b, seeded, writers: WRITERS, warmupSeconds: WARMUP, durationSeconds: DURATION,
+      rounds: NEIGHBOUR_ROUNDS, largePerSecond: NEIGHBOUR_LARGE_PER_SECOND, quiet: () => waitForQuietDatabase(db), log,
+    });
+  } finally {
+    await b.stop();
+  }
 }
 
 /** Two more instances with the production defaults: queues registered on A, polls held on B. */

@@ -93,7 +93,7 @@ function bulkEntry(streamId: number, i: number, flip: boolean) {
   }
 }
 
-function bulkBody(streamIds: number[], size: number, flip: boolean): string {
+export function bulkBody(streamIds: number[], size: number, flip: boolean): string {
   const entries = streamIds.slice(0, size).map((id, i) => bulkEntry(id, i, flip));
   return formBody({ subscription_data: JSON.stringify(entries) });
 }
@@ -104,7 +104,7 @@ const viewPath = (fragment: string) => `/api/v1/navigation_views/${encodeURIComp
  * One request shape sent by `callers` in turn, each with its own credentials: per-caller state
  * such as the rate-limit window is spread as it is on a busy server, and no caller is refused.
  */
-function rotating(callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): autocannon.Request {
+export function rotating(callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): autocannon.Request {
   const authorizations = callers.map((caller) => basicAuth(caller.email, caller.apiKey));
   let turn = 0;
   const first = request(callers[0]!, 0);
@@ -120,6 +120,10 @@ function rotating(callers: RotatingCaller[], request: (caller: RotatingCaller, t
 
 const settingBody = (caller: RotatingCaller, turn: number) =>
   formBody({ subscription_data: JSON.stringify([{ stream_id: caller.streamId, property: 'pin_to_top', value: turn % 2 === 0 }]) });
+
+/** A writer's 1-entry settings update (the production write scenario's request). */
+export const updateSetting = (caller: RotatingCaller, turn: number): autocannon.Request =>
+  ({ method: 'POST', path: '/api/v1/users/me/subscriptions/properties', headers: FORM, body: settingBody(caller, turn) });
 
 export function buildScenarios(context: ScenarioContext): Scenario[] {
   const { db, seeded } = context;
@@ -181,8 +185,6 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
     }),
   });
   const readUser = (): autocannon.Request => ({ method: 'GET', path: userPath });
-  const updateSetting = (caller: RotatingCaller, turn: number): autocannon.Request =>
-    ({ method: 'POST', path: '/api/v1/users/me/subscriptions/properties', headers: FORM, body: settingBody(caller, turn) });
   const patchView = (): autocannon.Request => ({
     method: 'PATCH',
     path: viewPath(WRITER_VIEW_FRAGMENT),

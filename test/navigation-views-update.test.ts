@@ -170,7 +170,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
       ctx.database.statements.length = 0;
       expect((await patch(ctx, 'narrow/is/alerted', form)).statusCode).toBe(200);
       expect(ctx.database.statements).toHaveLength(3);
-      expect(ctx.database.statements[1]).toBe('SELECT pg_advisory_xact_lock($1, $2)');
+      expect(ctx.database.statements[1]).toBe('SELECT user_lock_now($1, $2)'); // a small write's: refused, not waited for, when held
     }
     ctx.database.statements.length = 0;
     expect((await patch(ctx, 'nonexistent', { name: 'free' })).statusCode).toBe(404);
@@ -249,7 +249,7 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     expect((await remove(ctx, 'narrow/is/alerted')).statusCode).toBe(200);
     // auth; then the lock and the checked delete with its event, one implicit transaction
     expect(ctx.database.statements).toHaveLength(3);
-    expect(ctx.database.statements[1]).toBe('SELECT pg_advisory_xact_lock($1, $2)');
+    expect(ctx.database.statements[1]).toBe('SELECT user_lock_now($1, $2)'); // a small write's: refused, not waited for, when held
     ctx.database.statements.length = 0;
     expect((await remove(ctx, `narrow/${'x'.repeat(2000)}`)).statusCode).toBe(404);
     // The same statements: the delete refuses, and its transaction rolls back.

@@ -234,7 +234,7 @@ describe('bulk update concurrency', () => {
     try {
       await sql`SELECT pg_advisory_lock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);
       const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
-      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`.execute(ctx.db)).rows[0]!.n === 1);
+      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.execute(ctx.db)).rows[0]!.n === 1);
       await new Promise((resolve) => setTimeout(resolve, 300));
       const releasedAt = (await sql<{ at: Date }>`SELECT clock_timestamp() AS at`.execute(other.db)).rows[0]!.at;
       await sql`SELECT pg_advisory_unlock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);

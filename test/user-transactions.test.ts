@@ -41,7 +41,9 @@ describe('UserTransactions', () => {
       ctx.database.statements.length = 0;
       const rows = await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Renamed' }), undefined, size);
       expect(rows).toEqual([{ id: ids.U }]);
-      expect(ctx.database.statements).toEqual(['SELECT pg_advisory_xact_lock($1, $2)', expect.stringContaining('update "users"')]);
+      // A small one's lock is refused rather than waited for, on a shared connection (user-lock-elsewhere.test.ts).
+      const lock = size === 'small' ? 'SELECT user_lock_now($1, $2)' : 'SELECT pg_advisory_xact_lock($1, $2)';
+      expect(ctx.database.statements).toEqual([lock, expect.stringContaining('update "users"')]);
       expect(await nameOfU()).toBe('Renamed');
       await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
     }
@@ -152,7 +154,7 @@ describe('UserTransactions', () => {
 });
 
 describe('commit groups: the small transactions of different users in one turn', () => {
-  const LOCK = 'SELECT pg_advisory_xact_lock($1, $2)';
+  const LOCK = 'SELECT user_lock_now($1, $2)';
   /** Renames a user; answers the transaction id and the time of the statement within it. */
   const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(['userId', 'name'], (db, args) =>
     db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId)
@@ -211,23 +213,24 @@ describe('commit groups: the small transactions of different users in one turn',
   });
 
   it('a connection lost under a group fails every member as unavailable and sends nothing again', async () => {
-    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    // U's row is locked elsewhere (a group never waits for a user's lock, but it may for a row).
+    await other.query('BEGIN');
+    await other.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [ids.U]);
+    /** The backends `other` holds up. */
+    const blocked = async () => (await other.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))')).rows;
     try {
       ctx.database.statements.length = 0;
       const outcomes = Promise.allSettled([ids.U, ids.V].map((userId) =>
         ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Lost' }))));
-      await vi.waitFor(async () => expect(await lockWaiters()).toBe(1)); // the group waits for U's lock
-      await other.query(
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
-        [USER_EVENT_LOCK_NAMESPACE, ids.U],
-      );
+      await vi.waitFor(async () => expect(await blocked()).toHaveLength(1)); // the group waits for U's row
+      await other.query('SELECT pg_terminate_backend($1)', [(await blocked())[0]!.pid]);
       for (const outcome of await outcomes) {
         expect(outcome.status).toBe('rejected');
         expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
       }
       expect(ctx.database.statements).toHaveLength(4);
     } finally {
-      await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+      await other.query('ROLLBACK');
     }
     expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['U Member', 'V Member']);
     // The next group gets a new connection.

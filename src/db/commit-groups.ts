@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { DatabaseUnavailable } from './errors.js';
+import { DatabaseUnavailable, isUserLockRefusal } from './errors.js';
 import type { GroupStatement } from './implicit-transaction.js';
 import type { PipelinedConnections, TransactionProgress } from './pipelined-connections.js';
 
@@ -22,9 +22,14 @@ import type { PipelinedConnections, TransactionProgress } from './pipelined-conn
  *   connection fails every member as it would have failed each (503): whether the commit happened
  *   is unknown, so nothing is sent again.
  *
- * The members of a group take their users' locks in user id order, as every group does (on any
- * instance), so two groups wait for each other rather than deadlock. Each instance runs at most one
- * transaction per user at a time (UserTransactions), so a group never holds one user twice.
+ * A member whose user's lock is held elsewhere (by another instance, say) is refused it at once
+ * (ZU002, user_lock_now): a group never waits for a user's lock, which would hold up all its
+ * members and the connection behind it for as long as the other holder keeps it. The group rolled back; the refused member fails with the refusal, not
+ * sent again here (UserTransactions sends it on a connection of its own), and the others go again
+ * together, as after any other culprit's failure, but counted as a first attempt (each refusal
+ * removes a member, so this ends). Each instance runs
+ * at most one transaction per user at a time (UserTransactions), so a group never holds one user
+ * twice.
  */
 export class CommitGroups {
   private pending: Member[] = [];
@@ -79,6 +84,10 @@ export class CommitGroups {
         if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
         // A failure before the first row (a Parse) names no member: each goes alone.
         const failed = progress.suspect ? undefined : memberAt(group, progress.completed);
+        if (failed && isUserLockRefusal(error)) {
+          failed.reject(error);
+          return this.send(group.filter((member) => member !== failed), again);
+        }
         if (again || !failed) return group.forEach((member) => this.alone(member));
         this.alone(failed);
         this.send(group.filter((member) => member !== failed), true);

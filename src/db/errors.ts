@@ -37,6 +37,14 @@ export function writeRefusal(error: unknown): { reason: string; detail: string }
   return { reason: error.message, detail: error.detail ?? '' };
 }
 
+/** SQLSTATE of user_lock_now (migration 0007): the user's lock is held by another transaction; this one rolled back. */
+const USER_LOCK_REFUSED = 'ZU002';
+
+/** Whether `error` is user_lock_now's refusal (src/db/user-transactions.ts sends the write again, where it may wait). */
+export function isUserLockRefusal(error: unknown): boolean {
+  return error instanceof pg.DatabaseError && error.code === USER_LOCK_REFUSED;
+}
+
 /** A connection from the pool, or DatabaseUnavailable when none can be had (refused, timed out, pool ended). */
 export async function connectOrUnavailable(pool: pg.Pool): Promise<pg.PoolClient> {
   try {

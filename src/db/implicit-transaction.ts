@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import pg from 'pg';
+import { isUserLockRefusal } from './errors.js';
 
 // node-postgres's own conversion of parameter values (arrays, dates, objects as JSON), as its queries use it.
 const { prepareValue } = createRequire(import.meta.url)('pg/lib/utils.js') as { prepareValue: (value: unknown) => unknown };
@@ -37,7 +38,8 @@ interface ProtocolConnection {
  * sent before every Bind, so once a row has arrived, every Parse of the group has succeeded; a
  * failure before that leaves unknown which ones did, and `connectionSuspect` asks the caller to
  * close the connection rather than trust bookkeeping that may be wrong. (The user transactions'
- * first statement, the lock, always answers a row.)
+ * first statement, the lock, answers a row when granted; refused, its error comes from running it,
+ * which says as much as a row: see below.)
  */
 export class ImplicitTransaction extends pg.Query {
   /** Set when the group failed before its first row: the connection's prepared statements are uncertain. */
@@ -51,6 +53,10 @@ export class ImplicitTransaction extends pg.Query {
     let connection: ProtocolConnection | undefined;
     super({ text: statements.map((statement) => statement.text).join(';\n') }, (error: Error | undefined, results: unknown) => {
       if (error) {
+        // A lock refused (user_lock_now) was refused by a statement that ran: every Parse, all sent
+        // before the first Bind, had succeeded. Refusals are routine on a shared connection, and a
+        // suspect one would be closed each time a group's first member is refused.
+        if (isUserLockRefusal(error)) parsed();
         if (fresh.length > 0) this.connectionSuspect = true;
         for (const { name } of fresh) delete connection?.submittedNamedStatements[name];
         return done(error, []);

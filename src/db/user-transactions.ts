@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { KeyedTurns } from '../lib/keyed-turns.js';
-import { connectOrUnavailable, statementFailure } from './errors.js';
+import { connectOrUnavailable, isUserLockRefusal, statementFailure } from './errors.js';
 import type { Departure } from '../http/client-gone.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
@@ -23,6 +23,17 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  *   run. Nothing of the work is then stored.
  * - The small transactions of one turn, each another user's, commit together (commit-groups.ts):
  *   one WAL flush for all of them, each with its own outcome.
+ * - A small transaction never waits for its lock on a shared write connection: there it would hold
+ *   up every transaction of its group and every one queued behind it on that connection, for as
+ *   long as another instance's transaction of the same user (a large one: up to the statement
+ *   timeout) keeps the lock. It takes the lock with user_lock_now (migration 0007), which refuses
+ *   at once (SQLSTATE ZU002) when the lock is held: its transaction (its group) rolls back,
+ *   nothing of it is kept, and the others of the group are sent again without it. It is then sent
+ *   once more, on a pooled connection of its own with the waiting lock, exactly as a large one:
+ *   it waits there for the lock within the pool's statement timeout (past it: 57014, a 503), is
+ *   cancelled if its client goes away, and is not sent at all if the client has already gone.
+ *   Its client sees one answer, that of the second attempt; the refusal is never shown. Both the
+ *   refusal and the retry happen during the user's turn, so the user's next write still waits.
  * - When the client goes away (`departure`) before the turn comes, nothing is sent; while a large
  *   transaction's statements run, they are cancelled (pg_cancel_backend), so it rolls back and its
  *   connection is closed rather than reused.
@@ -32,6 +43,8 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
 export const USER_EVENT_LOCK_NAMESPACE = 7001;
 
 const LOCK = { name: 'user_transaction_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
+/** The lock of a small transaction, on a shared connection: refused at once (ZU002) rather than waited for. */
+const LOCK_NOW = { name: 'user_transaction_lock_now', text: 'SELECT user_lock_now($1, $2)' };
 
 /** The request's client went away before its turn: nothing was sent. */
 export class ClientGone extends Error {
@@ -57,9 +70,10 @@ export interface UserTransactionOptions {
  * Where a transaction runs. `small`: on one of the shared write connections (DB_WRITE_CONNECTIONS),
  * where the small transactions of one turn of the event loop leave together, as one commit group
  * (one socket write, one commit); it holds up the transactions behind
- * it on that connection while it runs, so only short work goes there, and once sent it runs to its
- * end (a cancel could hit another transaction of the connection). `large`: on a pooled connection
- * of its own, cancelled if its client goes away.
+ * it on that connection while it runs, so only short work goes there, it never waits for its
+ * user's lock there (see above), and once sent it runs to its end (a cancel could hit another
+ * transaction of the connection). `large`: on a pooled connection of its own, cancelled if its
+ * client goes away.
  */
 export type TransactionSize = 'small' | 'large';
 
@@ -87,12 +101,25 @@ export class UserTransactions {
   run<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, size: TransactionSize = 'small'): Promise<T> {
     return this.turns.run(userId, () => {
       if (departure?.gone) return Promise.reject(new ClientGone());
-      const issued = issue(userId, work);
+      const issued = issue(userId, work, size === 'small' ? LOCK_NOW : LOCK);
       // A work that threw while issuing sent nothing: there is nothing to roll back.
       if (issued.threw || issued.statements.length === 1) return issued.result;
-      const sent = size === 'small' ? this.groups.commit(userId, issued.statements) : this.onOwnConnection(issued.statements, departure);
+      const sent = size === 'small' ? this.small(userId, issued.statements, departure) : this.onOwnConnection(issued.statements, departure);
       return finish(sent, issued);
     });
+  }
+
+  /** In a commit group; when the user's lock is held elsewhere, again on a connection of its own, where it waits for it. */
+  private async small(userId: number, statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+    try {
+      return await this.groups.commit(userId, statements);
+    } catch (error) {
+      if (!isUserLockRefusal(error)) throw error;
+      // Refused: its transaction rolled back, nothing of it was kept.
+      if (departure?.gone) throw new ClientGone();
+      const [lock, ...rest] = statements;
+      return this.onOwnConnection([{ ...LOCK, values: lock!.values }, ...rest], departure);
+    }
   }
 
   private async onOwnConnection(statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
@@ -132,10 +159,10 @@ interface Issued<T> {
   threw: boolean;
 }
 
-/** Runs `work` to collect its statements, each behind the user's lock, before anything is sent. */
-function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>): Issued<T> {
+/** Runs `work` to collect its statements, each behind the user's lock (`lock`), before anything is sent. */
+function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, lock: Statement): Issued<T> {
   let sealed = false;
-  const statements: GroupStatement[] = [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
+  const statements: GroupStatement[] = [{ ...lock, values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
   const handed: Issued<T>['handed'] = [];
   const tx: StatementRunner = {
     run: <R>(statement: Statement, values: readonly unknown[]) => {

@@ -50,10 +50,12 @@ async function copyOfTemplate(template: string, options: DatabaseOptions): Promi
   };
 }
 
-/** Backends waiting for a user's lock (the advisory lock of src/db/user-transactions.ts), asked through `client`. */
+/** Backends waiting for a user's lock (the advisory lock of src/db/user-transactions.ts) in `client`'s database. */
 export async function userLockWaiters(client: pg.Client, userId: number): Promise<number> {
+  // pg_locks shows every database's locks, and test files run side by side, each in its own database.
   const { rows } = await client.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2",
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2 " +
+      'AND database = (SELECT oid FROM pg_database WHERE datname = current_database())',
     [USER_EVENT_LOCK_NAMESPACE, userId],
   );
   return rows[0]!.n;
