@@ -4,7 +4,7 @@ import net from 'node:net';
 import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type GroupStatement, ImplicitTransaction, sendImplicitTransaction } from '../src/db/implicit-transaction.js';
+import type { GroupStatement, ImplicitTransaction as Transaction } from '../src/db/implicit-transaction.js';
 import { batchWritesOfThisTurn } from '../src/db/socket-writes.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 
@@ -24,6 +24,12 @@ const SOCKET = 'src/db/socket-writes.ts';
 /** The failure message of a surface: what moved, who uses it, what to read. */
 const moved = (surface: string, usedBy: string) => `pg's ${surface} (used by ${usedBy}) is not what the write path expects: ${READ_FIRST}`;
 
+// Loaded here rather than imported: the module deep-imports pg/lib/utils.js as it loads, and a pg
+// that moved it must fail with the message above, not a bare resolution error.
+const { ImplicitTransaction, sendImplicitTransaction } = await import('../src/db/implicit-transaction.js').catch((error: unknown) => {
+  throw new Error(`${moved('pg/lib/utils.js (deep-imported as the module loads)', IMPLICIT)}: ${String(error)}`, { cause: error });
+});
+
 /** What the layer reads of node-postgres's Connection (client.connection), untyped on purpose: the test checks each. */
 type ConnectionInternals = Record<string, unknown> & { stream?: Record<string, unknown> };
 
@@ -36,44 +42,61 @@ function connectionOf(client: pg.ClientBase): ConnectionInternals {
 /** The statement bookkeeping maps of a connection (name → text). */
 function bookkeeping(client: pg.ClientBase): { parsed: Record<string, unknown>; submitted: Record<string, unknown> } {
   const connection = connectionOf(client);
+  for (const map of ['parsedStatements', 'submittedNamedStatements']) {
+    expect(connection[map], moved(`Connection#${map} (a plain name → text object)`, IMPLICIT)).toBeTypeOf('object');
+  }
   return {
     parsed: connection['parsedStatements'] as Record<string, unknown>,
     submitted: connection['submittedNamedStatements'] as Record<string, unknown>,
   };
 }
 
+/** Long enough for any group here on a slow machine; a pg that loses a group's answer hangs instead. */
+const ANSWER_MS = 5000;
+
 /** Sends a group; a failure is reported as the contract's, with what pg said. */
-async function group(client: pg.ClientBase, statements: readonly GroupStatement[]): Promise<{ rows: unknown[][]; query: ImplicitTransaction }> {
+async function group(client: pg.ClientBase, statements: readonly GroupStatement[]): Promise<{ rows: unknown[][]; query: Transaction }> {
   const sent = sendImplicitTransaction(client, statements);
+  let timer: NodeJS.Timeout | undefined;
+  const unanswered = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer in ${ANSWER_MS} ms`)), ANSWER_MS);
+  });
   try {
-    return { rows: await sent.rows, query: sent.query };
+    return { rows: await Promise.race([sent.rows, unanswered]), query: sent.query };
   } catch (error) {
     throw new Error(`${moved('pipelined Query subclass protocol (Parse/Bind/Describe/Execute/Sync)', IMPLICIT)}: ${String(error)}`, { cause: error });
+  } finally {
+    clearTimeout(timer);
   }
 }
 
 const requireHere = createRequire(import.meta.url);
+
+/**
+ * The version of package `name` as `from` resolves it (pg-protocol: as pg does), read from its
+ * package.json, found by walking up from its entry point: not every release exports package.json.
+ */
+function installedVersion(name: string, from: NodeJS.Require): string {
+  let dir = dirname(from.resolve(name));
+  for (;;) {
+    try {
+      const found = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version: string };
+      if (found.name === name) return found.version;
+    } catch {
+      // no package.json here: keep walking up
+    }
+    if (dirname(dir) === dir) throw new Error(`${name}: no package.json above its entry point`);
+    dir = dirname(dir);
+  }
+}
 
 describe('pg contract: versions', () => {
   const manifest = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
     dependencies: Record<string, string>;
     overrides?: Record<string, string>;
   };
-  const installedPg = (requireHere('pg/package.json') as { version: string }).version;
-  // pg-protocol as pg itself resolves it; its package.json is not exported, so found by walking up.
-  const installedProtocol = (() => {
-    let dir = dirname(createRequire(requireHere.resolve('pg')).resolve('pg-protocol'));
-    for (;;) {
-      try {
-        const found = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version: string };
-        if (found.name === 'pg-protocol') return found.version;
-      } catch {
-        // no package.json here: keep walking up
-      }
-      if (dirname(dir) === dir) throw new Error('pg-protocol: no package.json above its entry point');
-      dir = dirname(dir);
-    }
-  })();
+  const installedPg = installedVersion('pg', requireHere);
+  const installedProtocol = installedVersion('pg-protocol', createRequire(requireHere.resolve('pg')));
   const anyVersion = process.env['PG_CONTRACT_ANY_VERSION'] === '1';
 
   it.skipIf(anyVersion)('the installed pg and pg-protocol are exactly the pinned ones (package.json: dependencies, overrides)', () => {
@@ -91,7 +114,13 @@ describe('pg contract: versions', () => {
 
 describe('pg contract: modules', () => {
   // The deep import of implicit-transaction.ts, as it does it.
-  const utils = requireHere('pg/lib/utils.js') as { prepareValue?: unknown };
+  const utils = ((): { prepareValue?: unknown } => {
+    try {
+      return requireHere('pg/lib/utils.js') as { prepareValue?: unknown };
+    } catch {
+      return {}; // reported by the first test
+    }
+  })();
 
   it("pg/lib/utils.js exports prepareValue, and Query's prototype has the methods the subclass overrides or wraps", () => {
     expect(utils.prepareValue, moved('pg/lib/utils.js prepareValue', IMPLICIT)).toBeTypeOf('function');
