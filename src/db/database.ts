@@ -1,4 +1,4 @@
-import { Kysely, type PostgresCursor, type PostgresPool, type PostgresPoolClient, type PostgresQueryResult, PostgresDialect } from 'kysely';
+import { Kysely, type PostgresPool, type PostgresPoolClient, type PostgresQueryResult, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config.js';
 import { connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
@@ -74,10 +74,12 @@ const typeParsers = {
 function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>): PostgresPool {
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+    // Kysely's interface also has a cursor overload, for stream(): Kysely calls it only when the
+    // dialect is given a `cursor` class, and none is, so no cursor can come (`never`).
     function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
-    function query<R>(cursor: PostgresCursor<R>): PostgresCursor<R>;
-    function query(text: string | PostgresCursor<unknown>, values?: ReadonlyArray<unknown>): unknown {
-      if (typeof text !== 'string') return client.query(text as unknown as pg.Submittable); // Kysely's streaming cursors
+    function query(cursor: never): never;
+    // pg types a result's `command` as any string, Kysely as the commands its statements answer.
+    function query(text: string, values: ReadonlyArray<unknown> = []): Promise<unknown> {
       return client.query(text, values as unknown[]).catch((error: unknown) => {
         throw statementFailure(error, failedClients.has(client));
       });

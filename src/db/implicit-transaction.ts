@@ -12,7 +12,10 @@ export interface GroupStatement {
   values: readonly unknown[];
 }
 
-/** The protocol messages and prepared-statement bookkeeping of node-postgres's Connection, as its own Query uses them. */
+/**
+ * The protocol messages and prepared-statement bookkeeping of node-postgres's Connection, as its own
+ * Query uses them: private, so every one is asserted by test/pg-contract.test.ts (README, "Libraries, and why").
+ */
 interface ProtocolConnection {
   parse(message: { name: string; text: string }): void;
   bind(message: { statement: string; values: readonly unknown[]; valueMapper: (value: unknown) => unknown }): void;

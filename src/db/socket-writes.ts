@@ -11,7 +11,7 @@ interface Corkable {
   uncork(): void;
 }
 
-/** The socket under a client, when there is one to cork (node-postgres's Connection.stream). */
+/** The socket under a client, when there is one to cork (node-postgres's private Connection.stream: test/pg-contract.test.ts). */
 function socketOf(client: pg.ClientBase): Corkable | undefined {
   const stream = (client as unknown as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
   return stream?.cork && stream.uncork ? (stream as Corkable) : undefined;
