@@ -9,6 +9,7 @@ import { migrateToLatest } from '../src/db/migrator.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
+import { formatNeighbours, measureNeighbours, type NeighbourFigures, NEIGHBOURS, seedNeighbour } from './neighbours.js';
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
 import { formatReport, type Row } from './report.js';
@@ -189,6 +190,7 @@ async function main(): Promise<number> {
   const postgresVersion = (await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(handle.db)).rows[0]!.v;
   const seedStart = Date.now();
   const seeded = await seedOrganization(handle.db, SIZES);
+  const neighbour = await seedNeighbour(handle.db);
   log(`PostgreSQL ${postgresVersion}; seeded in ${Date.now() - seedStart} ms: ${JSON.stringify(seeded.counts)}`);
 
   const ours = await startServer({
@@ -270,6 +272,15 @@ async function main(): Promise<number> {
     history.set(scenario.name, await measure(scenario, servers[scenario.server], history, handle.db, cpu));
   }
 
+  let neighbours: NeighbourFigures | undefined;
+  if (ONLY.test(NEIGHBOURS)) {
+    await waitForQuietDatabase(handle.db);
+    // The attacker is a rotating member that neither writes nor long-polls: its queues (one per
+    // register, the oldest deleted past QUEUE_MAX_PER_USER) touch no other scenario.
+    const attacker = seeded.rotating.at(-1)!;
+    neighbours = await measureNeighbours({ server: ours, neighbour, attacker, durationSeconds: DURATION, log });
+  }
+
   let longPolls: LongPollFigures | undefined;
   if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
 
@@ -282,8 +293,10 @@ async function main(): Promise<number> {
     machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
     settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
   }));
+  if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
-  return rows.some(({ measurement: m }) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
+  const measurements = [...rows.map((row) => row.measurement), ...(neighbours ? [neighbours.alone, neighbours.underLargeReads, neighbours.largeReads] : [])];
+  return measurements.some((m) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
 }
 
 /** Two more instances with the production defaults: queues registered on A, polls held on B. */
