@@ -1,8 +1,11 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import * as ops from '../src/cli/operations.js';
 import type { Database } from '../src/db/database.js';
 import { basicAuth, FORM, formBody, type Measurement, runLoad } from './load.js';
 import type { RunningProcess } from './processes.js';
 import type { Account } from './seed.js';
+import type { SteadyLoadSpec } from './steady-load.js';
 
 /**
  * One caller must not hurt another (issue 31): the latency of a small read in a small organization
@@ -14,15 +17,23 @@ import type { Account } from './seed.js';
 export const NEIGHBOURS = 'large reads: another organization\'s GET /users/{id}';
 
 const NEIGHBOUR_SUBDOMAIN = 'neighbour';
-/** B's callers, each request in turn: a handful, as a few active clients would be. */
-const VICTIM_CONNECTIONS = 4;
-/** A's one account: one GET /users and one register in flight at a time. */
+/**
+ * B's requests per second, sent on schedule whether or not earlier ones were answered (an open
+ * loop): a closed loop of a few connections would send almost nothing while the server is
+ * blocked, and its median would not see the blocks at all.
+ */
+const VICTIM_RATE = 100;
+/** A's one account: two requests in flight at a time, each connection alternating GET /users and register. */
 const ATTACKER_CONNECTIONS = 2;
 
-export interface NeighbourFigures {
+interface NeighbourRound {
   alone: Measurement;
   underLargeReads: Measurement;
   largeReads: Measurement;
+}
+
+export interface NeighbourFigures {
+  rounds: NeighbourRound[];
   largeReadBytes: { users: number; register: number };
 }
 
@@ -55,7 +66,7 @@ async function bodyBytes(server: RunningProcess, account: Account, method: 'GET'
 
 /**
  * B's GET /users/{id} alone, then again while A's account repeats the large reads (both for
- * `durationSeconds`). The server must be one with `EXTERNAL_HOST` at its default (B is reached
+ * `durationSeconds`), in `rounds` alternations (the machine is shared and noisy). The server must be one with `EXTERNAL_HOST` at its default (B is reached
  * by its subdomain) and rate limiting off (else the attacker's requests would be refused, which
  * is not what is measured here).
  */
@@ -64,6 +75,7 @@ export async function measureNeighbours(options: {
   neighbour: Neighbour;
   attacker: Account;
   durationSeconds: number;
+  rounds: number;
   log: (line: string) => void;
 }): Promise<NeighbourFigures> {
   const { server, neighbour, attacker, durationSeconds, log } = options;
@@ -72,20 +84,35 @@ export async function measureNeighbours(options: {
     register: await bodyBytes(server, attacker, 'POST', '/api/v1/register'),
   };
   log(`large reads: GET /users ${largeReadBytes.users} bytes, register ${largeReadBytes.register} bytes`);
-  const victimLoad = () => runLoad({
-    url: server.url,
-    connections: VICTIM_CONNECTIONS,
-    durationSeconds,
+  const victimLoad = (seconds = durationSeconds) => steadyLoad({
+    url: `${server.url}/api/v1/users/${neighbour.targetUserId}`,
+    ratePerSecond: VICTIM_RATE,
+    durationSeconds: seconds,
     headers: { authorization: basicAuth(neighbour.caller.email, neighbour.caller.apiKey), host: `${NEIGHBOUR_SUBDOMAIN}.localhost:9991` },
-    requests: [{ method: 'GET', path: `/api/v1/users/${neighbour.targetUserId}` }],
   });
   // Warm-up (connections, prepared statements, JIT) of both sides, not measured.
-  await Promise.all([victimLoad(), attackerLoad(server, attacker, 1)]);
-  const alone = await victimLoad();
-  const [underLargeReads, largeReads] = await Promise.all([victimLoad(), attackerLoad(server, attacker, durationSeconds)]);
-  log(`${NEIGHBOURS}: p50 alone ${alone.p50.toFixed(1)} ms, while A reads its users ${underLargeReads.p50.toFixed(1)} ms ` +
-    `(p99 ${alone.p99.toFixed(1)} / ${underLargeReads.p99.toFixed(1)} ms); A: ${largeReads.total} large reads, p50 ${largeReads.p50.toFixed(0)} ms`);
-  return { alone, underLargeReads, largeReads, largeReadBytes };
+  await Promise.all([victimLoad(2), attackerLoad(server, attacker, 2)]);
+  const rounds: NeighbourRound[] = [];
+  for (let round = 0; round < options.rounds; round++) {
+    const alone = await victimLoad();
+    const [underLargeReads, largeReads] = await Promise.all([victimLoad(), attackerLoad(server, attacker, durationSeconds)]);
+    log(`${NEIGHBOURS}: p50 alone ${alone.p50.toFixed(1)} ms, while A reads its users ${underLargeReads.p50.toFixed(1)} ms ` +
+      `(p99 ${alone.p99.toFixed(1)} / ${underLargeReads.p99.toFixed(1)} ms); A: ${largeReads.total} large reads, p50 ${largeReads.p50.toFixed(0)} ms`);
+    rounds.push({ alone, underLargeReads, largeReads });
+  }
+  return { rounds, largeReadBytes };
+}
+
+/**
+ * B's client runs in a process of its own: in this one, autocannon receiving A's 7 MB answers
+ * would hold up B's timings.
+ */
+async function steadyLoad(spec: SteadyLoadSpec): Promise<Measurement> {
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'bench/steady-load.ts', JSON.stringify(spec)], {
+    cwd: new URL('..', import.meta.url).pathname,
+    timeout: (spec.durationSeconds + 60) * 1000,
+  });
+  return JSON.parse(stdout) as Measurement;
 }
 
 function attackerLoad(server: RunningProcess, attacker: Account, durationSeconds: number): Promise<Measurement> {
@@ -101,16 +128,30 @@ function attackerLoad(server: RunningProcess, attacker: Account, durationSeconds
   });
 }
 
-/** The report's lines for the scenario. */
+const median = (values: number[]) => {
+  const sorted = [...values].sort((x, y) => x - y);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+};
+
+/** Every measurement of the scenario, to tell whether a request failed. */
+export const neighbourMeasurements = (figures: NeighbourFigures): Measurement[] =>
+  figures.rounds.flatMap((round) => [round.alone, round.underLargeReads, round.largeReads]);
+
+/** The report's lines for the scenario: medians over the rounds, and each round. */
 export function formatNeighbours(figures: NeighbourFigures): string {
-  const { alone, underLargeReads, largeReads, largeReadBytes } = figures;
+  const { rounds, largeReadBytes } = figures;
   const ms = (value: number) => `${value.toFixed(1)} ms`;
+  const of = (pick: (round: NeighbourRound) => number) => median(rounds.map(pick));
+  const failed = neighbourMeasurements(figures).reduce((total, m) => total + m.non2xx + m.errors, 0);
   return [
-    `${NEIGHBOURS} (organization B, ${VICTIM_CONNECTIONS} connections), alone: p50 ${ms(alone.p50)}, p99 ${ms(alone.p99)}, ${alone.requestsPerSecond.toFixed(0)} req/s`,
+    `${NEIGHBOURS} (organization B, ${VICTIM_RATE} requests/s on schedule), medians of ${rounds.length} rounds:`,
+    `  alone: p50 ${ms(of((r) => r.alone.p50))}, p99 ${ms(of((r) => r.alone.p99))}`,
     `  while one account of A (about 21,000 users) repeats GET /users (${(largeReadBytes.users / 1e6).toFixed(1)} MB) and register ` +
       `with fetch_event_types=["realm_user"] (${(largeReadBytes.register / 1e6).toFixed(1)} MB) on ${ATTACKER_CONNECTIONS} connections: ` +
-      `p50 ${ms(underLargeReads.p50)}, p99 ${ms(underLargeReads.p99)}, ${underLargeReads.requestsPerSecond.toFixed(0)} req/s`,
-    `  ratio of the medians: ${(underLargeReads.p50 / alone.p50).toFixed(2)} (target ≤ 2); A's large reads: ${largeReads.total}, ` +
-      `p50 ${ms(largeReads.p50)}, non-2xx ${largeReads.non2xx}, errors ${largeReads.errors + underLargeReads.errors + alone.errors}`,
+      `p50 ${ms(of((r) => r.underLargeReads.p50))}, p99 ${ms(of((r) => r.underLargeReads.p99))}`,
+    `  ratio of the medians: ${of((r) => r.underLargeReads.p50 / r.alone.p50).toFixed(2)} (target ≤ 2; rounds: ` +
+      `${rounds.map((r) => (r.underLargeReads.p50 / r.alone.p50).toFixed(2)).join(', ')}); A's large reads: ` +
+      `${rounds.reduce((total, r) => total + r.largeReads.total, 0)}, p50 ${ms(of((r) => r.largeReads.p50))}; failed requests: ${failed}`,
   ].join('\n');
 }
