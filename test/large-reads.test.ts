@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectionStream } from '../src/db/socket-writes.js';
 import { jsonInSlices } from '../src/lib/slices.js';
 import { canAccessUser } from '../src/modules/users/users.access.js';
 import { realmUserRecord, selectRealmUsers } from '../src/modules/users/users.repository.js';
@@ -120,6 +121,26 @@ describe('register of a large organization', () => {
       realm_users: realmUsers, realm_non_active_users: nonActive, last_event_id: -1,
     }));
     expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)));
+  });
+});
+
+describe("the pool's connections", () => {
+  it('pause after a large chunk of an answer and go on in a later turn (node-postgres Connection.stream, private)', async () => {
+    const client = await ctx.database.pool.connect();
+    try {
+      const stream = connectionStream(client);
+      // node-postgres's decoder and src/db/socket-reads.ts's: an upgrade that moves the socket fails here.
+      expect(stream?.listenerCount?.('data')).toBe(2);
+      let pausedAfterChunk = 0;
+      stream!.on!('data', () => {
+        if (stream!.isPaused!()) pausedAfterChunk++;
+      });
+      const { rows } = await client.query("SELECT repeat('x', 1000) AS text FROM generate_series(1, 2000)");
+      expect(rows).toHaveLength(2000);
+      expect(pausedAfterChunk).toBeGreaterThan(0);
+    } finally {
+      client.release();
+    }
   });
 });
 
