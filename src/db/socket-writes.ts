@@ -14,7 +14,7 @@ interface Corkable {
 
 /**
  * The socket under a client (node-postgres's Connection.stream, private: the TLS socket when the
- * connection is encrypted); test/pipelined-connections.test.ts fails if an upgrade moves it.
+ * connection is encrypted); test/large-reads.test.ts fails if an upgrade moves it.
  */
 export function connectionStream(client: pg.ClientBase): Partial<Duplex> | undefined {
   return (client as unknown as { connection?: { stream?: Partial<Duplex> } }).connection?.stream;
