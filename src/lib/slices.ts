@@ -59,9 +59,14 @@ function runTurn(): void {
   if (tasks.length > 0) schedule();
 }
 
-/** Runs `step` on later turns of the event loop until it returns true (see above). */
+/**
+ * Runs `step` until it returns true (see above): its first slice at once when no other large work
+ * is waiting (a small organization's answer is done then, without waiting for a timer), the
+ * rest on later turns of the event loop.
+ */
 export function runInSlices(step: (deadline: number) => boolean): Promise<void> {
   return new Promise((resolve, reject) => {
+    if (tasks.length === 0 && step(performance.now() + SLICE_BUDGET_MS)) return resolve();
     tasks.push({ step, resolve, reject });
     schedule();
   });
