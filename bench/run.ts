@@ -10,6 +10,9 @@ import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
+import {
+  formatNeighbours, measureNeighbours, neighbourMeasurements, type NeighbourFigures as OrganizationNeighbourFigures, NEIGHBOURS, seedNeighbour,
+} from './neighbours.js';
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
 import { formatReport, type Row } from './report.js';
@@ -24,7 +27,7 @@ import { countStatements } from './statements.js';
  * Ctrl-C included.
  *
  * Environment: BENCH_DURATION_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_CONNECTIONS (50),
- * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}; the ratio is their median), BENCH_ONLY (a regular expression:
+ * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}, alone/attacked ones of the large-reads scenario; the ratio is their median), BENCH_ONLY (a regular expression:
  * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our servers and the floors under
  * --cpu-prof, profiles there; the floor's in floor/, the production-default processes' in
  * production/ and production-floor/), BENCH_SERVER (node arguments of our server, default `dist/server.js`: to compare builds),
@@ -198,6 +201,7 @@ async function main(): Promise<number> {
   const postgresVersion = (await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(handle.db)).rows[0]!.v;
   const seedStart = Date.now();
   const seeded = await seedOrganization(handle.db, SIZES);
+  const neighbourOrganization = await seedNeighbour(handle.db);
   log(`PostgreSQL ${postgresVersion}; seeded in ${Date.now() - seedStart} ms: ${JSON.stringify(seeded.counts)}`);
 
   const ours = await startServer({
@@ -282,6 +286,14 @@ async function main(): Promise<number> {
 
   let neighbour: NeighbourFigures | undefined;
   if (ONLY.test(NEIGHBOUR)) neighbour = await runNeighbour(ours, embedded.url, handle.db, seeded);
+  let neighbours: OrganizationNeighbourFigures | undefined;
+  if (ONLY.test(NEIGHBOURS)) {
+    await waitForQuietDatabase(handle.db);
+    // The attacker is a rotating member that neither writes nor long-polls: its queues (one per
+    // register, the oldest deleted past QUEUE_MAX_PER_USER) touch no other scenario.
+    const attacker = seeded.rotating.at(-1)!;
+    neighbours = await measureNeighbours({ server: ours, neighbour: neighbourOrganization, attacker, durationSeconds: DURATION, rounds: ROUNDS, log });
+  }
   let longPolls: LongPollFigures | undefined;
   if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
 
@@ -295,8 +307,13 @@ async function main(): Promise<number> {
     settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
   }));
   if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
+  if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
-  const measured = [...rows.map((row) => row.measurement), ...(neighbour ? [neighbour.alone, neighbour.attacked, neighbour.large, neighbour.small] : [])];
+  const measured = [
+    ...rows.map((row) => row.measurement),
+    ...(neighbour ? [neighbour.alone, neighbour.attacked, neighbour.large, neighbour.small] : []),
+    ...(neighbours ? neighbourMeasurements(neighbours) : []),
+  ];
   return measured.some((m) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
 }
 

@@ -3,6 +3,7 @@ import pg from 'pg';
 import type { Config } from '../config.js';
 import { connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
 import { PipelinedConnections } from './pipelined-connections.js';
+import { decodeLargeAnswersInSlices } from './socket-reads.js';
 import { UserTransactions } from './user-transactions.js';
 import type { DB } from './types.js';
 
@@ -120,6 +121,8 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   // emit 'error' with no listener, which kills the process. Every connection gets one for its
   // whole life; the statements that were using it fail with DatabaseUnavailable.
   pool.on('connect', (client) => {
+    // The pool serves the large reads (a whole organization's users).
+    decodeLargeAnswersInSlices(client);
     client.on('error', (error) => {
       failedClients.add(client);
       report(new DatabaseUnavailable('database connection lost', { cause: error }));

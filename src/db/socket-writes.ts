@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import type pg from 'pg';
 
 /**
@@ -11,9 +12,17 @@ interface Corkable {
   uncork(): void;
 }
 
-/** The socket under a client, when there is one to cork (node-postgres's private Connection.stream: test/pg-contract.test.ts). */
+/**
+ * The socket under a client (node-postgres's Connection.stream, private: the TLS socket when the
+ * connection is encrypted); test/pg-contract.test.ts and test/large-reads.test.ts fail if an upgrade moves it.
+ */
+export function connectionStream(client: pg.ClientBase): Partial<Duplex> | undefined {
+  return (client as unknown as { connection?: { stream?: Partial<Duplex> } }).connection?.stream;
+}
+
+/** The socket under a client, when there is one to cork. */
 function socketOf(client: pg.ClientBase): Corkable | undefined {
-  const stream = (client as unknown as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
+  const stream = connectionStream(client);
   return stream?.cork && stream.uncork ? (stream as Corkable) : undefined;
 }
 

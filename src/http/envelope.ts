@@ -1,4 +1,6 @@
-import type { FastifyRequest } from 'fastify';
+import { Readable } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { jsonInSlices } from '../lib/slices.js';
 
 export type SuccessBody<T extends object> = { result: 'success'; msg: '' } & T & {
   ignored_parameters_unsupported?: string[];
@@ -13,4 +15,19 @@ export function success<T extends object>(request: FastifyRequest, data: T = {} 
     ...data,
     ...(ignored.length > 0 ? { ignored_parameters_unsupported: ignored } : {}),
   };
+}
+
+/**
+ * Sends `success(request, data)` serialized a slice at a time (src/lib/slices.ts): for answers
+ * that grow with the organization (its whole user list), which would otherwise hold the event
+ * loop for everyone while they are built. The same bytes and headers as returning the envelope
+ * (the length is known before the first byte is sent); HEAD answers with the headers alone.
+ */
+export async function sendSuccessInSlices<T extends object>(request: FastifyRequest, reply: FastifyReply, data: T): Promise<FastifyReply> {
+  const chunks = await jsonInSlices(success(request, data));
+  const length = chunks.reduce((total, chunk) => total + chunk.length, 0);
+  return reply
+    .type('application/json; charset=utf-8')
+    .header('content-length', length)
+    .send(Readable.from(chunks, { objectMode: false }));
 }

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../deps.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
-import { success } from '../../http/envelope.js';
+import { sendSuccessInSlices, success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
 import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { EventListener } from './event-listener.js';
@@ -60,7 +60,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
       queueLifespanSecs: params.queue_lifespan_secs,
       idleQueueTimeout: params.idle_queue_timeout,
     }, clientGone(reply));
-    return success(request, {
+    // As large as the organization's user list (realm_user): serialized in slices.
+    return sendSuccessInSlices(request, reply, {
       queue_id: queueId,
       // Right after queue_id, as Zulip sends it (feature level 481).
       idle_queue_timeout_secs: lifespanSeconds,

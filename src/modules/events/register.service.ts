@@ -5,13 +5,14 @@ import { runQuery } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
+import { forEachInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';
 import { selectActiveSubscriptions } from '../subscriptions/subscriptions.repository.js';
 import { serializeSubscription, type SubscriptionObject } from '../subscriptions/subscriptions.serializers.js';
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
-import { realmUserRecords, selectRealmUsers } from '../users/users.repository.js';
-import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject, type UserRecord } from '../users/users.serializers.js';
+import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
+import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
 import { createEventQueue } from './events.repository.js';
 
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
@@ -115,7 +116,7 @@ export async function registerEventQueue(
     eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
     lifespanSeconds: queueLifespanSeconds(request, config),
   };
-  const state = await transactions.run(caller.id, async (tx) => {
+  const read = await transactions.run(caller.id, async (tx) => {
     // Every statement is issued before the first await (see UserTransactions.run).
     const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
     const users = wanted('realm_user')
@@ -124,16 +125,18 @@ export async function registerEventQueue(
     const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
     const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
     await created;
-    const sections: InitialState = {};
-    if (users) Object.assign(sections, realmUserSections(realmUserRecords(await users), config, caller, request));
-    if (subscriptions) {
-      const objects = (await subscriptions).map(serializeSubscription);
-      sections.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
-    }
-    if (views) sections.navigation_views = await views;
-    return sections;
+    return { users: await users, subscriptions: await subscriptions, views: await views };
   // Large: it reads the whole organization's users.
   }, departure, 'large');
+  // The objects are built once the transaction is over: building a large organization's users
+  // takes many turns of the event loop, which must not hold the connection and the user's lock.
+  const state: InitialState = {};
+  if (read.users) Object.assign(state, await realmUserSections(read.users, config, caller, request));
+  if (read.subscriptions) {
+    const objects = read.subscriptions.map(serializeSubscription);
+    state.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
+  }
+  if (read.views) state.navigation_views = read.views;
   return { queueId, lifespanSeconds: queue.lifespanSeconds, state };
 }
 
@@ -151,22 +154,26 @@ function withUserDefaults(sub: SubscriptionObject, defaults: NotificationDefault
   };
 }
 
-/** realm_users (active, plus placeholders unless user_list_incomplete) and realm_non_active_users. */
-function realmUserSections(
-  users: UserRecord[],
+/**
+ * realm_users (active, plus placeholders unless user_list_incomplete) and realm_non_active_users,
+ * built in slices: a whole large organization's objects would hold the event loop (src/lib/slices.ts).
+ */
+async function realmUserSections(
+  rows: Parameters<typeof realmUserRecord>[0][],
   config: RegisterConfig,
   caller: Caller,
   request: RegisterRequest,
-): Pick<InitialState, 'realm_users' | 'realm_non_active_users'> {
+): Promise<Pick<InitialState, 'realm_users' | 'realm_non_active_users'>> {
   const options = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
   const active: ApiUser[] = [];
   const nonActive: ApiUser[] = [];
-  for (const user of users) {
+  await forEachInSlices(rows, (row) => {
+    const user = realmUserRecord(row);
     if (canAccessUser(caller, user)) {
       (user.isActive ? active : nonActive).push(buildUserObject(caller, user, options, config));
     } else if (!request.userListIncomplete) {
       active.push(buildInaccessibleUserPlaceholder(caller, user.id, config, options));
     }
-  }
+  });
   return { realm_users: active, realm_non_active_users: nonActive };
 }

@@ -177,5 +177,5 @@ export const selectRealmUsers = (db: Database, realmId: number, options: UserLoa
     .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))))
     .orderBy('users.id');
 
-/** The records of selectRealmUsers' rows. */
-export const realmUserRecords = (rows: UserRow[]): UserRecord[] => rows.map((row) => toUserRecord(row, row.realm_id));
+/** The record of one of selectRealmUsers' rows. */
+export const realmUserRecord = (row: UserRow): UserRecord => toUserRecord(row, row.realm_id);

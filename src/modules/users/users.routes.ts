@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
-import { success } from '../../http/envelope.js';
+import { sendSuccessInSlices, success } from '../../http/envelope.js';
 import { parametersOf, peekParameter } from '../../http/params.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
@@ -22,11 +22,11 @@ function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | und
  * service tells ids from emails.
  */
 export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, config }) => {
-  app.get('/api/v1/users', { schema: listUsersSchema }, async (request) => {
+  app.get('/api/v1/users', { schema: listUsersSchema }, async (request, reply) => {
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
     const members = await listUsersForViewer(db, config, callerOf(request), options, user_ids);
-    return success(request, { members });
+    return sendSuccessInSlices(request, reply, { members });
   });
 
   app.get('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema, config: { authLookup: userLookupForRequest } }, async (request) => {

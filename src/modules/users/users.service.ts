@@ -4,13 +4,14 @@ import type { StatementRunner } from '../../db/reusable-statement.js';
 import type { AuthLookup } from '../../http/auth.js';
 import { badRequest } from '../../http/errors.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
+import { mapInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { isIdInRange } from '../../zulip.js';
 import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer } from './users.access.js';
 import {
   findUserByDeliveryEmail,
   findUserById,
-  realmUserRecords,
+  realmUserRecord,
   selectRealmUsers,
   type UserLoadOptions,
   joinUserById,
@@ -119,6 +120,10 @@ export async function listUsersForViewer(
 ): Promise<ApiUser[]> {
   // An id outside PostgreSQL's integer range names no user; bound, it would fail the statement.
   const ids = userIds?.filter(isIdInRange);
-  const users = realmUserRecords(await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options), ids).execute());
-  return users.filter((user) => canAccessUser(viewer, user)).map((user) => buildUserObject(viewer, user, options, config));
+  const rows = await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options), ids).execute();
+  // In slices: a whole large organization's objects would hold the event loop (src/lib/slices.ts).
+  return mapInSlices(rows, (row) => {
+    const user = realmUserRecord(row);
+    return canAccessUser(viewer, user) ? buildUserObject(viewer, user, options, config) : undefined;
+  });
 }

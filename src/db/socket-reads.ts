@@ -1,0 +1,30 @@
+import type pg from 'pg';
+import { afterTurnOfSlices } from '../lib/slices.js';
+import { connectionStream } from './socket-writes.js';
+
+/**
+ * A large result (a 20,000-user organization's users: megabytes of rows) arrives faster than
+ * node-postgres decodes it, and libuv reads a readable socket up to 32 times (64 KiB each) before
+ * it returns to the event loop: the rows of up to 2 MB were decoded in one piece, 100 ms and more
+ * in which no other request of the instance was served (bench/RESULTS.md, issue 31). Pausing the
+ * socket after each large chunk and resuming it on the next turn lets everything else run between
+ * two chunks. The chunks of every connection wait their turn in the same line as the other large
+ * work (src/lib/slices.ts): one chunk per turn, whatever the number of large answers arriving. An
+ * answer smaller than LARGE_CHUNK_BYTES never pauses.
+ */
+
+const LARGE_CHUNK_BYTES = 16 * 1024;
+
+/** From now on, `client` decodes at most one large chunk of its answers per turn of the event loop. */
+export function decodeLargeAnswersInSlices(client: pg.ClientBase): void {
+  const stream = connectionStream(client);
+  if (!stream?.on || !stream.pause || !stream.resume) return;
+  const resume = () => stream.resume!();
+  stream.on('data', (chunk: Buffer) => {
+    if (chunk.length < LARGE_CHUNK_BYTES) return;
+    // node-postgres's own listener has this chunk too (it decodes it as it is emitted); the
+    // chunks that follow wait in the socket until the next turn.
+    stream.pause!();
+    afterTurnOfSlices(resume);
+  });
+}
