@@ -156,6 +156,11 @@ export class PipelinedConnections implements StatementRunner {
     );
   }
 
+  /** Statements in flight on each connection slot, 0 where none is open (read by the metrics). */
+  inFlightByLane(): number[] {
+    return this.lanes.map((lane) => lane?.inFlight ?? 0);
+  }
+
   /** Closes every connection; statements already sent are answered first. */
   async end(): Promise<void> {
     this.closed = true;

@@ -1,0 +1,280 @@
+import { performance } from 'node:perf_hooks';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type pg from 'pg';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { type ApiError, tooManyFields } from '../http/errors.js';
+import { refusedLimit } from '../http/rate-limit.js';
+
+/**
+ * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
+ * what production serves on METRICS_PORT (src/metrics/listener.ts). Every label value comes from a
+ * bounded set: route templates (never a raw path), HTTP methods and statuses, fixed reasons and
+ * kinds, lane numbers, SQLSTATE classes. Names follow Prometheus's rules: `zulip_` prefix, base
+ * units (seconds, bytes), `_total` on counters.
+ */
+
+/** What the metrics read when scraped; nothing on the request path. */
+export interface MetricsSources {
+  pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+  /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
+  lanes?: { reads?: () => readonly number[]; writes?: () => readonly number[] };
+}
+
+/** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
+const UNMATCHED = 'unmatched';
+
+const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const DELIVERY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+type RequestLabels = { method: string; route: string; status_code: string };
+type RouteLabels = { method: string; route: string };
+
+const TOO_MANY_FIELDS = tooManyFields().message;
+
+function bodyRefusalOf(error: ApiError): 'size' | 'fields' | 'timeout' | undefined {
+  if (error.statusCode === 413) return 'size';
+  if (error.statusCode === 408) return 'timeout';
+  return error.message === TOO_MANY_FIELDS ? 'fields' : undefined;
+}
+
+/** What a sweep deletes. */
+export type SweptKind = 'event_queues' | 'audit_rows';
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  private readonly httpRequests: Counter<keyof RequestLabels>;
+  private readonly httpDuration: Histogram<keyof RouteLabels>;
+  private readonly httpInFlight: Gauge;
+  private readonly rateLimited: Counter<'limit'>;
+  private readonly bodyRefused: Counter<'reason'>;
+  private readonly dbErrors: Counter<'sqlstate_class'>;
+  private readonly authBatchSize: Histogram;
+  private readonly queuesRegistered: Counter;
+  private readonly queuesExpired: Counter;
+  private readonly heartbeats: Counter;
+  private readonly notifications: Counter;
+  private readonly listenReconnects: Counter;
+  private readonly pollRechecks: Counter<'outcome'>;
+  private readonly deliveryLatency: Histogram;
+  private readonly sweptRows: Counter<'kind'>;
+
+  /**
+   * Label objects made once per route, method and status and reused: prom-client hashes the
+   * labels it is given, and a fresh object per request would be garbage on the hot path.
+   */
+  private readonly requestLabels = new Map<string, Map<string, Map<number, RequestLabels>>>();
+  private readonly routeLabels = new Map<string, Map<string, RouteLabels>>();
+  private waitingPolls: () => number = () => 0;
+
+  constructor(sources: MetricsSources = {}) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    let lastUtilization = performance.eventLoopUtilization();
+    new Gauge({
+      name: 'nodejs_eventloop_utilization_ratio',
+      help: 'Share of the time since the previous scrape the event loop was busy',
+      registers,
+      collect() {
+        const now = performance.eventLoopUtilization();
+        this.set(performance.eventLoopUtilization(now, lastUtilization).utilization);
+        lastUtilization = now;
+      },
+    });
+
+    this.httpRequests = new Counter({
+      name: 'zulip_http_requests_total',
+      help: 'HTTP requests answered, by method, route template and status',
+      labelNames: ['method', 'route', 'status_code'],
+      registers,
+    });
+    this.httpDuration = new Histogram({
+      name: 'zulip_http_request_duration_seconds',
+      help: 'Time from a request\'s arrival to its answer, by method and route template',
+      labelNames: ['method', 'route'],
+      buckets: HTTP_BUCKETS,
+      registers,
+    });
+    this.httpInFlight = new Gauge({ name: 'zulip_http_requests_in_flight', help: 'Requests received and not yet answered', registers });
+    this.rateLimited = new Counter({
+      name: 'zulip_http_rate_limited_total',
+      help: 'Requests refused with 429, by limit: the per-user rate limit, or the user\'s share of body memory',
+      labelNames: ['limit'],
+      registers,
+    });
+    this.bodyRefused = new Counter({
+      name: 'zulip_http_body_refused_total',
+      help: 'Request bodies refused, by reason: size (413), field count (400), too slow (408)',
+      labelNames: ['reason'],
+      registers,
+    });
+
+    const { pool, lanes } = sources;
+    if (pool) {
+      const poolGauge = (name: string, help: string, read: () => number) =>
+        new Gauge({ name, help, registers, collect() { this.set(read()); } });
+      poolGauge('zulip_db_pool_connections', 'Connections of the pool, idle or lent out', () => pool.totalCount);
+      poolGauge('zulip_db_pool_idle_connections', 'Idle connections of the pool', () => pool.idleCount);
+      poolGauge('zulip_db_pool_waiting_clients', 'Requests waiting for a connection of the pool', () => pool.waitingCount);
+    }
+    if (lanes) {
+      new Gauge({
+        name: 'zulip_db_lane_statements_in_flight',
+        help: 'Statements sent and not yet answered on each pipelined connection, by kind and lane',
+        labelNames: ['kind', 'lane'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [kind, read] of [['reads', lanes.reads], ['writes', lanes.writes]] as const) {
+            read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));
+          }
+        },
+      });
+    }
+    this.dbErrors = new Counter({
+      name: 'zulip_db_errors_total',
+      help: 'Statements PostgreSQL failed, by SQLSTATE class (the first two characters)',
+      labelNames: ['sqlstate_class'],
+      registers,
+    });
+    this.authBatchSize = new Histogram({
+      name: 'zulip_db_auth_batch_size',
+      help: 'Requests authenticated by one statement',
+      buckets: BATCH_BUCKETS,
+      registers,
+    });
+
+    const waiting = () => this.waitingPolls();
+    new Gauge({
+      name: 'zulip_events_polls_waiting',
+      help: 'Long polls waiting on this instance',
+      registers,
+      collect() { this.set(waiting()); },
+    });
+    this.queuesRegistered = new Counter({ name: 'zulip_events_queues_registered_total', help: 'Event queues registered on this instance', registers });
+    this.queuesExpired = new Counter({ name: 'zulip_events_queues_expired_total', help: 'Expired event queues deleted by this instance\'s sweeps', registers });
+    this.heartbeats = new Counter({ name: 'zulip_events_heartbeats_total', help: 'Heartbeat events sent to idle long polls', registers });
+    this.notifications = new Counter({ name: 'zulip_events_notifications_total', help: 'NOTIFY messages received on the LISTEN connection', registers });
+    this.listenReconnects = new Counter({ name: 'zulip_events_listen_reconnects_total', help: 'Times the LISTEN connection was lost and opened again', registers });
+    this.pollRechecks = new Counter({
+      name: 'zulip_events_poll_rechecks_total',
+      help: 'Checks of all the waiting polls in one statement, by outcome',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.deliveryLatency = new Histogram({
+      name: 'zulip_events_delivery_seconds',
+      help: 'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
+      buckets: DELIVERY_BUCKETS,
+      registers,
+    });
+    this.sweptRows = new Counter({
+      name: 'zulip_sweep_deleted_rows_total',
+      help: 'Rows deleted by the periodic sweeps, by kind',
+      labelNames: ['kind'],
+      registers,
+    });
+  }
+
+  /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
+  readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    this.httpInFlight.inc();
+    reply.raw.once('close', this.requestClosed);
+    done();
+  };
+
+  private readonly requestClosed = (): void => {
+    this.httpInFlight.dec();
+  };
+
+  /** onResponse: the request's count and duration under its route template (routeOptions.url), never its path. */
+  readonly requestAnswered = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    const route = request.routeOptions.url ?? UNMATCHED;
+    const method = request.method;
+    this.httpRequests.inc(this.labelsOf(route, method, reply.statusCode));
+    this.httpDuration.observe(this.routeLabelsOf(route, method), reply.elapsedTime / 1000);
+    done();
+  };
+
+  /** From the error handler: counts the refusals among the errors answered. */
+  errorAnswered(error: ApiError): void {
+    const limit = refusedLimit(error);
+    if (limit) this.rateLimited.inc({ limit });
+    const reason = bodyRefusalOf(error);
+    if (reason) this.bodyRefused.inc({ reason });
+  }
+
+  databaseError(sqlstate: string): void {
+    this.dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(sqlstate) ? sqlstate.slice(0, 2) : 'unknown' });
+  }
+
+  authBatch(size: number): void {
+    this.authBatchSize.observe(size);
+  }
+
+  /** Where the waiting polls are counted (the events module's QueueWakeups). */
+  watchWaitingPolls(count: () => number): void {
+    this.waitingPolls = count;
+  }
+
+  queueRegistered(): void {
+    this.queuesRegistered.inc();
+  }
+
+  heartbeatSent(): void {
+    this.heartbeats.inc();
+  }
+
+  notificationReceived(): void {
+    this.notifications.inc();
+  }
+
+  listenReconnected(): void {
+    this.listenReconnects.inc();
+  }
+
+  pollRecheck(outcome: 'ok' | 'failed'): void {
+    this.pollRechecks.inc({ outcome });
+  }
+
+  /** A woken poll answered `seconds` after the notification that woke it arrived. */
+  delivered(seconds: number): void {
+    this.deliveryLatency.observe(seconds);
+  }
+
+  swept(kind: SweptKind, rows: number): void {
+    this.sweptRows.inc({ kind }, rows);
+    if (kind === 'event_queues') this.queuesExpired.inc(rows);
+  }
+
+  private labelsOf(route: string, method: string, status: number): RequestLabels {
+    let byMethod = this.requestLabels.get(route);
+    if (!byMethod) this.requestLabels.set(route, (byMethod = new Map()));
+    let byStatus = byMethod.get(method);
+    if (!byStatus) byMethod.set(method, (byStatus = new Map()));
+    let labels = byStatus.get(status);
+    if (!labels) byStatus.set(status, (labels = { method, route: readableRoute(route), status_code: String(status) }));
+    return labels;
+  }
+
+  private routeLabelsOf(route: string, method: string): RouteLabels {
+    let byMethod = this.routeLabels.get(route);
+    if (!byMethod) this.routeLabels.set(route, (byMethod = new Map()));
+    let labels = byMethod.get(method);
+    if (!labels) byMethod.set(method, (labels = { method, route: readableRoute(route) }));
+    return labels;
+  }
+}
+
+/** A route template without its parameters' regular expressions: `/api/v1/users/:user(^(?!me$).+$)` → `/api/v1/users/:user`. */
+function readableRoute(template: string): string {
+  let readable = '';
+  let depth = 0;
+  for (const char of template) {
+    if (char === '(') depth++;
+    else if (char === ')' && depth > 0) depth--;
+    else if (depth === 0) readable += char;
+  }
+  return readable;
+}
