@@ -106,7 +106,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     // Whatever failed (ClientGone, a cancelled statement), nobody is there to read it: logClientLeaving logged it.
     if (clientLeft(reply)) return reply.code(CLIENT_LEFT).send();
     const apiError = toApiError(error, config.retryAfterSeconds);
-    if (apiError) metrics?.errorAnswered(apiError);
+    if (apiError) metrics?.errorAnswered(apiError, error);
     if (!apiError) {
       request.log.error({ err: error }, 'unhandled error');
       return reply.code(500).send({ result: 'error', msg: 'Internal server error' });

@@ -135,7 +135,7 @@ describe('database, process and event metrics', () => {
     // The three requests of one turn share one authentication statement.
     expect(valueOf(after, 'zulip_db_auth_batch_size_count') - valueOf(before, 'zulip_db_auth_batch_size_count')).toBe(1);
     expect(valueOf(after, 'zulip_db_auth_batch_size_sum') - valueOf(before, 'zulip_db_auth_batch_size_sum')).toBe(3);
-    for (const name of ['nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes', 'nodejs_active_handles_total', 'process_cpu_seconds_total', 'nodejs_eventloop_utilization_ratio']) {
+    for (const name of ['nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes', 'nodejs_active_handles', 'process_cpu_seconds_total', 'nodejs_eventloop_utilization_ratio']) {
       expect(after.some((sample) => sample.name === name), name).toBe(true);
     }
   });
