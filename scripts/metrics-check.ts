@@ -29,6 +29,8 @@ const EXPECTED_FAMILIES = [
   'zulip_http_rate_limited_total', 'zulip_http_body_refused_total',
   'zulip_db_pool_connections', 'zulip_db_pool_idle_connections', 'zulip_db_pool_waiting_clients',
   'zulip_db_lane_statements_in_flight', 'zulip_db_errors_total', 'zulip_db_unavailable_total', 'zulip_db_auth_batch_size',
+  'zulip_db_statement_duration_seconds', 'zulip_db_statement_timeouts_total', 'zulip_db_connections_opened_total',
+  'zulip_db_connections_lost_total', 'zulip_db_commit_group_size',
   'zulip_events_polls_waiting', 'zulip_events_queues_registered_total', 'zulip_events_queues_expired_total',
   'zulip_events_heartbeats_total', 'zulip_events_notifications_total', 'zulip_events_listen_reconnects_total',
   'zulip_events_poll_rechecks_total', 'zulip_events_delivery_seconds', 'zulip_sweep_deleted_rows_total',

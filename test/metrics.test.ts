@@ -1,4 +1,6 @@
+import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
+import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { startMetricsListener } from '../src/metrics/listener.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
 import { getEvents, registerQueue, setPinToTop } from './helpers/events.js';
@@ -156,6 +158,53 @@ describe('database, process and event metrics', () => {
     expect(delta('zulip_events_notifications_total')).toBeGreaterThanOrEqual(1);
     expect(delta('zulip_events_delivery_seconds_count')).toBe(1);
     expect(delta('zulip_events_heartbeats_total')).toBe(0);
+  });
+});
+
+describe('database metrics', () => {
+  const LABEL = /^(?:(?:select|insert|update|delete|statement)_[a-z_]+_[0-9a-f]{8}|unnamed)$/;
+
+  it('times the pipelined statements by a stable label and counts commit groups', async () => {
+    await setUp();
+    const before = await scrape();
+    for (let i = 0; i < 3; i++) await api(ctx.app, { url: '/api/v1/users', as: 'U' });
+    await Promise.all([setPinToTop(ctx.app, true, 'U'), setPinToTop(ctx.app, true, 'V')]);
+    const after = await scrape();
+    const counts = after.filter((sample) => sample.name === 'zulip_db_statement_duration_seconds_count');
+    for (const sample of counts) expect(sample.labels.statement).toMatch(LABEL);
+    const delta = (name: string) => valueOf(after, name) - valueOf(before, name);
+    // Sequential requests: one authentication statement each (and the two writes' own).
+    expect(delta('zulip_db_auth_batch_size_count')).toBeGreaterThanOrEqual(4);
+    const timed = counts.reduce((sum, sample) => sum + sample.value, 0) - before
+      .filter((sample) => sample.name === 'zulip_db_statement_duration_seconds_count').reduce((sum, sample) => sum + sample.value, 0);
+    expect(timed).toBeGreaterThanOrEqual(delta('zulip_db_auth_batch_size_count'));
+    // Both writes went through commit groups (together or not): every member counted once.
+    expect(delta('zulip_db_commit_group_size_sum')).toBe(2);
+    expect(valueOf(after, 'zulip_db_connections_opened_total', { kind: 'reads' })).toBeGreaterThanOrEqual(1);
+  });
+
+  it('counts server errors by SQLSTATE class, statement timeouts, and lost connections', async () => {
+    await setUp();
+    await api(ctx.app, { url: '/api/v1/users', as: 'U' });
+    const before = await scrape();
+    await expect(ctx.database.reads.run({ text: 'SELECT 1/0' }, [])).rejects.toMatchObject({ code: '22012' });
+    await expect(ctx.database.reads.run({ text: 'SELECT pg_sleep(5)' }, [])).rejects.toMatchObject({ code: '57014' });
+    const errors = await scrape();
+    const delta = (samples: Sample[], name: string, labels: Record<string, string> = {}) => valueOf(samples, name, labels) - valueOf(before, name, labels);
+    expect(delta(errors, 'zulip_db_errors_total', { sqlstate_class: '22' })).toBe(1);
+    expect(delta(errors, 'zulip_db_errors_total', { sqlstate_class: '57' })).toBe(1);
+    expect(delta(errors, 'zulip_db_statement_timeouts_total')).toBe(1);
+
+    // Every connection of this database but the one asking (and the LISTEN one) is terminated.
+    await ctx.database.reads.run({ text: 'SELECT 1' }, []);
+    await sql`
+      SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> ${LISTENER_APPLICATION_NAME}
+    `.execute(ctx.db);
+    await eventually(async () => delta(await scrape(), 'zulip_db_connections_lost_total', { kind: 'reads' }) >= 1);
+    // The next request opens a new one.
+    expect((await api(ctx.app, { url: '/api/v1/users', as: 'U' })).statusCode).toBe(200);
+    expect(delta(await scrape(), 'zulip_db_connections_opened_total', { kind: 'reads' })).toBeGreaterThanOrEqual(1);
   });
 });
 

@@ -2,7 +2,9 @@ import { performance } from 'node:perf_hooks';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createHash } from 'node:crypto';
 import { isDatabaseUnavailable } from '../db/errors.js';
+import type { DatabaseObserver } from '../db/observer.js';
 import { type ApiError, tooManyFields } from '../http/errors.js';
 import { refusedLimit } from '../http/rate-limit.js';
 
@@ -19,6 +21,8 @@ export interface MetricsSources {
   pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
   /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
   lanes?: { reads?: () => readonly number[]; writes?: () => readonly number[] };
+  /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
+  observer?: DatabaseObserver;
 }
 
 /** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
@@ -27,6 +31,9 @@ const UNMATCHED = 'unmatched';
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const DELIVERY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const STATEMENT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+/** SQLSTATE of a cancelled statement: statement_timeout, or a request whose client left (pg_cancel_backend). */
+const QUERY_CANCELED = '57014';
 
 type RequestLabels = { method: string; route: string; status_code: string };
 type RouteLabels = { method: string; route: string };
@@ -150,6 +157,7 @@ export class Metrics {
       help: 'Requests answered 503 because the database could not be reached or a statement was cut off',
       registers,
     });
+    if (sources.observer) this.observeDatabase(sources.observer, registers);
     this.authBatchSize = new Histogram({
       name: 'zulip_db_auth_batch_size',
       help: 'Requests authenticated by one statement',
@@ -189,6 +197,48 @@ export class Metrics {
     });
   }
 
+  /** Fills in the database layer's reports: statements, failures, connections, commit groups. */
+  private observeDatabase(observer: DatabaseObserver, registers: Registry[]): void {
+    const statementDuration = new Histogram({
+      name: 'zulip_db_statement_duration_seconds',
+      help: 'From sending a prepared statement on a pipelined connection to its answer (its wait in the pipeline included), by statement',
+      labelNames: ['statement'],
+      buckets: STATEMENT_BUCKETS,
+      registers,
+    });
+    const timeouts = new Counter({
+      name: 'zulip_db_statement_timeouts_total',
+      help: 'Statements cut off by statement_timeout (SQLSTATE 57014 for a timeout; cancelled requests of clients that left are not counted)',
+      registers,
+    });
+    const opened = new Counter({ name: 'zulip_db_connections_opened_total', help: 'Database connections opened, by kind', labelNames: ['kind'], registers });
+    const lost = new Counter({ name: 'zulip_db_connections_lost_total', help: 'Database connections lost (an error or a disconnect), by kind', labelNames: ['kind'], registers });
+    const groups = new Histogram({
+      name: 'zulip_db_commit_group_size',
+      help: 'Write transactions committed together in one commit group',
+      buckets: [1, 2, 4, 8, 16, 32],
+      registers,
+    });
+    // One label object per statement name, made at its first answer: names are per process, so the label
+    // is the statement's kind, first table and a digest of its text, the same on every instance and restart.
+    const labels = new Map<string, { statement: string }>();
+    const unnamed = { statement: 'unnamed' };
+    observer.statementDone = (name, text, seconds) => {
+      let label = name === undefined ? unnamed : labels.get(name);
+      if (!label) labels.set(name!, (label = { statement: statementLabel(text) }));
+      statementDuration.observe(label, seconds);
+    };
+    observer.statementFailed = (error) => {
+      const code = error.code ?? '';
+      this.dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(code) ? code.slice(0, 2) : 'unknown' });
+      // PostgreSQL tells a timeout from another cancel only in the message text.
+      if (code === QUERY_CANCELED && error.message.includes('statement timeout')) timeouts.inc();
+    };
+    observer.connectionOpened = (kind) => opened.inc({ kind });
+    observer.connectionLost = (kind) => lost.inc({ kind });
+    observer.commitGroup = (members) => groups.observe(members);
+  }
+
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
   readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
     this.httpInFlight.inc();
@@ -216,10 +266,6 @@ export class Metrics {
     if (limit) this.rateLimited.inc({ limit });
     const reason = bodyRefusalOf(error);
     if (reason) this.bodyRefused.inc({ reason });
-  }
-
-  databaseError(sqlstate: string): void {
-    this.dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(sqlstate) ? sqlstate.slice(0, 2) : 'unknown' });
   }
 
   authBatch(size: number): void {
@@ -290,4 +336,11 @@ function readableRoute(template: string): string {
     else if (depth === 0) readable += char;
   }
   return readable;
+}
+
+/** `select_users_1a2b3c4d`: what a statement does and to which table first, and a digest of its text. */
+function statementLabel(text: string): string {
+  const verb = /^\s*(?:with\b[\s\S]*?\)\s*)?(select|insert|update|delete)\b/i.exec(text)?.[1]?.toLowerCase() ?? 'statement';
+  const table = /\b(?:from|into|update)\s+"?([a-z_]+)"?/i.exec(text)?.[1]?.toLowerCase() ?? 'none';
+  return `${verb}_${table}_${createHash('sha256').update(text).digest('hex').slice(0, 8)}`;
 }
