@@ -1,12 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type pg from 'pg';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { createHash } from 'node:crypto';
 import { isDatabaseUnavailable } from '../db/errors.js';
 import type { DatabaseObserver } from '../db/observer.js';
 import { type ApiError, tooManyFields } from '../http/errors.js';
 import { refusedLimit } from '../http/rate-limit.js';
+import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
  * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
@@ -35,8 +36,11 @@ const STATEMENT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 /** SQLSTATE of a cancelled statement: statement_timeout, or a request whose client left (pg_cancel_backend). */
 const QUERY_CANCELED = '57014';
 
-type RequestLabels = { method: string; route: string; status_code: string };
-type RouteLabels = { method: string; route: string };
+/** A route's series for one method: its duration, and its count by status. */
+interface RouteSeries {
+  duration: HistogramSeries;
+  byStatus: Map<number, CounterSeries>;
+}
 
 const TOO_MANY_FIELDS = tooManyFields().message;
 
@@ -52,29 +56,25 @@ export type SweptKind = 'event_queues' | 'audit_rows';
 export class Metrics {
   readonly registry = new Registry();
 
-  private readonly httpRequests: Counter<keyof RequestLabels>;
-  private readonly httpDuration: Histogram<keyof RouteLabels>;
-  private readonly httpInFlight: Gauge;
+  private readonly httpRequests: SeriesCounter;
+  private readonly httpDuration: SeriesHistogram;
+  private inFlight = 0;
   private readonly rateLimited: Counter<'limit'>;
   private readonly bodyRefused: Counter<'reason'>;
   private readonly dbErrors: Counter<'sqlstate_class'>;
   private readonly dbUnavailable: Counter;
-  private readonly authBatchSize: Histogram;
+  private readonly authBatchSize: HistogramSeries;
   private readonly queuesRegistered: Counter;
   private readonly queuesExpired: Counter;
   private readonly heartbeats: Counter;
   private readonly notifications: Counter;
   private readonly listenReconnects: Counter;
   private readonly pollRechecks: Counter<'outcome'>;
-  private readonly deliveryLatency: Histogram;
+  private readonly deliveryLatency: HistogramSeries;
   private readonly sweptRows: Counter<'kind'>;
 
-  /**
-   * Label objects made once per route, method and status and reused: prom-client hashes the
-   * labels it is given, and a fresh object per request would be garbage on the hot path.
-   */
-  private readonly requestLabels = new Map<string, Map<string, Map<number, RequestLabels>>>();
-  private readonly routeLabels = new Map<string, Map<string, RouteLabels>>();
+  /** The series of each route template and method, made at their first request. */
+  private readonly routes = new Map<string, Map<string, RouteSeries>>();
   private waitingPolls: () => number = () => 0;
 
   constructor(sources: MetricsSources = {}) {
@@ -97,20 +97,26 @@ export class Metrics {
       },
     });
 
-    this.httpRequests = new Counter({
+    this.httpRequests = new SeriesCounter({
       name: 'zulip_http_requests_total',
       help: 'HTTP requests answered, by method, route template and status',
       labelNames: ['method', 'route', 'status_code'],
       registers,
     });
-    this.httpDuration = new Histogram({
+    this.httpDuration = new SeriesHistogram({
       name: 'zulip_http_request_duration_seconds',
       help: 'Time from a request\'s arrival to its answer, by method and route template',
       labelNames: ['method', 'route'],
       buckets: HTTP_BUCKETS,
       registers,
     });
-    this.httpInFlight = new Gauge({ name: 'zulip_http_requests_in_flight', help: 'Requests received and not yet answered', registers });
+    const inFlight = () => this.inFlight;
+    new Gauge({
+      name: 'zulip_http_requests_in_flight',
+      help: 'Requests received and not yet answered',
+      registers,
+      collect() { this.set(inFlight()); },
+    });
     this.rateLimited = new Counter({
       name: 'zulip_http_rate_limited_total',
       help: 'Requests refused with 429, by limit: the per-user rate limit, or the user\'s share of body memory',
@@ -158,12 +164,12 @@ export class Metrics {
       registers,
     });
     if (sources.observer) this.observeDatabase(sources.observer, registers);
-    this.authBatchSize = new Histogram({
+    this.authBatchSize = new SeriesHistogram({
       name: 'zulip_db_auth_batch_size',
       help: 'Requests authenticated by one statement',
       buckets: BATCH_BUCKETS,
       registers,
-    });
+    }).seriesFor({});
 
     const waiting = () => this.waitingPolls();
     new Gauge({
@@ -183,12 +189,12 @@ export class Metrics {
       labelNames: ['outcome'],
       registers,
     });
-    this.deliveryLatency = new Histogram({
+    this.deliveryLatency = new SeriesHistogram({
       name: 'zulip_events_delivery_seconds',
       help: 'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
       buckets: DELIVERY_BUCKETS,
       registers,
-    });
+    }).seriesFor({});
     this.sweptRows = new Counter({
       name: 'zulip_sweep_deleted_rows_total',
       help: 'Rows deleted by the periodic sweeps, by kind',
@@ -199,7 +205,7 @@ export class Metrics {
 
   /** Fills in the database layer's reports: statements, failures, connections, commit groups. */
   private observeDatabase(observer: DatabaseObserver, registers: Registry[]): void {
-    const statementDuration = new Histogram({
+    const statementDuration = new SeriesHistogram({
       name: 'zulip_db_statement_duration_seconds',
       help: 'From sending a prepared statement on a pipelined connection to its answer (its wait in the pipeline included), by statement',
       labelNames: ['statement'],
@@ -213,20 +219,20 @@ export class Metrics {
     });
     const opened = new Counter({ name: 'zulip_db_connections_opened_total', help: 'Database connections opened, by kind', labelNames: ['kind'], registers });
     const lost = new Counter({ name: 'zulip_db_connections_lost_total', help: 'Database connections lost (an error or a disconnect), by kind', labelNames: ['kind'], registers });
-    const groups = new Histogram({
+    const groups = new SeriesHistogram({
       name: 'zulip_db_commit_group_size',
       help: 'Write transactions committed together in one commit group',
       buckets: [1, 2, 4, 8, 16, 32],
       registers,
-    });
-    // One label object per statement name, made at its first answer: names are per process, so the label
-    // is the statement's kind, first table and a digest of its text, the same on every instance and restart.
-    const labels = new Map<string, { statement: string }>();
-    const unnamed = { statement: 'unnamed' };
+    }).seriesFor({});
+    // One series per statement name, made at its first answer. Names are per process, so the label
+    // is the statement's kind, first table and a digest of its text: the same on every instance and restart.
+    const byName = new Map<string, HistogramSeries>();
+    let unnamed: HistogramSeries | undefined;
     observer.statementDone = (name, text, seconds) => {
-      let label = name === undefined ? unnamed : labels.get(name);
-      if (!label) labels.set(name!, (label = { statement: statementLabel(text) }));
-      statementDuration.observe(label, seconds);
+      let series = name === undefined ? (unnamed ??= statementDuration.seriesFor({ statement: 'unnamed' })) : byName.get(name);
+      if (!series) byName.set(name!, (series = statementDuration.seriesFor({ statement: statementLabel(text) })));
+      series.observe(seconds);
     };
     observer.statementFailed = (error) => {
       const code = error.code ?? '';
@@ -241,21 +247,26 @@ export class Metrics {
 
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
   readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    this.httpInFlight.inc();
+    this.inFlight++;
     reply.raw.once('close', this.requestClosed);
     done();
   };
 
   private readonly requestClosed = (): void => {
-    this.httpInFlight.dec();
+    this.inFlight--;
   };
 
   /** onResponse: the request's count and duration under its route template (routeOptions.url), never its path. */
   readonly requestAnswered = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    const route = request.routeOptions.url ?? UNMATCHED;
-    const method = request.method;
-    this.httpRequests.inc(this.labelsOf(route, method, reply.statusCode));
-    this.httpDuration.observe(this.routeLabelsOf(route, method), reply.elapsedTime / 1000);
+    const series = this.routeSeries(request.routeOptions.url ?? UNMATCHED, request.method);
+    const status = reply.statusCode;
+    let count = series.byStatus.get(status);
+    if (!count) {
+      count = this.httpRequests.seriesFor({ ...series.duration.labels, status_code: String(status) });
+      series.byStatus.set(status, count);
+    }
+    count.add();
+    series.duration.observe(reply.elapsedTime / 1000);
     done();
   };
 
@@ -307,22 +318,15 @@ export class Metrics {
     if (kind === 'event_queues') this.queuesExpired.inc(rows);
   }
 
-  private labelsOf(route: string, method: string, status: number): RequestLabels {
-    let byMethod = this.requestLabels.get(route);
-    if (!byMethod) this.requestLabels.set(route, (byMethod = new Map()));
-    let byStatus = byMethod.get(method);
-    if (!byStatus) byMethod.set(method, (byStatus = new Map()));
-    let labels = byStatus.get(status);
-    if (!labels) byStatus.set(status, (labels = { method, route: readableRoute(route), status_code: String(status) }));
-    return labels;
-  }
-
-  private routeLabelsOf(route: string, method: string): RouteLabels {
-    let byMethod = this.routeLabels.get(route);
-    if (!byMethod) this.routeLabels.set(route, (byMethod = new Map()));
-    let labels = byMethod.get(method);
-    if (!labels) byMethod.set(method, (labels = { method, route: readableRoute(route) }));
-    return labels;
+  private routeSeries(route: string, method: string): RouteSeries {
+    let byMethod = this.routes.get(route);
+    if (!byMethod) this.routes.set(route, (byMethod = new Map()));
+    let series = byMethod.get(method);
+    if (!series) {
+      series = { duration: this.httpDuration.seriesFor({ method, route: readableRoute(route) }), byStatus: new Map() };
+      byMethod.set(method, series);
+    }
+    return series;
   }
 }
 
