@@ -1,7 +1,9 @@
 import { sql } from 'kysely';
+import { Counter, Histogram, Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { startMetricsListener } from '../src/metrics/listener.js';
+import { SeriesCounter, SeriesHistogram } from '../src/metrics/series.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
 import { getEvents, registerQueue, setPinToTop } from './helpers/events.js';
 import { ids } from './helpers/fixture.js';
@@ -205,6 +207,33 @@ describe('database metrics', () => {
     // The next request opens a new one.
     expect((await api(ctx.app, { url: '/api/v1/users', as: 'U' })).statusCode).toBe(200);
     expect(delta(await scrape(), 'zulip_db_connections_opened_total', { kind: 'reads' })).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('hot-path series (src/metrics/series.ts)', () => {
+  it('print exactly what prom-client\'s own counter and histogram print for the same observations', async () => {
+    const ours = new Registry();
+    const theirs = new Registry();
+    const buckets = [0.01, 0.1, 1];
+    const histogram = new SeriesHistogram({ name: 'h_seconds', help: 'h', labelNames: ['route'], buckets, registers: [ours] });
+    const counter = new SeriesCounter({ name: 'c_total', help: 'c', labelNames: ['route'], registers: [ours] });
+    const reference = new Histogram({ name: 'h_seconds', help: 'h', labelNames: ['route'], buckets, registers: [theirs] });
+    const referenceCounter = new Counter({ name: 'c_total', help: 'c', labelNames: ['route'], registers: [theirs] });
+    for (const route of ['/a', '/b']) {
+      const series = histogram.seriesFor({ route });
+      const count = counter.seriesFor({ route });
+      for (const value of route === '/a' ? [0.005, 0.01, 0.5, 7] : [0.2]) {
+        series.observe(value);
+        reference.observe({ route }, value);
+        count.add();
+        referenceCounter.inc({ route });
+      }
+    }
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+    // Counted again after a scrape: nothing is lost or counted twice.
+    counter.seriesFor({ route: '/c' }).add(3);
+    referenceCounter.inc({ route: '/c' }, 3);
+    expect(await ours.metrics()).toBe(await theirs.metrics());
   });
 });
 
