@@ -17,7 +17,9 @@ RUN npm run build
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
-    PORT=9991
+    PORT=9991 \
+    METRICS_HOST=0.0.0.0 \
+    METRICS_PORT=9464
 WORKDIR /app
 # Production dependencies only; optional ones (embedded-postgres and its ~100 MB of binaries) left out.
 COPY package.json package-lock.json ./
@@ -30,7 +32,8 @@ COPY migrations ./migrations
 # DATA_DIR (./data) is writable so that a start without DATABASE_URL reaches its clear error.
 RUN mkdir data && chown node:node data
 USER node
-EXPOSE 9991
+# 9464: Prometheus metrics (GET /metrics); publish it to the scraper only, never to the public.
+EXPOSE 9991 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 9991) + '/ready', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM: /ready answers 503 for SHUTDOWN_DRAIN_SECONDS (5 s) while requests are still served, then

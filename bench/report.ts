@@ -1,7 +1,8 @@
 import type { Measurement } from './load.js';
 import {
-  bulkName, PRODUCTION_PATCH, PRODUCTION_PATCH_FLOOR, PRODUCTION_SETTING, PRODUCTION_SETTING_FLOOR, PRODUCTION_USERS,
-  PRODUCTION_USERS_FLOOR, USERS_FLOOR, USERS_FLOOR_PLAIN, USERS_FLOOR_TWO_QUERIES, USERS_OURS,
+  bulkName, PRODUCTION_PATCH, PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH_METRICS, PRODUCTION_SETTING, PRODUCTION_SETTING_FLOOR,
+  PRODUCTION_SETTING_METRICS, PRODUCTION_USERS, PRODUCTION_USERS_FLOOR, PRODUCTION_USERS_METRICS, USERS_FLOOR, USERS_FLOOR_PLAIN,
+  USERS_FLOOR_TWO_QUERIES, USERS_OURS,
 } from './scenarios.js';
 
 /** The production-default targets of the issue tracker's #16: ours / floor, requests per second. */
@@ -10,6 +11,14 @@ const PRODUCTION_TARGETS: { ours: string; floor: string; label: string; target: 
   { ours: PRODUCTION_SETTING, floor: PRODUCTION_SETTING_FLOOR, label: '1-entry settings update', target: 0.7 },
   { ours: PRODUCTION_PATCH, floor: PRODUCTION_PATCH_FLOOR, label: 'PATCH /navigation_views/{fragment}', target: 0.7 },
 ];
+
+/** What the metrics may cost (issue #28): with them on / off, requests per second, at least 0.95. */
+const METRICS_TARGETS: { on: string; off: string; label: string }[] = [
+  { on: PRODUCTION_USERS_METRICS, off: PRODUCTION_USERS, label: 'GET /users/{id}' },
+  { on: PRODUCTION_SETTING_METRICS, off: PRODUCTION_SETTING, label: '1-entry settings update' },
+  { on: PRODUCTION_PATCH_METRICS, off: PRODUCTION_PATCH, label: 'PATCH /navigation_views/{fragment}' },
+];
+const METRICS_TARGET = 0.95;
 
 /** The one table `npm run bench` prints (Markdown, so it can go into bench/RESULTS.md as is). */
 
@@ -64,6 +73,13 @@ export function formatReport(rows: Row[], meta: { machine: string; settings: str
     if (!ours || !floor) continue;
     const ratio = roundRatio(ours, floor);
     lines.push(`Production defaults, ${label}: ours/floor = ${describeRatio(ours, floor)}; target ≥ ${fixed(target, 2)}: ${ratio >= target ? 'met' : 'MISSED'}`);
+  }
+  for (const { on: onName, off: offName, label } of METRICS_TARGETS) {
+    const on = byName.get(onName);
+    const off = byName.get(offName);
+    if (!on || !off) continue;
+    const ratio = roundRatio(on, off);
+    lines.push(`Production defaults, ${label}: metrics on/off = ${describeRatio(on, off)}; target ≥ ${fixed(METRICS_TARGET, 2)}: ${ratio >= METRICS_TARGET ? 'met' : 'MISSED'}`);
   }
   const ours = byName.get(USERS_OURS);
   const floor = byName.get(USERS_FLOOR);

@@ -8,6 +8,7 @@ import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
+import { LARGE_ORGANIZATIONS, measureLargeOrganizations } from './large-org.js';
 import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import {
@@ -38,7 +39,10 @@ import { countStatements } from './statements.js';
  * The production scenarios come first: a second instance of ours with the server's defaults (rate
  * limiting on with the default rule, info logs written to a file) against a floor that writes the
  * same request log, with callers rotating over 20,000 members (reads) or 1,000 writers (writes),
- * in alternating rounds.
+ * in alternating rounds, with a third instance of ours that has the Prometheus metrics on (scraped
+ * every 15 s) for their cost. Then the large organizations (1,000 to 50,000 users: GET /users and
+ * register, with and without gzip; BENCH_LARGE_ORG_REQUESTS, 3, requests of each) on the
+ * production-default instance.
  */
 
 function positiveInteger(name: string, fallback: number): number {
@@ -62,6 +66,7 @@ const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND 
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
 const LONG_POLLS = 'long polls';
+const LARGE_ORG_REQUESTS = positiveInteger('BENCH_LARGE_ORG_REQUESTS', 3);
 const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
 const LONG_POLL_IDLE_SECONDS = positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
 const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25, rotatingCallers: 20_000, writers: WRITERS };
@@ -231,6 +236,22 @@ async function main(): Promise<number> {
     logFile: join(workDir, 'server.log'),
   });
   cleanups.push(() => oursProduction.stop());
+  // The same with the Prometheus metrics on: scraped every 15 s during the run, as Prometheus would.
+  const metricsPort = await freePort();
+  const oursProductionMetrics = await startServer({
+    name: 'server (production defaults, metrics on)',
+    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-metrics')}`] : []), ...SERVER_ARGS],
+    env: {
+      AVATAR_SALT: SERVER_ENV.AVATAR_SALT, HOST: SERVER_ENV.HOST, QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
+      DATABASE_URL: embedded.url, METRICS_PORT: String(metricsPort),
+    },
+    port: await freePort(),
+    readyPath: '/ready',
+    logFile: join(workDir, 'server-metrics.log'),
+  });
+  cleanups.push(() => oursProductionMetrics.stop());
+  const scraper = setInterval(() => void fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((response) => response.text(), () => undefined), 15_000);
+  cleanups.push(async () => clearInterval(scraper));
   const floorProduction = await startServer({
     name: 'floor (request log)',
     args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-floor')}`] : []), '--import', 'tsx', 'bench/floor.ts'],
@@ -240,7 +261,7 @@ async function main(): Promise<number> {
   });
   cleanups.push(() => floorProduction.stop());
   const servers: Record<ServerKind, RunningProcess> = {
-    ours, floor, 'ours-production': oursProduction, 'floor-production': floorProduction,
+    ours, floor, 'ours-production': oursProduction, 'ours-production-metrics': oursProductionMetrics, 'floor-production': floorProduction,
   };
   log(`server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}; with production defaults: ` +
     `server pid ${oursProduction.pid}, floor pid ${floorProduction.pid}`);
@@ -262,7 +283,7 @@ async function main(): Promise<number> {
     .filter((scenario) => pollerQueues.length > 0 || !scenario.name.startsWith('GET /events'));
   const statements = await countStatements(embedded.url, SERVER_ENV, scenarios.filter((scenario) => scenario.server === 'ours'));
   const productionEnv = { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, LOG_LEVEL: 'silent' };
-  for (const [name, count] of await countStatements(embedded.url, productionEnv, scenarios.filter((scenario) => scenario.server === 'ours-production'))) {
+  for (const [name, count] of await countStatements(embedded.url, productionEnv, scenarios.filter((scenario) => scenario.server.startsWith('ours-production')))) {
     statements.set(name, count);
   }
 
@@ -294,6 +315,11 @@ async function main(): Promise<number> {
     const attacker = seeded.rotating.at(-1)!;
     neighbours = await measureNeighbours({ server: ours, neighbour: neighbourOrganization, attacker, durationSeconds: DURATION, rounds: ROUNDS, log });
   }
+  let largeOrganizations: string | undefined;
+  if (ONLY.test(LARGE_ORGANIZATIONS)) {
+    largeOrganizations = await measureLargeOrganizations({ db: handle.db, server: oursProduction, requests: LARGE_ORG_REQUESTS, log });
+  }
+
   let longPolls: LongPollFigures | undefined;
   if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
 
@@ -308,6 +334,7 @@ async function main(): Promise<number> {
   }));
   if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
   if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
+  if (largeOrganizations) console.log(`\n${LARGE_ORGANIZATIONS}, production defaults:\n\n${largeOrganizations}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
   const measured = [
     ...rows.map((row) => row.measurement),

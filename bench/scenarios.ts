@@ -28,7 +28,7 @@ interface ProbeRequest {
  * (rate limiting off, no logs), or with the production defaults (ours: rate limiting on with the
  * default rule, info logs written to a file; the floor: the same request log, no rate limiting).
  */
-export type ServerKind = 'ours' | 'floor' | 'ours-production' | 'floor-production';
+export type ServerKind = 'ours' | 'floor' | 'ours-production' | 'ours-production-metrics' | 'floor-production';
 
 export interface Scenario {
   name: string;
@@ -66,11 +66,15 @@ export const PRODUCTION_SETTING_FLOOR = 'production: 1-entry settings update, 1,
 export const PRODUCTION_SETTING = 'production: 1-entry settings update, 1,000 users';
 export const PRODUCTION_PATCH_FLOOR = 'production: PATCH /navigation_views/{fragment}, 1,000 users — write floor';
 export const PRODUCTION_PATCH = 'production: PATCH /navigation_views/{fragment}, 1,000 users';
-/** Each pair, [floor, ours], is measured in alternating rounds; the ratio is the median of theirs. */
-export const PRODUCTION_COMPARISONS: [string, string][] = [
-  [PRODUCTION_USERS_FLOOR, PRODUCTION_USERS],
-  [PRODUCTION_SETTING_FLOOR, PRODUCTION_SETTING],
-  [PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH],
+/** The same on a third instance with the Prometheus metrics on (METRICS_PORT): what they cost. */
+export const PRODUCTION_USERS_METRICS = `${PRODUCTION_USERS} — metrics on`;
+export const PRODUCTION_SETTING_METRICS = `${PRODUCTION_SETTING} — metrics on`;
+export const PRODUCTION_PATCH_METRICS = `${PRODUCTION_PATCH} — metrics on`;
+/** Each group, [floor, ours, ours with metrics], is measured in alternating rounds; the ratios are the medians of theirs. */
+export const PRODUCTION_COMPARISONS: string[][] = [
+  [PRODUCTION_USERS_FLOOR, PRODUCTION_USERS, PRODUCTION_USERS_METRICS],
+  [PRODUCTION_SETTING_FLOOR, PRODUCTION_SETTING, PRODUCTION_SETTING_METRICS],
+  [PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH, PRODUCTION_PATCH_METRICS],
 ];
 const BULK_SIZES = [1, 10, 100, 1000] as const;
 export const bulkName = (size: number, connections?: number) =>
@@ -194,10 +198,13 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
   const productionScenarios: Scenario[] = [
     productionScenario(PRODUCTION_USERS_FLOOR, 'floor-production', seeded.rotating, readUser),
     productionScenario(PRODUCTION_USERS, 'ours-production', seeded.rotating, readUser),
+    productionScenario(PRODUCTION_USERS_METRICS, 'ours-production-metrics', seeded.rotating, readUser),
     productionScenario(PRODUCTION_SETTING_FLOOR, 'floor-production', writers, updateSetting),
     productionScenario(PRODUCTION_SETTING, 'ours-production', writers, updateSetting),
+    productionScenario(PRODUCTION_SETTING_METRICS, 'ours-production-metrics', writers, updateSetting),
     productionScenario(PRODUCTION_PATCH_FLOOR, 'floor-production', writers, patchView),
     productionScenario(PRODUCTION_PATCH, 'ours-production', writers, patchView),
+    productionScenario(PRODUCTION_PATCH_METRICS, 'ours-production-metrics', writers, patchView),
   ];
 
   let nextQueue = 0;

@@ -79,6 +79,11 @@ const EnvSchema = Type.Object({
   // The shipped HAProxy takes a replica out within inter 2 s + fastinter 1 s (fall 2) of /ready
   // failing: 5 s leaves a margin (deploy/haproxy.cfg).
   SHUTDOWN_DRAIN_SECONDS: Type.Integer({ minimum: 0, maximum: 3600, default: 5 }),
+  // The Prometheus metrics listener (GET /metrics); unset: no metrics are collected at all.
+  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  // JSON answers of at least this many bytes are compressed when the client accepts it.
+  COMPRESSION_THRESHOLD_BYTES: Type.Integer({ minimum: 0, default: 4096 }),
 });
 type Env = Static<typeof EnvSchema>;
 
@@ -190,6 +195,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
     keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
     shutdownDrainSeconds: env.SHUTDOWN_DRAIN_SECONDS,
+    metricsPort: env.METRICS_PORT,
+    metricsHost: env.METRICS_HOST,
+    compressionThresholdBytes: env.COMPRESSION_THRESHOLD_BYTES,
   };
 }
 

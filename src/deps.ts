@@ -1,5 +1,8 @@
+import type pg from 'pg';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
+import type { DatabaseObserver } from './db/observer.js';
+import type { PipelinedConnections } from './db/pipelined-connections.js';
 import type { StatementRunner } from './db/reusable-statement.js';
 import type { UserTransactions } from './db/user-transactions.js';
 import type { Drain } from './http/drain.js';
@@ -13,6 +16,11 @@ export interface AppDeps {
   reads: StatementRunner;
   /** The transactions of users' writes (src/db/user-transactions.ts). */
   transactions: UserTransactions;
+  /** The pool and the write connections, read by the metrics when scraped (absent: not reported). */
+  pool?: pg.Pool;
+  writes?: PipelinedConnections;
+  /** The database layer's reports, which the metrics fill in (absent: not reported). */
+  observer?: DatabaseObserver;
   /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
   drain?: Drain;
 }

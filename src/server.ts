@@ -1,4 +1,5 @@
 // Process entry: config → database → buildApp → listen → graceful close.
+import type { Server } from 'node:http';
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
@@ -11,6 +12,7 @@ import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
 import { Drain } from './http/drain.js';
+import { startMetricsListener } from './metrics/listener.js';
 
 /** How long closing may take (long polls answered, in-flight requests finished) before exit 1. */
 const CLOSE_GRACE_MS = 10_000;
@@ -64,13 +66,17 @@ async function main(): Promise<void> {
 
   // SIGTERM is handled below (drain first); every other signal and fatal errors close at once.
   let closing = false;
+  let metricsServer: Server | undefined;
   const shutdown = closeWithGrace({ delay: CLOSE_GRACE_MS, skip: ['SIGTERM'] }, async ({ signal, err }) => {
     closing = true;
     drain.finish();
     if (err) app.log.error({ err }, 'closing after an error');
     else if (signal) app.log.info({ signal }, 'shutting down');
     logs.flush();
+    // Scraped until the API closes: the last scrape sees the drain.
     await app.close();
+    metricsServer?.closeAllConnections();
+    metricsServer?.close();
     flushLogs();
     await handle.close();
     await forgetServer?.();
@@ -82,6 +88,12 @@ async function main(): Promise<void> {
   });
 
   await app.listen({ port: config.port, host: config.host });
+  // Its own port, never the API's: the load balancer forwards only the API port.
+  if (app.metrics && config.metricsPort !== undefined) {
+    const listening = await startMetricsListener(app.metrics.registry, config.metricsHost, config.metricsPort);
+    metricsServer = listening.server;
+    app.log.info({ host: config.metricsHost, port: listening.port }, 'metrics listening');
+  }
   logs.flush(); // "Server listening at …" now, not with the next 4 KiB
 }
 

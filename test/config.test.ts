@@ -26,7 +26,7 @@ describe('configuration from the environment', () => {
       queueDefaultLifespanSeconds: 600, queueMaxLifespanSeconds: 604800, trustProxy: false,
       dbPoolMax: 20, dbReadConnections: 2, dbWriteConnections: 2, dbConnectTimeoutMs: 2000, shutdownDrainSeconds: 5,
       pollRecheckSeconds: 5, requestBodyMemoryBytes: 16777216, userRequestBodyBytes: 2097152, userRequestBodies: 32,
-      bodyTimeoutSeconds: 10,
+      bodyTimeoutSeconds: 10, metricsPort: undefined, metricsHost: '127.0.0.1', compressionThresholdBytes: 4096,
     });
   });
 
@@ -34,18 +34,20 @@ describe('configuration from the environment', () => {
     const config = loadConfig({
       DATABASE_URL: 'postgres://db/x', AVATAR_SALT: 's', PORT: '8080', ENABLE_GRAVATAR: 'false', TRUST_PROXY: '1',
       EXTERNAL_HOST: 'Chat.Example.com:8443', ROOT_SUBDOMAIN_ALIASES: 'www, app', DB_READ_CONNECTIONS: '4',
-      SHUTDOWN_DRAIN_SECONDS: '0', POLL_RECHECK_SECONDS: '20',
+      SHUTDOWN_DRAIN_SECONDS: '0', POLL_RECHECK_SECONDS: '20', METRICS_PORT: '9464', METRICS_HOST: '0.0.0.0',
+      COMPRESSION_THRESHOLD_BYTES: '0',
     });
     expect(config).toMatchObject({
       port: 8080, enableGravatar: false, trustProxy: true, externalHost: 'chat.example.com:8443',
       fakeEmailDomain: 'chat.example.com', rootSubdomainAliases: ['www', 'app'], avatarSalt: 's', dbReadConnections: 4,
-      shutdownDrainSeconds: 0, pollRecheckSeconds: 20,
+      shutdownDrainSeconds: 0, pollRecheckSeconds: 20, metricsPort: 9464, metricsHost: '0.0.0.0', compressionThresholdBytes: 0,
     });
   });
 
   it.each([
     [{ PORT: 'abc' }, /^Invalid environment variable PORT="abc"/],
     [{ PORT: '70000' }, /^Invalid environment variable PORT="70000"/],
+    [{ METRICS_PORT: '70000' }, /^Invalid environment variable METRICS_PORT="70000"/],
     [{ ENABLE_GRAVATAR: 'yes' }, /^Invalid environment variable ENABLE_GRAVATAR="yes"/],
     [{ LOG_LEVEL: 'loud' }, /^Invalid environment variable LOG_LEVEL="loud"/],
     [{ EXTERNAL_HOST: 'bad host/' }, /^Invalid environment variable EXTERNAL_HOST="bad host\/"/],

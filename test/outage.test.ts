@@ -29,7 +29,7 @@ beforeAll(async () => {
   handle = createDatabase(postgres.url, { connectTimeoutMs: 1000, onConnectionError: () => undefined });
   await migrateToLatest(handle.db);
   await seedFixture(handle.db);
-  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url }), ...handle });
+  app = await buildApp({ config: loadConfig({ ...FIXTURE_ENV, DATABASE_URL: postgres.url, METRICS_PORT: '0' }), ...handle });
   await app.ready();
 });
 
@@ -53,6 +53,8 @@ describe('database outage (case 18)', () => {
       expect(res.headers['retry-after']).toBe('5');
       expect(Date.now() - started).toBeLessThan(3000);
     }
+    // What the "database unavailable" alert watches (deploy/alerts.yml).
+    expect(await app.metrics!.registry.metrics()).toMatch(/^zulip_db_unavailable_total 2$/m);
     const ready = await api(app, { url: '/ready' });
     expect(ready.statusCode).toBe(503);
     expect(ready.body).toBe(UNAVAILABLE);

@@ -67,6 +67,7 @@ export class CommitGroups {
 
   /** `again`: the group is what remained of a failed one; a second failure sends each member alone. */
   private send(group: Member[], again = false): void {
+    if (!again) this.writes.observer.commitGroup?.(group.length);
     if (group.length === 1) return this.alone(group[0]!);
     const progress: TransactionProgress = { sent: false, completed: 0, suspect: false };
     this.writes.transaction(group.flatMap((member) => member.statements), progress).then(

@@ -2,6 +2,7 @@ import { Kysely, type PostgresPool, type PostgresPoolClient, type PostgresQueryR
 import pg from 'pg';
 import type { Config } from '../config.js';
 import { connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
+import type { DatabaseObserver } from './observer.js';
 import { PipelinedConnections } from './pipelined-connections.js';
 import { decodeLargeAnswersInSlices } from './socket-reads.js';
 import { UserTransactions } from './user-transactions.js';
@@ -20,6 +21,8 @@ export interface DatabaseHandle {
   /** The transactions of users' writes, one round trip each (user-transactions.ts). */
   transactions: UserTransactions;
   pool: pg.Pool;
+  /** What the layer reports as it works (src/db/observer.ts); filled by buildApp when the metrics are on. */
+  observer: DatabaseObserver;
   close(): Promise<void>;
 }
 
@@ -72,7 +75,7 @@ const typeParsers = {
  * The pool as Kysely sees it, with typed failures: a connection that cannot be had, and a
  * statement lost with its connection, become DatabaseUnavailable (src/db/errors.ts).
  */
-function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>): PostgresPool {
+function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observer: DatabaseObserver): PostgresPool {
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
     // Kysely's interface also has a cursor overload, for stream(): Kysely calls it only when the
@@ -82,7 +85,7 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>): Postgr
     // pg types a result's `command` as any string, Kysely as the commands its statements answer.
     function query(text: string, values: ReadonlyArray<unknown> = []): Promise<unknown> {
       return client.query(text, values as unknown[]).catch((error: unknown) => {
-        throw statementFailure(error, failedClients.has(client));
+        throw statementFailure(error, failedClients.has(client), observer);
       });
     }
     // pg-pool gives the client a new release function with every checkout: look it up each time.
@@ -116,6 +119,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   });
   const report = (error: Error) => options.onConnectionError?.(error);
   const failedClients = new WeakSet<pg.PoolClient>();
+  const observer: DatabaseObserver = {};
   // pg-pool listens for errors only while a connection is idle: a connection lent out with no
   // statement in flight (between a transaction's statements, say) that loses its server would
   // emit 'error' with no listener, which kills the process. Every connection gets one for its
@@ -123,7 +127,9 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   pool.on('connect', (client) => {
     // The pool serves the large reads (a whole organization's users).
     decodeLargeAnswersInSlices(client);
+    observer.connectionOpened?.('pool');
     client.on('error', (error) => {
+      if (!failedClients.has(client)) observer.connectionLost?.('pool');
       failedClients.add(client);
       report(new DatabaseUnavailable('database connection lost', { cause: error }));
     });
@@ -132,10 +138,12 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   pool.on('error', () => undefined);
   const onQuery = options.onQuery;
   const db = new Kysely<DB>({
-    dialect: new PostgresDialect({ pool: typedPool(pool, failedClients) }),
+    dialect: new PostgresDialect({ pool: typedPool(pool, failedClients, observer) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
-  const pipelined = (connections: number, timeoutMs: number) => new PipelinedConnections({
+  const pipelined = (kind: 'reads' | 'writes', connections: number, timeoutMs: number) => new PipelinedConnections({
+    kind,
+    observer,
     connectionString,
     connections,
     connectTimeoutMs,
@@ -145,8 +153,8 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     onIdleError: report,
     ...(onQuery && { onStatement: onQuery }),
   });
-  const reads = pipelined(options.readConnections ?? 2, options.readStatementTimeoutMs ?? 0);
-  const writes = pipelined(options.writeConnections ?? 2, statementTimeoutMs);
+  const reads = pipelined('reads', options.readConnections ?? 2, options.readStatementTimeoutMs ?? 0);
+  const writes = pipelined('writes', options.writeConnections ?? 2, statementTimeoutMs);
   const transactions = new UserTransactions({ pool, writes, failedClients, cancelVia: reads, ...(onQuery && { onStatement: onQuery }) });
   return {
     db,
@@ -154,6 +162,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     writes,
     transactions,
     pool,
+    observer,
     close: async () => {
       await reads.end();
       await writes.end();

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { DatabaseObserver } from './observer.js';
 
 /**
  * The database cannot serve this statement now: no connection could be made, or the one the
@@ -58,10 +59,14 @@ export async function connectOrUnavailable(pool: pg.Pool): Promise<pg.PoolClient
  * A statement failed on `client`: a server error (pg.DatabaseError) is the statement's own; any
  * other failure on a connection that has since failed (pg emitted 'error' on it, see `broken`)
  * is the connection's, and becomes DatabaseUnavailable. Anything else (a programming error in the
- * values, say) is passed on as it is.
+ * values, say) is passed on as it is. Server errors are reported to `observer` (the metrics).
  */
-export function statementFailure(error: unknown, connectionFailed: boolean): unknown {
-  if (error instanceof pg.DatabaseError || error instanceof DatabaseUnavailable) return error;
+export function statementFailure(error: unknown, connectionFailed: boolean, observer?: DatabaseObserver): unknown {
+  if (error instanceof pg.DatabaseError) {
+    observer?.statementFailed?.(error);
+    return error;
+  }
+  if (error instanceof DatabaseUnavailable) return error;
   if (!connectionFailed) return error;
   return new DatabaseUnavailable('database connection lost', { cause: error });
 }

@@ -1,6 +1,8 @@
+import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { DatabaseUnavailable, statementFailure } from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
+import type { DatabaseObserver } from './observer.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
 import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
 
@@ -28,6 +30,10 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  */
 
 export interface PipelinedConnectionsOptions {
+  /** Which connections these are, for the metrics (default reads). */
+  kind?: 'reads' | 'writes';
+  /** Where statements, failures and connections are reported (the metrics; default: nowhere). */
+  observer?: DatabaseObserver;
   connectionString: string;
   connections: number;
   connectTimeoutMs: number;
@@ -76,9 +82,14 @@ const closedError = () => new DatabaseUnavailable('the database connections are 
 export class PipelinedConnections implements StatementRunner {
   private readonly lanes: (Lane | undefined)[];
   private closed = false;
+  /** Where statements, failures and connections are reported (commit groups report theirs there too). */
+  readonly observer: DatabaseObserver;
+  private readonly kind: 'reads' | 'writes';
 
   constructor(private readonly options: PipelinedConnectionsOptions) {
     this.lanes = new Array<Lane | undefined>(options.connections).fill(undefined);
+    this.observer = options.observer ?? {};
+    this.kind = options.kind ?? 'reads';
   }
 
   /** Runs one statement (by name when it has one: a prepared statement) and resolves to its rows. */
@@ -129,7 +140,7 @@ export class PipelinedConnections implements StatementRunner {
     } catch (error) {
       if (progress && query) Object.assign(progress, { sent: true, completed: query.completed, suspect: query.connectionSuspect });
       if (query?.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
-      throw statementFailure(error, lane.failed);
+      throw statementFailure(error, lane.failed, this.observer);
     } finally {
       lane.inFlight--;
       for (const statement of statements) this.options.onStatement?.(statement.text);
@@ -141,19 +152,29 @@ export class PipelinedConnections implements StatementRunner {
     lane.inFlight++;
     batchWritesOfThisTurn(lane.client);
     const { onStatement } = this.options;
+    const { observer } = this;
+    const timed = observer.statementDone;
+    const sentAt = timed ? performance.now() : 0;
     return lane.client.query<R & pg.QueryResultRow>(config).then(
       (result) => {
         lane.inFlight--;
         onStatement?.(config.text);
+        timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
         return result.rows;
       },
       (error: unknown) => {
         lane.inFlight--;
         onStatement?.(config.text);
+        timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
         if (STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
-        throw statementFailure(error, lane.failed);
+        throw statementFailure(error, lane.failed, observer);
       },
     );
+  }
+
+  /** Statements in flight on each connection slot, 0 where none is open (read by the metrics). */
+  inFlightByLane(): number[] {
+    return this.lanes.map((lane) => lane?.inFlight ?? 0);
   }
 
   /** Closes every connection; statements already sent are answered first. */
@@ -205,6 +226,7 @@ export class PipelinedConnections implements StatementRunner {
     lane.ready = client.connect().then(
       () => {
         lane.connected = true;
+        this.observer.connectionOpened?.(this.kind);
       },
       (error: unknown) => {
         lane.retire();
@@ -216,6 +238,7 @@ export class PipelinedConnections implements StatementRunner {
     // A lost connection may emit several errors (the server's reason, then the disconnect): the
     // first retires it and is reported when no statement was in flight to carry it.
     client.on('error', (error) => {
+      if (!lane.failed) this.observer.connectionLost?.(this.kind);
       lane.failed = true;
       if (this.lanes[slot] !== lane) return;
       lane.retire();

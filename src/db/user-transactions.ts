@@ -138,7 +138,7 @@ export class UserTransactions {
       query = sent.query;
       return await sent.rows;
     } catch (error) {
-      throw statementFailure(error, failedClients.has(client));
+      throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
     } finally {
       stopListening?.();
       for (const statement of statements) onStatement?.(statement.text);

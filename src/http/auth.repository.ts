@@ -208,7 +208,11 @@ export class AccountBatches {
   private readonly batches = new Map<string, Batch>();
   private scheduled = false;
 
-  constructor(private readonly reads: StatementRunner) {}
+  constructor(
+    private readonly reads: StatementRunner,
+    /** Told the size of every statement sent (the metrics' batch sizes). */
+    private readonly onBatch?: (size: number) => void,
+  ) {}
 
   /** The account of the request's key with the checks, the decision and the lookup; undefined when no account has the key. */
   find<Extra extends object>(
@@ -257,6 +261,7 @@ export class AccountBatches {
       maxRequests: rule?.maxRequests ?? 0,
       windowSeconds: rule?.windowSeconds ?? 0,
     };
+    this.onBatch?.(pending.length);
     statementFor(lookup, rule !== undefined)(this.reads, args).then(
       (rows) => {
         const byOrd = new Map(rows.map((row) => [row.ord, row]));

@@ -1,10 +1,16 @@
 import type { TSchema } from 'typebox';
+import type { Metrics } from '../metrics/metrics.js';
 import type { AccountRow, AuthLookup } from './auth.repository.js';
 import type { Caller } from './auth.js';
 import type { ParamSources } from './params.js';
 
 /** Everything this server adds to Fastify's types, in one place. */
 declare module 'fastify' {
+  interface FastifyInstance {
+    /** The app's metrics (buildApp), undefined when METRICS_PORT is unset. */
+    metrics: Metrics | undefined;
+  }
+
   interface FastifyRequest {
     /** The authenticated caller (authenticationHook); absent on routes that need no credentials. */
     caller?: Caller;

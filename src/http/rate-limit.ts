@@ -20,7 +20,11 @@ export interface RateLimitDecision {
 
 /** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (spec §1.8). */
 class RateLimitExceeded extends ApiError {
-  constructor(readonly retryAfterSeconds: number) {
+  constructor(
+    readonly retryAfterSeconds: number,
+    /** Which limit refused: the metrics count them apart (src/metrics/metrics.ts). */
+    readonly limit: 'rate_limit' | 'user_body_memory',
+  ) {
     super(429, 'API usage exceeded rate limit', 'RATE_LIMIT_HIT', {}, { 'retry-after': String(retryAfterSeconds) });
     this.name = 'RateLimitExceeded';
   }
@@ -30,7 +34,12 @@ class RateLimitExceeded extends ApiError {
   }
 }
 
-export const rateLimitExceeded = (retryAfterSeconds: number): ApiError => new RateLimitExceeded(retryAfterSeconds);
+/** The 429 of a user holding too many request bodies at once (src/http/request-memory.ts). */
+export const userBodyMemoryExceeded = (retryAfterSeconds: number): ApiError => new RateLimitExceeded(retryAfterSeconds, 'user_body_memory');
+
+/** Which limit an error is the refusal of, if it is one. */
+export const refusedLimit = (error: ApiError): 'rate_limit' | 'user_body_memory' | undefined =>
+  error instanceof RateLimitExceeded ? error.limit : undefined;
 
 /** The decision the authentication statement took (src/http/auth.repository.ts). */
 export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
@@ -55,5 +64,5 @@ export function applyRateLimit(reply: FastifyReply, rule: RateLimitRule, decisio
     'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
     'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
   });
-  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds);
+  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds, 'rate_limit');
 }

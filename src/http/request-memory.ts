@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BODY_METHODS } from './body.js';
 import { serviceUnavailable } from './errors.js';
-import { rateLimitExceeded } from './rate-limit.js';
+import { userBodyMemoryExceeded } from './rate-limit.js';
 
 /**
  * Bounds the memory an instance gives to the bodies of authenticated requests while they are
@@ -59,7 +59,7 @@ export class RequestMemory {
     const bytes = bodyBytes(request);
     const held = this.users.get(userId) ?? { bytes: 0, requests: 0 };
     if (held.requests > 0 && (held.requests >= this.limits.userRequests || held.bytes + bytes > this.limits.userBytes)) {
-      return done(rateLimitExceeded(USER_RETRY_AFTER_SECONDS));
+      return done(userBodyMemoryExceeded(USER_RETRY_AFTER_SECONDS));
     }
     if (this.total + bytes > this.limits.totalBytes) return done(serviceUnavailable(this.limits.retryAfterSeconds));
     held.bytes += bytes;

@@ -16,6 +16,8 @@ export interface EventListenerOptions {
   onQueueNotified(queueId: string): void;
   /** Notifications may have been missed (the connection was lost, or it just came back). */
   onGap(): void;
+  /** The connection was opened again after it had been lost (the metrics' reconnects). */
+  onReconnected?: () => void;
 }
 
 /**
@@ -29,6 +31,8 @@ export class EventListener {
   private retryTimer: NodeJS.Timeout | undefined;
   private retryMs = FIRST_RETRY_MS;
   private closed = false;
+  /** Set once the connection was lost: the next successful connection is a reconnection. */
+  private lostOnce = false;
 
   constructor(private readonly options: EventListenerOptions) {}
 
@@ -79,6 +83,7 @@ export class EventListener {
     }
     this.client = client;
     this.retryMs = FIRST_RETRY_MS;
+    if (this.lostOnce) this.options.onReconnected?.();
     // Whatever committed while we were not listening is only found by re-checking.
     this.options.onGap();
   }
@@ -88,6 +93,7 @@ export class EventListener {
     this.client = undefined;
     client.end().catch(() => undefined);
     if (this.closed) return;
+    this.lostOnce = true;
     this.options.log.warn({ err: error }, 'events listener connection lost; reconnecting');
     this.options.onGap();
     this.scheduleRetry();

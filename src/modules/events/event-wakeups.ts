@@ -7,6 +7,8 @@
 export class PollWaiter {
   /** Set once the poll holds its queue and waits (QueueWakeups.hold). */
   pollId: string | undefined;
+  /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.notified): the delivery latency's start. */
+  notifiedAt: number | undefined;
   private notified = false;
   private release: (() => void) | undefined;
 
@@ -81,6 +83,19 @@ export class QueueWakeups {
   /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */
   wake(queueId: string, except?: PollWaiter): void {
     for (const waiter of this.waiters.get(queueId) ?? []) if (waiter !== except) waiter.notify();
+  }
+
+  /** A NOTIFY for the queue arrived at `at` (performance.now()): its polls re-check. */
+  notified(queueId: string, at: number): void {
+    for (const waiter of this.waiters.get(queueId) ?? []) {
+      waiter.notifiedAt ??= at;
+      waiter.notify();
+    }
+  }
+
+  /** How many polls hold their queue and wait (the metrics' waiting polls). */
+  get waitingPolls(): number {
+    return this.held.size;
   }
 
   /** After notifications may have been missed (the listener reconnected): every poll re-checks. */

@@ -1,5 +1,7 @@
+import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../deps.js';
+import type { Metrics } from '../../metrics/metrics.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
@@ -8,7 +10,7 @@ import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
-import { deleteQueue, pollEvents } from './events.service.js';
+import { deleteQueue, type PollAnswer, pollEvents } from './events.service.js';
 import { PollRechecks } from './poll-rechecks.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
@@ -17,14 +19,25 @@ import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEve
  * across instances: the LISTEN connection and answering every waiting poll on shutdown.
  */
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
+  const { metrics } = app;
   const wakeups = new QueueWakeups();
-  const rechecks = new PollRechecks({ db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log });
+  metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
+  const rechecks = new PollRechecks({
+    db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log,
+    ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
+  });
   const listener = new EventListener({
     connectionString: config.databaseUrl,
     connectTimeoutMs: config.dbConnectTimeoutMs,
     log: app.log,
-    onQueueNotified: (queueId) => wakeups.wake(queueId),
+    onQueueNotified: metrics
+      ? (queueId) => {
+        metrics.notificationReceived();
+        wakeups.notified(queueId, performance.now());
+      }
+      : (queueId) => wakeups.wake(queueId),
     onGap: () => rechecks.request(),
+    ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
   });
 
   app.addHook('onReady', async () => {
@@ -60,6 +73,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
       queueLifespanSecs: params.queue_lifespan_secs,
       idleQueueTimeout: params.idle_queue_timeout,
     }, clientGone(reply));
+    metrics?.queueRegistered();
     // As large as the organization's user list (realm_user): serialized in slices.
     return sendSuccessInSlices(request, reply, {
       queue_id: queueId,
@@ -81,6 +95,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
       queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();
+    if (metrics) countAnswer(metrics, answer);
     return success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events });
   });
 
@@ -89,3 +104,10 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     return success(request);
   });
 };
+
+/** A poll's answer in the metrics: a heartbeat, or a delivery woken by a NOTIFY. */
+function countAnswer(metrics: Metrics, answer: NonNullable<PollAnswer>): void {
+  const { events, notifiedAt } = answer;
+  if (events.at(-1)?.type === 'heartbeat') metrics.heartbeatSent();
+  else if (notifiedAt !== undefined && events.length > 0) metrics.delivered((performance.now() - notifiedAt) / 1000);
+}

@@ -30,8 +30,11 @@ export interface PollRequest {
   clientGone: Departure;
 }
 
-/** `waited` answers carry queue_id; null means the client left and nothing is to be sent. */
-export type PollAnswer = { events: ApiEvent[]; waited: boolean } | null;
+/**
+ * `waited` answers carry queue_id; null means the client left and nothing is to be sent.
+ * `notifiedAt`: when the NOTIFY that woke a waiting poll arrived (performance.now()), for the metrics.
+ */
+export type PollAnswer = { events: ApiEvent[]; waited: boolean; notifiedAt?: number } | null;
 
 export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
   return deps.wakeups.track(runPoll(deps, caller, request));
@@ -93,7 +96,7 @@ async function waitForEvents(
       // Woken by a notification or by the instance's periodic check.
       const outcome = await finishPollIfReady(db, queueId, pollId);
       if (outcome === undefined) throw badEventQueueId(queueId);
-      if (outcome !== 'waiting') return { events: outcome, waited: true };
+      if (outcome !== 'waiting') return { events: outcome, waited: true, ...(waiter.notifiedAt !== undefined && { notifiedAt: waiter.notifiedAt }) };
     }
   } finally {
     stopListening();

@@ -8,6 +8,8 @@ export interface PollRechecksOptions {
   wakeups: QueueWakeups;
   intervalMs: number;
   log: FastifyBaseLogger;
+  /** Told whether each check succeeded (the metrics). */
+  onRecheck?: (ok: boolean) => void;
 }
 
 /**
@@ -66,7 +68,9 @@ export class PollRechecks {
     try {
       const renewBelow = leaseRenewalSeconds(this.options.intervalMs / 1000);
       for (const pollId of await recheckWaitingPolls(db, held, renewBelow)) wakeups.wakePoll(pollId);
+      this.options.onRecheck?.(true);
     } catch (error) {
+      this.options.onRecheck?.(false);
       // The next interval tries again; the leases are renewed early enough to outlast two failures.
       log.warn({ err: error, polls: held.length }, 'waiting long polls could not be checked');
     }

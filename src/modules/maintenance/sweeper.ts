@@ -48,6 +48,8 @@ export const sweeper: FastifyPluginAsync<AppDeps> = async (app, { db, config }) 
       running = sweepOnce(db, config)
         .then(
           (result) => {
+            app.metrics?.swept('event_queues', result.queues);
+            app.metrics?.swept('audit_rows', result.auditRows);
             if (result.queues + result.auditRows > 0) app.log.info(result, 'swept expired event queues and old audit rows');
           },
           (error: unknown) => app.log.warn({ err: error }, 'sweep failed'),

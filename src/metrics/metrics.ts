@@ -1,0 +1,350 @@
+import { performance } from 'node:perf_hooks';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type pg from 'pg';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { createHash } from 'node:crypto';
+import { isDatabaseUnavailable } from '../db/errors.js';
+import type { DatabaseObserver } from '../db/observer.js';
+import { type ApiError, tooManyFields } from '../http/errors.js';
+import { refusedLimit } from '../http/rate-limit.js';
+import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
+
+/**
+ * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
+ * what production serves on METRICS_PORT (src/metrics/listener.ts). Every label value comes from a
+ * bounded set: route templates (never a raw path), HTTP methods and statuses, fixed reasons and
+ * kinds, lane numbers, SQLSTATE classes. Names follow Prometheus's rules: `zulip_` prefix, base
+ * units (seconds, bytes), `_total` on counters.
+ */
+
+/** What the metrics read when scraped; nothing on the request path. */
+export interface MetricsSources {
+  pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+  /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
+  lanes?: { reads?: () => readonly number[]; writes?: () => readonly number[] };
+  /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
+  observer?: DatabaseObserver;
+}
+
+/** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
+const UNMATCHED = 'unmatched';
+
+const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const DELIVERY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const STATEMENT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+/** SQLSTATE of a cancelled statement: statement_timeout, or a request whose client left (pg_cancel_backend). */
+const QUERY_CANCELED = '57014';
+
+/** A route's series for one method: its duration, and its count by status. */
+interface RouteSeries {
+  duration: HistogramSeries;
+  byStatus: Map<number, CounterSeries>;
+}
+
+const TOO_MANY_FIELDS = tooManyFields().message;
+
+function bodyRefusalOf(error: ApiError): 'size' | 'fields' | 'timeout' | undefined {
+  if (error.statusCode === 413) return 'size';
+  if (error.statusCode === 408) return 'timeout';
+  return error.message === TOO_MANY_FIELDS ? 'fields' : undefined;
+}
+
+/** What a sweep deletes. */
+export type SweptKind = 'event_queues' | 'audit_rows';
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  private readonly httpRequests: SeriesCounter;
+  private readonly httpDuration: SeriesHistogram;
+  private inFlight = 0;
+  private readonly rateLimited: Counter<'limit'>;
+  private readonly bodyRefused: Counter<'reason'>;
+  private readonly dbErrors: Counter<'sqlstate_class'>;
+  private readonly dbUnavailable: Counter;
+  private readonly authBatchSize: HistogramSeries;
+  private readonly queuesRegistered: Counter;
+  private readonly queuesExpired: Counter;
+  private readonly heartbeats: Counter;
+  private readonly notifications: Counter;
+  private readonly listenReconnects: Counter;
+  private readonly pollRechecks: Counter<'outcome'>;
+  private readonly deliveryLatency: HistogramSeries;
+  private readonly sweptRows: Counter<'kind'>;
+
+  /** The series of each route template and method, made at their first request. */
+  private readonly routes = new Map<string, Map<string, RouteSeries>>();
+  private waitingPolls: () => number = () => 0;
+
+  constructor(sources: MetricsSources = {}) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    // Gauges named like counters, which `promtool check metrics` rejects; the same totals are the
+    // sums of nodejs_active_handles, _requests and _resources (by type), which stay.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+      this.registry.removeSingleMetric(name);
+    }
+    let lastUtilization = performance.eventLoopUtilization();
+    new Gauge({
+      name: 'nodejs_eventloop_utilization_ratio',
+      help: 'Share of the time since the previous scrape the event loop was busy',
+      registers,
+      collect() {
+        const now = performance.eventLoopUtilization();
+        this.set(performance.eventLoopUtilization(now, lastUtilization).utilization);
+        lastUtilization = now;
+      },
+    });
+
+    this.httpRequests = new SeriesCounter({
+      name: 'zulip_http_requests_total',
+      help: 'HTTP requests answered, by method, route template and status',
+      labelNames: ['method', 'route', 'status_code'],
+      registers,
+    });
+    this.httpDuration = new SeriesHistogram({
+      name: 'zulip_http_request_duration_seconds',
+      help: 'Time from a request\'s arrival to its answer, by method and route template',
+      labelNames: ['method', 'route'],
+      buckets: HTTP_BUCKETS,
+      registers,
+    });
+    const inFlight = () => this.inFlight;
+    new Gauge({
+      name: 'zulip_http_requests_in_flight',
+      help: 'Requests received and not yet answered',
+      registers,
+      collect() { this.set(inFlight()); },
+    });
+    this.rateLimited = new Counter({
+      name: 'zulip_http_rate_limited_total',
+      help: 'Requests refused with 429, by limit: the per-user rate limit, or the user\'s share of body memory',
+      labelNames: ['limit'],
+      registers,
+    });
+    this.bodyRefused = new Counter({
+      name: 'zulip_http_body_refused_total',
+      help: 'Request bodies refused, by reason: size (413), field count (400), too slow (408)',
+      labelNames: ['reason'],
+      registers,
+    });
+
+    const { pool, lanes } = sources;
+    if (pool) {
+      const poolGauge = (name: string, help: string, read: () => number) =>
+        new Gauge({ name, help, registers, collect() { this.set(read()); } });
+      poolGauge('zulip_db_pool_connections', 'Connections of the pool, idle or lent out', () => pool.totalCount);
+      poolGauge('zulip_db_pool_idle_connections', 'Idle connections of the pool', () => pool.idleCount);
+      poolGauge('zulip_db_pool_waiting_clients', 'Requests waiting for a connection of the pool', () => pool.waitingCount);
+    }
+    if (lanes) {
+      new Gauge({
+        name: 'zulip_db_lane_statements_in_flight',
+        help: 'Statements sent and not yet answered on each pipelined connection, by kind and lane',
+        labelNames: ['kind', 'lane'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [kind, read] of [['reads', lanes.reads], ['writes', lanes.writes]] as const) {
+            read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));
+          }
+        },
+      });
+    }
+    this.dbErrors = new Counter({
+      name: 'zulip_db_errors_total',
+      help: 'Statements PostgreSQL failed, by SQLSTATE class (the first two characters)',
+      labelNames: ['sqlstate_class'],
+      registers,
+    });
+    this.dbUnavailable = new Counter({
+      name: 'zulip_db_unavailable_total',
+      help: 'Requests answered 503 because the database could not be reached or a statement was cut off',
+      registers,
+    });
+    if (sources.observer) this.observeDatabase(sources.observer, registers);
+    this.authBatchSize = new SeriesHistogram({
+      name: 'zulip_db_auth_batch_size',
+      help: 'Requests authenticated by one statement',
+      buckets: BATCH_BUCKETS,
+      registers,
+    }).seriesFor({});
+
+    const waiting = () => this.waitingPolls();
+    new Gauge({
+      name: 'zulip_events_polls_waiting',
+      help: 'Long polls waiting on this instance',
+      registers,
+      collect() { this.set(waiting()); },
+    });
+    this.queuesRegistered = new Counter({ name: 'zulip_events_queues_registered_total', help: 'Event queues registered on this instance', registers });
+    this.queuesExpired = new Counter({ name: 'zulip_events_queues_expired_total', help: 'Expired event queues deleted by this instance\'s sweeps', registers });
+    this.heartbeats = new Counter({ name: 'zulip_events_heartbeats_total', help: 'Heartbeat events sent to idle long polls', registers });
+    this.notifications = new Counter({ name: 'zulip_events_notifications_total', help: 'NOTIFY messages received on the LISTEN connection', registers });
+    this.listenReconnects = new Counter({ name: 'zulip_events_listen_reconnects_total', help: 'Times the LISTEN connection was lost and opened again', registers });
+    this.pollRechecks = new Counter({
+      name: 'zulip_events_poll_rechecks_total',
+      help: 'Checks of all the waiting polls in one statement, by outcome',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.deliveryLatency = new SeriesHistogram({
+      name: 'zulip_events_delivery_seconds',
+      help: 'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
+      buckets: DELIVERY_BUCKETS,
+      registers,
+    }).seriesFor({});
+    this.sweptRows = new Counter({
+      name: 'zulip_sweep_deleted_rows_total',
+      help: 'Rows deleted by the periodic sweeps, by kind',
+      labelNames: ['kind'],
+      registers,
+    });
+  }
+
+  /** Fills in the database layer's reports: statements, failures, connections, commit groups. */
+  private observeDatabase(observer: DatabaseObserver, registers: Registry[]): void {
+    const statementDuration = new SeriesHistogram({
+      name: 'zulip_db_statement_duration_seconds',
+      help: 'From sending a prepared statement on a pipelined connection to its answer (its wait in the pipeline included), by statement',
+      labelNames: ['statement'],
+      buckets: STATEMENT_BUCKETS,
+      registers,
+    });
+    const timeouts = new Counter({
+      name: 'zulip_db_statement_timeouts_total',
+      help: 'Statements cut off by statement_timeout (SQLSTATE 57014 for a timeout; cancelled requests of clients that left are not counted)',
+      registers,
+    });
+    const opened = new Counter({ name: 'zulip_db_connections_opened_total', help: 'Database connections opened, by kind', labelNames: ['kind'], registers });
+    const lost = new Counter({ name: 'zulip_db_connections_lost_total', help: 'Database connections lost (an error or a disconnect), by kind', labelNames: ['kind'], registers });
+    const groups = new SeriesHistogram({
+      name: 'zulip_db_commit_group_size',
+      help: 'Write transactions committed together in one commit group',
+      buckets: [1, 2, 4, 8, 16, 32],
+      registers,
+    }).seriesFor({});
+    // One series per statement name, made at its first answer. Names are per process, so the label
+    // is the statement's kind, first table and a digest of its text: the same on every instance and restart.
+    const byName = new Map<string, HistogramSeries>();
+    let unnamed: HistogramSeries | undefined;
+    observer.statementDone = (name, text, seconds) => {
+      let series = name === undefined ? (unnamed ??= statementDuration.seriesFor({ statement: 'unnamed' })) : byName.get(name);
+      if (!series) byName.set(name!, (series = statementDuration.seriesFor({ statement: statementLabel(text) })));
+      series.observe(seconds);
+    };
+    observer.statementFailed = (error) => {
+      const code = error.code ?? '';
+      this.dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(code) ? code.slice(0, 2) : 'unknown' });
+      // PostgreSQL tells a timeout from another cancel only in the message text.
+      if (code === QUERY_CANCELED && error.message.includes('statement timeout')) timeouts.inc();
+    };
+    observer.connectionOpened = (kind) => opened.inc({ kind });
+    observer.connectionLost = (kind) => lost.inc({ kind });
+    observer.commitGroup = (members) => groups.observe(members);
+  }
+
+  /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
+  readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    this.inFlight++;
+    reply.raw.once('close', this.requestClosed);
+    done();
+  };
+
+  private readonly requestClosed = (): void => {
+    this.inFlight--;
+  };
+
+  /** onResponse: the request's count and duration under its route template (routeOptions.url), never its path. */
+  readonly requestAnswered = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    const series = this.routeSeries(request.routeOptions.url ?? UNMATCHED, request.method);
+    const status = reply.statusCode;
+    let count = series.byStatus.get(status);
+    if (!count) {
+      count = this.httpRequests.seriesFor({ ...series.duration.labels, status_code: String(status) });
+      series.byStatus.set(status, count);
+    }
+    count.add();
+    series.duration.observe(reply.elapsedTime / 1000);
+    done();
+  };
+
+  /** From the error handler: counts the refusals and the database's failures among the errors answered. */
+  errorAnswered(error: ApiError, cause: unknown): void {
+    if (isDatabaseUnavailable(cause)) this.dbUnavailable.inc();
+    const limit = refusedLimit(error);
+    if (limit) this.rateLimited.inc({ limit });
+    const reason = bodyRefusalOf(error);
+    if (reason) this.bodyRefused.inc({ reason });
+  }
+
+  authBatch(size: number): void {
+    this.authBatchSize.observe(size);
+  }
+
+  /** Where the waiting polls are counted (the events module's QueueWakeups). */
+  watchWaitingPolls(count: () => number): void {
+    this.waitingPolls = count;
+  }
+
+  queueRegistered(): void {
+    this.queuesRegistered.inc();
+  }
+
+  heartbeatSent(): void {
+    this.heartbeats.inc();
+  }
+
+  notificationReceived(): void {
+    this.notifications.inc();
+  }
+
+  listenReconnected(): void {
+    this.listenReconnects.inc();
+  }
+
+  pollRecheck(outcome: 'ok' | 'failed'): void {
+    this.pollRechecks.inc({ outcome });
+  }
+
+  /** A woken poll answered `seconds` after the notification that woke it arrived. */
+  delivered(seconds: number): void {
+    this.deliveryLatency.observe(seconds);
+  }
+
+  swept(kind: SweptKind, rows: number): void {
+    this.sweptRows.inc({ kind }, rows);
+    if (kind === 'event_queues') this.queuesExpired.inc(rows);
+  }
+
+  private routeSeries(route: string, method: string): RouteSeries {
+    let byMethod = this.routes.get(route);
+    if (!byMethod) this.routes.set(route, (byMethod = new Map()));
+    let series = byMethod.get(method);
+    if (!series) {
+      series = { duration: this.httpDuration.seriesFor({ method, route: readableRoute(route) }), byStatus: new Map() };
+      byMethod.set(method, series);
+    }
+    return series;
+  }
+}
+
+/** A route template without its parameters' regular expressions: `/api/v1/users/:user(^(?!me$).+$)` → `/api/v1/users/:user`. */
+function readableRoute(template: string): string {
+  let readable = '';
+  let depth = 0;
+  for (const char of template) {
+    if (char === '(') depth++;
+    else if (char === ')' && depth > 0) depth--;
+    else if (depth === 0) readable += char;
+  }
+  return readable;
+}
+
+/** `select_users_1a2b3c4d`: what a statement does and to which table first, and a digest of its text. */
+function statementLabel(text: string): string {
+  const verb = /^\s*(?:with\b[\s\S]*?\)\s*)?(select|insert|update|delete)\b/i.exec(text)?.[1]?.toLowerCase() ?? 'statement';
+  const table = /\b(?:from|into|update)\s+"?([a-z_]+)"?/i.exec(text)?.[1]?.toLowerCase() ?? 'none';
+  return `${verb}_${table}_${createHash('sha256').update(text).digest('hex').slice(0, 8)}`;
+}
