@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { isDeepStrictEqual } from 'node:util';
+import { gunzipSync } from 'node:zlib';
 import type { Database } from '../../src/db/database.js';
 import { logLines } from '../../test/helpers/server-process.js';
 import type { Instance } from './processes.js';
@@ -35,10 +36,22 @@ function sendTwoRequestIds(baseUrl: string, host: string, authorization: string,
   });
 }
 
+/** GET `path` with the given Accept-Encoding, straight over http (fetch would decompress and hide it). */
+function getRaw(baseUrl: string, host: string, authorization: string, path: string, acceptEncoding: string): Promise<{ status: number; encoding?: string; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(`${baseUrl}${path}`, { headers: { host, authorization, 'accept-encoding': acceptEncoding } }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }));
+    });
+    request.on('error', reject).end();
+  });
+}
+
 /**
  * What the balancer promises, checked one request at a time before the load starts: X-Request-Id
  * forwarded when valid and replaced when not, X-Forwarded-* set by the edge whatever the client
- * sent (as the app receives them), the app's own 413 for a 1.5 MiB body.
+ * sent (as the app receives them), the app's own 413 for a 1.5 MiB body, the app's gzip passed through.
  */
 export async function checkEdge(client: Client, user: LoadUser, otherHost: string, observedFile: string): Promise<string[]> {
   const problems: string[] = [];
@@ -78,6 +91,13 @@ export async function checkEdge(client: Client, user: LoadUser, otherHost: strin
   });
   expect(large.status === 413 && isDeepStrictEqual(large.body, { result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' }),
     `a 1.5 MiB body gets the app's 413: ${large.status} ${JSON.stringify(large.body)}`);
+
+  // The app's gzip passes through the balancer as it is (the instances compress above a low threshold here).
+  const plain = await getRaw(client.baseUrl, client.host, user.authorization, '/api/v1/users', 'identity');
+  const zipped = await getRaw(client.baseUrl, client.host, user.authorization, '/api/v1/users', 'gzip');
+  expect(plain.status === 200 && plain.encoding === undefined, `GET /users without gzip is plain: ${plain.status} ${plain.encoding}`);
+  expect(zipped.status === 200 && zipped.encoding === 'gzip' && zipped.body.length < plain.body.length && gunzipSync(zipped.body).equals(plain.body),
+    `GET /users with gzip arrives gzipped, and decompresses to the plain answer: ${zipped.status} ${zipped.encoding} ${zipped.body.length} vs ${plain.body.length} bytes`);
   return problems;
 }
 

@@ -100,6 +100,8 @@ async function main(): Promise<string[]> {
   const env = {
     ...baseEnvironment(), DATABASE_URL: embedded.url, AVATAR_SALT: 'lb-test', EXTERNAL_HOST, EXTERNAL_URI_SCHEME: 'http://',
     HOST: '127.0.0.1', TRUST_PROXY: 'true', RATE_LIMITING: 'false', LOG_LEVEL: 'info', LB_TEST_HEADERS_FILE: observedFile,
+    // The test organization's GET /users is under the default 4 KiB: gzip must show through the balancer.
+    COMPRESSION_THRESHOLD_BYTES: '256',
   };
   const drainSeconds = loadConfig(env).shutdownDrainSeconds;
   const current = new Map<'app1' | 'app2', Instance>();
