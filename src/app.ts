@@ -2,6 +2,7 @@ import compress from '@fastify/compress';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
 import { PipelinedConnections } from './db/pipelined-connections.js';
+import { ClientGone } from './db/user-transactions.js';
 import type { AppDeps } from './deps.js';
 import { authenticationHook } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
@@ -104,9 +105,13 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   await registerBodyParsers(app, config.bodyLimitBytes);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    // Whatever failed (ClientGone, a cancelled statement), nobody is there to read it: logClientLeaving logged it.
-    if (clientLeft(reply)) return reply.code(CLIENT_LEFT).send();
     const apiError = toApiError(error, config.retryAfterSeconds);
+    // Whatever failed (ClientGone, a cancelled statement), nobody is there to read it:
+    // logClientLeaving logged it. A failure of our own is still logged as one.
+    if (clientLeft(reply)) {
+      if (!apiError && !(error instanceof ClientGone)) request.log.error({ err: error }, 'unhandled error (its client had left)');
+      return reply.code(CLIENT_LEFT).send();
+    }
     if (apiError) metrics?.errorAnswered(apiError, error);
     if (!apiError) {
       request.log.error({ err: error }, 'unhandled error');

@@ -54,6 +54,12 @@ describe('compression', () => {
     expect(small.rawPayload.length).toBeLessThan(ctx.config.compressionThresholdBytes);
     expect(small.headers['content-encoding']).toBeUndefined();
     expect(small.json()).toMatchObject({ result: 'success', user: { user_id: ids.V } });
+    // GET /users of the other, small organization: sent in one slice, under the threshold.
+    const list = await api(ctx.app, { url: '/api/v1/users', as: 'X', host: 'other.chat.example.com', headers: GZIP });
+    expect(list.statusCode).toBe(200);
+    expect(list.rawPayload.length).toBeLessThan(ctx.config.compressionThresholdBytes);
+    expect(list.headers['content-encoding']).toBeUndefined();
+    expect(list.headers['content-length']).toBe(String(list.rawPayload.length));
     const error = await api(ctx.app, { url: '/api/v1/users', headers: GZIP });
     expect(error.statusCode).toBe(401);
     expect(error.headers['content-encoding']).toBeUndefined();

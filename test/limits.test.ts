@@ -256,6 +256,8 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
     ['urlencoded, no credentials', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000', 'Basic bm9uZQ==')}a=${'x'.repeat(100_000)}`],
     ['multipart', `${head('multipart/form-data; boundary=b', 'Content-Length: 200000')}--b\r\nContent-Disposition: form-data; name="subscription_data"\r\n\r\n${'x'.repeat(100_000)}`],
     ['chunked', `${head('application/x-www-form-urlencoded', 'Transfer-Encoding: chunked')}10\r\nsubscription_dat\r\n`],
+    // Not a parameter source, read all the same (spec §1.5): the 408 is sent, the socket not just dropped.
+    ['JSON', `${head('application/json', 'Content-Length: 200000')}{"subscription_data":"${'x'.repeat(100_000)}`],
   ];
   it.each(stalled)('%s: 408 within the deadline, connection closed', async (_name, text) => {
     const result = await rawSocket(port, text);

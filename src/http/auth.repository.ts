@@ -1,5 +1,6 @@
 import { type Expression, type QueryCreator, sql } from 'kysely';
 import type { DB } from '../db/types.js';
+import pg from 'pg';
 import { isDatabaseUnavailable } from '../db/errors.js';
 import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
 import type { RateLimitRule } from './rate-limit.js';
@@ -182,6 +183,14 @@ function statementFor(lookup: AuthLookup<object> | undefined, rateLimited: boole
   return statement;
 }
 
+/** Whether one request's values may be what failed its batch: SQLSTATE classes 22 and 23, or no SQLSTATE at all (the driver refused a value). */
+function valueMayCause(error: unknown): boolean {
+  if (isDatabaseUnavailable(error)) return false;
+  if (!(error instanceof pg.DatabaseError)) return true;
+  const code = error.code ?? '';
+  return code.startsWith('22') || code.startsWith('23');
+}
+
 /** Bounds one statement's work (and its time ahead of the statements pipelined behind it). */
 const MAX_BATCH = 256;
 
@@ -251,9 +260,11 @@ export class AccountBatches {
   }
 
   /**
-   * Sends `pending` as one statement. When it fails with anything but an unavailable database
-   * (which each member would meet alone too), each member is sent again alone: one request whose
-   * values the statement cannot take must not fail the others of its turn, whatever its organization.
+   * Sends `pending` as one statement. When it fails in a way one request's values can cause (a
+   * data exception or an integrity violation, or a value the driver cannot convert), each member is
+   * sent again alone: one request whose values the statement cannot take must not fail the others
+   * of its turn, whatever its organization. Any other failure (the database unavailable, read-only
+   * or out of space) each would meet alone too: fanning the batch out would only add load then.
    */
   private run(pending: Pending[], lookup: AuthLookup<object> | undefined, rule: RateLimitRule | undefined): void {
     const args = {
@@ -268,7 +279,7 @@ export class AccountBatches {
         pending.forEach((entry, ord) => entry.resolve(byOrd.get(ord)));
       },
       (error: unknown) => {
-        if (pending.length === 1 || isDatabaseUnavailable(error)) return pending.forEach((entry) => entry.reject(error));
+        if (pending.length === 1 || !valueMayCause(error)) return pending.forEach((entry) => entry.reject(error));
         for (const entry of pending) this.run([entry], lookup, rule);
       },
     );

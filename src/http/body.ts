@@ -1,6 +1,7 @@
-import { Transform, type TransformCallback } from 'node:stream';
+import { PassThrough, Transform, type TransformCallback } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
+import { ClientGone } from '../db/user-transactions.js';
 import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
 import { decodeForm } from './form-decoding.js';
 import type { ParamSources } from './params.js';
@@ -78,23 +79,32 @@ const DEADLINE_FROM_BYTES = 65_536;
  * request gets 408 and its connection closes. The body is read before the credentials are checked
  * (spec §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
  * up to a body limit's worth of memory; REQUEST_TIMEOUT_SECONDS (for headers and small bodies) is
- * too loose for that.
+ * too loose for that. Also, a body read through a stream of ours (FieldCounter, or the one below)
+ * fails when its client leaves before it ended: a pipe passes no error on, and the parser would
+ * wait for ever.
  */
 export function bodyDeadline(seconds: number) {
   return (request: FastifyRequest, reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void): void => {
-    const declared = request.headers['content-length'];
-    const chunked = request.headers['transfer-encoding'] !== undefined;
-    if (!BODY_METHODS.has(request.method) || (!chunked && (declared === undefined || Number(declared) < DEADLINE_FROM_BYTES))) return done(null, payload);
     // Multipart is read from request.raw when its fields are collected, which keeps its own deadline
     // (request.isMultipart() is only known once its parser ran, after this hook).
-    if (hasMediaType(request, 'multipart/form-data')) return done(null, payload);
+    if (!BODY_METHODS.has(request.method) || hasMediaType(request, 'multipart/form-data')) return done(null, payload);
+    const raw = request.raw;
+    const declared = request.headers['content-length'];
+    const large = request.headers['transfer-encoding'] !== undefined || (declared !== undefined && Number(declared) >= DEADLINE_FROM_BYTES);
+    // Read straight from the request, a small body needs nothing: the parser hears the request's own errors.
+    if (!large && payload === raw) return done(null, payload);
+    // Destroying the request itself would destroy its socket, and the 408 would never be sent: a
+    // stream of its own fails the parser instead.
+    const read = payload === raw ? raw.pipe(new PassThrough()) : payload;
+    const fail = (error: Error) => {
+      clearTimeout(timer);
+      if (!read.destroyed) read.destroy(error);
+    };
     // Unless answered meanwhile: a body refused unread (413 on its declared length) leaves a stream nobody reads or ends.
-    const timer = setTimeout(() => reply.sent || payload.destroy(bodyTimedOut()), seconds * 1000);
-    // 'close' too: a body refused on the way (413, too many fields) or a client gone ends no other way.
-    const clear = () => clearTimeout(timer);
-    payload.once('end', clear);
-    payload.once('close', clear);
-    done(null, payload);
+    const timer = large ? setTimeout(() => reply.sent || fail(bodyTimedOut()), seconds * 1000) : undefined;
+    read.once('end', () => clearTimeout(timer));
+    raw.once('close', () => (raw.complete ? clearTimeout(timer) : fail(new ClientGone())));
+    done(null, read);
   };
 }
 

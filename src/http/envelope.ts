@@ -25,6 +25,9 @@ export function success<T extends object>(request: FastifyRequest, data: T = {} 
  */
 export async function sendSuccessInSlices<T extends object>(request: FastifyRequest, reply: FastifyReply, data: T): Promise<FastifyReply> {
   const chunks = await jsonInSlices(success(request, data));
+  // Done in one slice (a small organization): sent as a buffer, so that the compression threshold
+  // applies to it (@fastify/compress compresses every stream, whatever its length).
+  if (chunks.length === 1) return reply.type('application/json; charset=utf-8').send(chunks[0]);
   const length = chunks.reduce((total, chunk) => total + chunk.length, 0);
   return reply
     .type('application/json; charset=utf-8')
