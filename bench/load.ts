@@ -53,7 +53,7 @@ export async function runLoad(spec: LoadSpec): Promise<Measurement> {
   const latencies: number[] = [];
   try {
     const result = await new Promise<autocannon.Result>((resolve, reject) => {
-      const instance = autocannon(options, (error: unknown, done: autocannon.Result) => (error ? reject(error) : resolve(done)));
+      const instance = autocannon(options, (error: Error | null, done: autocannon.Result) => (error ? reject(error) : resolve(done)));
       instance.on('response', (_client, statusCode, _bytes, responseTime) => {
         if (statusCode >= 200 && statusCode < 300) latencies.push(responseTime);
       });

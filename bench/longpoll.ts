@@ -135,7 +135,7 @@ function connectClient(server: RunningProcess, agent: Agent, account: Account, q
 }
 
 async function mapConcurrently<T, R>(items: readonly T[], concurrency: number, task: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
+  const results = new Array<R>(items.length);
   let next = 0;
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < items.length) {

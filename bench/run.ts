@@ -268,7 +268,8 @@ async function main(): Promise<number> {
 
   const [ourJson, floorJson] = [await fetchUserJson(ours, seeded), await fetchUserJson(floor, seeded)];
   log(`GET /users/{id} body: ours ${ourJson.length} bytes, floor ${floorJson.length} bytes`);
-  if (Object.keys(JSON.parse(ourJson).user).join() !== Object.keys(JSON.parse(floorJson).user).join()) {
+  const keysOf = (json: string) => Object.keys((JSON.parse(json) as { user: object }).user).join();
+  if (keysOf(ourJson) !== keysOf(floorJson)) {
     log(`the floor's user object differs in shape:\n  ours  ${ourJson}\n  floor ${floorJson}`);
   }
 

@@ -886,7 +886,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-main()
+void main()
   .catch((error: unknown) => {
     if (!interrupted) log(`error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
     return 1;

@@ -124,7 +124,7 @@ describe('the production build (npm run build → dist/)', () => {
         return JSON.parse(stdout) as Record<string, unknown>;
       };
       expect(await admin('realm', 'create', '--subdomain', '', '--name', 'Acme')).toEqual({ realm_id: expect.any(Number) });
-      const owner = await admin('user', 'create', '--realm', '', '--email', 'boss@acme.test', '--full-name', 'The Boss', '--role', 'owner');
+      const owner = (await admin('user', 'create', '--realm', '', '--email', 'boss@acme.test', '--full-name', 'The Boss', '--role', 'owner')) as { user_id: number; api_key: string };
       expect(owner).toEqual({ user_id: expect.any(Number), email: 'boss@acme.test', api_key: expect.stringMatching(/^[A-Za-z0-9]{32}$/) });
       const me = await fetch(`${server.url}/api/v1/users/${owner.user_id}`, {
         headers: { host: 'chat.example.com', authorization: `Basic ${Buffer.from(`boss@acme.test:${owner.api_key}`).toString('base64')}` },

@@ -33,7 +33,7 @@ describe('compression', () => {
     const plain = await api(ctx.app, { url: '/api/v1/users', as: 'U' });
     expect(plain.statusCode).toBe(200);
     expect(plain.headers['content-encoding']).toBeUndefined();
-    expect((plain.json() as { members: unknown[] }).members.length).toBeGreaterThan(EXTRA_USERS);
+    expect(plain.json<{ members: unknown[] }>().members.length).toBeGreaterThan(EXTRA_USERS);
 
     const compressed = await api(ctx.app, { url: '/api/v1/users', as: 'U', headers: { ...GZIP, 'x-request-id': 'lb-gzip-1' } });
     expect(compressed.statusCode).toBe(200);

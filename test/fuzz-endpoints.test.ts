@@ -102,7 +102,7 @@ async function ensureQueueOfU(): Promise<void> {
 function expectEnvelope(res: LightMyRequestResponse, method: string): void {
   if (method === 'HEAD' || res.statusCode === 204) return;
   expect(res.headers['content-type']).toMatch(/^application\/json/);
-  expect(Object.keys(res.json() as object).slice(0, 2)).toEqual(['result', 'msg']);
+  expect(Object.keys(res.json<object>()).slice(0, 2)).toEqual(['result', 'msg']);
 }
 
 // --- Arbitrary text, as a client can send it. ---

@@ -49,7 +49,7 @@ describe('routing (spec §1.1, cases 1–7)', () => {
       ['POST', '/api/v1/users/me/subscriptions', ['GET', 'HEAD']],
     ];
     for (const [method, url, allowed] of cases) {
-      const res = await api(ctx.app, { method: method as 'GET', url });
+      const res = await api(ctx.app, { method, url });
       expect(res.statusCode, `${method} ${url}`).toBe(405);
       expect(res.json().allowed_methods).toEqual(allowed);
       expect(res.headers.allow).toBe(allowed.join(', '));

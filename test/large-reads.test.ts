@@ -114,7 +114,7 @@ describe('register of a large organization', () => {
     const users = rows.map(realmUserRecord);
     const realmUsers = users.filter((user) => user.isActive).map((user) => buildUserObject(VIEWER, user, options, ctx.config));
     const nonActive = users.filter((user) => !user.isActive).map((user) => buildUserObject(VIEWER, user, options, ctx.config));
-    const body = res.json() as { queue_id: string };
+    const body = res.json<{ queue_id: string }>();
     expect(res.body).toBe(JSON.stringify({
       result: 'success', msg: '', queue_id: body.queue_id, idle_queue_timeout_secs: 600, zulip_version: ctx.config.zulipVersion,
       zulip_feature_level: 490, zulip_merge_base: ctx.config.zulipVersion, event_queue_longpoll_timeout_seconds: 90,

@@ -20,7 +20,7 @@ const refusalBody = (retryAfter: number) =>
 
 function expectRefused(res: LightMyRequestResponse): number {
   expect(res.statusCode).toBe(429);
-  const retryAfter = (res.json() as { 'retry-after': number })['retry-after'];
+  const retryAfter = res.json<{ 'retry-after': number }>()['retry-after'];
   expect(typeof retryAfter).toBe('number');
   expect(res.body).toBe(refusalBody(retryAfter));
   expect(res.headers['retry-after']).toBe(String(retryAfter));
@@ -345,7 +345,7 @@ describe('authentication statements of one turn of the event loop go out togethe
     const responses = await Promise.all(callers.map((as) => api(ctx.app, { url: '/api/v1/users/13', as })));
     expect(responses.map((res) => res.statusCode)).toEqual(callers.map(() => 200));
     expect(responses.map((res) => res.headers['x-ratelimit-remaining'])).toEqual(callers.map(() => '2'));
-    expect(responses.map((res) => (res.json() as { user: { user_id: number } }).user.user_id)).toEqual(callers.map(() => ids.U));
+    expect(responses.map((res) => res.json<{ user: { user_id: number } }>().user.user_id)).toEqual(callers.map(() => ids.U));
     expect(batchStatements()).toHaveLength(1);
     expect((await allLogs(ctx)).map((log) => log.user_id)).toEqual([ids.O, ids.A, ids.M, ids.V, ids.G, ids.B]);
   });

@@ -70,7 +70,7 @@ afterEach(() => ctx.close());
 async function registered(form: Record<string, string> = {}, as: FixtureUser = 'U') {
   const res = await register(ctx.app, form, as);
   expect(res.statusCode, res.body).toBe(200);
-  return { res, body: res.json() as Record<string, unknown> & { queue_id: string } };
+  return { res, body: res.json<Record<string, unknown> & { queue_id: string }>() };
 }
 
 describe('POST /api/v1/register', () => {

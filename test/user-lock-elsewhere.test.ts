@@ -65,7 +65,7 @@ describe('a small write whose user is locked elsewhere', () => {
     const [m, u, v] = [ids.M, ids.U, ids.V].map((userId) => renameAs(userId, `Renamed ${userId}`));
     void u!.then(() => (uSettled = true), () => (uSettled = true));
     const [mRows, vRows] = await Promise.all([m!, v!]); // while U's lock is still held
-    expect(vRows![0]!.xid).toBe(mRows![0]!.xid); // sent again together, without U
+    expect(vRows[0]!.xid).toBe(mRows[0]!.xid); // sent again together, without U
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1)); // U waits for its lock
     expect(uSettled).toBe(false);
     expect([await nameOf(ids.M), await nameOf(ids.U), await nameOf(ids.V)]).toEqual([`Renamed ${ids.M}`, 'U Member', `Renamed ${ids.V}`]);
@@ -73,7 +73,7 @@ describe('a small write whose user is locked elsewhere', () => {
     await releaseU();
     const uRows = await u!;
     expect(uRows).toEqual([{ id: ids.U, xid: expect.any(String), pid: expect.any(Number) }]);
-    expect(uRows![0]!.pid).not.toBe(mRows![0]!.pid); // not on the shared write connection
+    expect(uRows[0]!.pid).not.toBe(mRows[0]!.pid); // not on the shared write connection
     expect(await nameOf(ids.U)).toBe(`Renamed ${ids.U}`);
     // The group (M, U, V), refused at U's lock; M and V again; U once more with the waiting lock.
     expect(ctx.database.statements.filter((text) => !text.startsWith('select'))).toEqual([LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK, UPDATE]);

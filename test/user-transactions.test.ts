@@ -64,8 +64,8 @@ describe('UserTransactions', () => {
     for (const size of ['small', 'large'] as const) {
       const outcome = ctx.database.transactions.run(ids.U, async (tx) => {
         const first = failing(tx, { divisor: 0 });
-        failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
-        renameU(tx, { userId: ids.U, name: 'Never' });
+        void failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
+        void renameU(tx, { userId: ids.U, name: 'Never' });
         return first;
       }, undefined, size);
       await expect(outcome).rejects.toMatchObject({ code: '22012' }); // division_by_zero, the first failure

@@ -128,14 +128,14 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     // q1 was polled after q2 was created: q2 is now the least recently used.
     expect((await poll(q1)).statusCode).toBe(200);
     await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', form: { subscription_data: pinP } });
-    expect(await ctx.db.selectFrom('events').select('id').where('queue_id', '=', q2!).execute()).toHaveLength(1);
+    expect(await ctx.db.selectFrom('events').select('id').where('queue_id', '=', q2).execute()).toHaveLength(1);
 
     const q4 = await register();
     expect(new Set(await queuesOf(ids.U))).toEqual(new Set([q1, q3, q4]));
-    expect(await ctx.db.selectFrom('events').select('id').where('queue_id', '=', q2!).execute()).toEqual([]);
-    const gone = await poll(q2!);
+    expect(await ctx.db.selectFrom('events').select('id').where('queue_id', '=', q2).execute()).toEqual([]);
+    const gone = await poll(q2);
     expect(gone.statusCode).toBe(400);
-    expect(gone.body).toBe(badQueueBody(q2!));
+    expect(gone.body).toBe(badQueueBody(q2));
     expect(await queuesOf(ids.V)).toEqual([other]); // other users' queues are not counted or touched
   });
 

@@ -105,6 +105,6 @@ try {
   await main(process.argv.slice(2));
 } catch (error) {
   const known = error instanceof AdminError || error instanceof ConfigError || error instanceof EmbeddedDatabaseInUse;
-  console.error(known ? (error as Error).message : `admin: ${(error as Error).message ?? String(error)}`);
+  console.error(known ? error.message : `admin: ${(error as Error).message ?? String(error)}`);
   process.exitCode = 1;
 }

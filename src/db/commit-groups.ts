@@ -114,8 +114,8 @@ function memberAt(group: Member[], index: number): Member | undefined {
 interface Member {
   userId: number;
   statements: readonly GroupStatement[];
-  resolve(rows: unknown[][]): void;
-  reject(error: unknown): void;
+  resolve: (rows: unknown[][]) => void;
+  reject: (error: unknown) => void;
 }
 
 /** SQLSTATEs after which the session is over (shutdown, database dropped, idle timeout); class 08 is added below. */

@@ -64,12 +64,12 @@ const KEEP_ALIVE_INITIAL_DELAY_MS = 10_000;
 
 // bigint columns (event ids, audit ids) stay far below 2^53; numbers are what the API serves.
 const INT8_OID = 20;
-const typeParsers = {
+const typeParsers: pg.CustomTypesConfig = {
   getTypeParser(oid: number, format?: 'text' | 'binary') {
     if (oid === INT8_OID) return (value: string) => Number.parseInt(value, 10);
-    return pg.types.getTypeParser(oid, format);
+    return pg.types.getTypeParser(oid, format) as (value: string) => unknown;
   },
-} as pg.CustomTypesConfig;
+};
 
 /**
  * The pool as Kysely sees it, with typed failures: a connection that cannot be had, and a

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { type Kysely, type Migration, type MigrationProvider, type MigrationResultSet, Migrator, sql } from 'kysely';
@@ -28,12 +29,13 @@ class SqlFileMigrationProvider implements MigrationProvider {
  * several replicas starting at once apply each migration exactly once.
  */
 // The migrator runs before the schema exists, so it is not typed by it.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- Kysely's Migrator takes Kysely<any>
 export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResultSet> {
   const migrator = new Migrator({ db, provider: new SqlFileMigrationProvider() });
   const resultSet = await migrator.migrateToLatest();
   if (resultSet.error) {
     const failed = resultSet.results?.find((result) => result.status === 'Error');
-    const detail = resultSet.error instanceof Error ? resultSet.error.message : String(resultSet.error);
+    const detail = resultSet.error instanceof Error ? resultSet.error.message : inspect(resultSet.error);
     throw new Error(`Migration ${failed?.migrationName ?? '(unknown)'} failed: ${detail}`);
   }
   return resultSet;

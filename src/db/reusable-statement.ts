@@ -80,7 +80,7 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     try {
       compiled ??= compile();
     } catch (error) {
-      return Promise.reject(error as Error);
+      return Promise.reject(error);
     }
     const { statement, constants, bound } = compiled;
     const values = bound.map((name, i) => (name === undefined ? constants[i] : args[name]));

@@ -179,7 +179,7 @@ function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, loc
     result = work(tx);
   } catch (error) {
     threw = true;
-    result = Promise.reject(error as Error);
+    result = Promise.reject(error);
   }
   sealed = true;
   return { statements, handed, result, threw };
@@ -212,6 +212,6 @@ async function finish<T>(sent: Promise<unknown[][]>, issued: Issued<T>): Promise
   );
   const outcomes = await Promise.allSettled([transaction, ...issued.handed.map((statement) => statement.promise), issued.result]);
   const failure = outcomes.find((outcome) => outcome.status === 'rejected');
-  if (failure) throw (failure as PromiseRejectedResult).reason;
+  if (failure) throw failure.reason;
   return (outcomes.at(-1) as PromiseFulfilledResult<T>).value;
 }

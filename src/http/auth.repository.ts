@@ -162,14 +162,14 @@ function accountStatement<Extra extends object>(lookup: AuthLookup<Extra> | unde
       return withAccount.selectFrom('account').selectAll().select([
         sql<null>`NULL`.as('rate_limit_accepted'), sql<null>`NULL`.as('rate_limit_used'),
         sql<null>`NULL`.as('rate_limit_now'), sql<null>`NULL`.as('rate_limit_retry_after'),
-      ]) as never;
+      ]);
     }
     return withAccount
       .with('decision', () => decision(args))
       .selectFrom('account')
       .leftJoin('decision', 'decision.user_id', 'account.caller_id')
       .selectAll('account')
-      .select(['decision.rate_limit_accepted', 'decision.rate_limit_used', 'decision.rate_limit_now', 'decision.rate_limit_retry_after']) as never;
+      .select(['decision.rate_limit_accepted', 'decision.rate_limit_used', 'decision.rate_limit_now', 'decision.rate_limit_retry_after']);
   });
 }
 
@@ -179,7 +179,7 @@ const statements = new Map<string, AccountStatement>();
 function statementFor(lookup: AuthLookup<object> | undefined, rateLimited: boolean): AccountStatement {
   const key = `${lookup?.key ?? ''}|${rateLimited}`;
   let statement = statements.get(key);
-  if (!statement) statements.set(key, (statement = accountStatement(lookup, rateLimited) as AccountStatement));
+  if (!statement) statements.set(key, (statement = accountStatement<object>(lookup, rateLimited)));
   return statement;
 }
 

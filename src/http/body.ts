@@ -112,8 +112,8 @@ export function bodyDeadline(seconds: number) {
 function lastValues(source: unknown): Map<string, string> {
   const values = new Map<string, string>();
   if (typeof source !== 'object' || source === null) return values;
-  for (const [name, value] of Object.entries(source)) {
-    const last = Array.isArray(value) ? value.at(-1) : value;
+  for (const [name, value] of Object.entries(source as Record<string, unknown>)) {
+    const last: unknown = Array.isArray(value) ? value.at(-1) : value;
     if (typeof last === 'string') values.set(name, last);
   }
   return values;

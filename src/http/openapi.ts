@@ -135,7 +135,7 @@ const declareJsonFormFields: SwaggerTransformObject = (documentObject) => {
       for (const [, property] of jsonFields) delete property['x-consume'];
     }
   }
-  return document as never;
+  return document;
 };
 
 const PACKAGE = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };

@@ -116,7 +116,7 @@ export async function jsonInSlices(value: object): Promise<Buffer[]> {
   const chunks: Buffer[] = [];
   let text: string[] = [];
   // JSON.stringify's order: the own enumerable string keys, as Object.entries lists them.
-  const entries = Object.entries(value);
+  const entries = Object.entries(value as Record<string, unknown>);
   let entry = 0;
   /** Next element of the array being written; -1 between entries. */
   let element = -1;

@@ -320,7 +320,7 @@ export class Metrics {
 
   private routeSeries(route: string, method: string): RouteSeries {
     let byMethod = this.routes.get(route);
-    if (!byMethod) this.routes.set(route, (byMethod = new Map()));
+    if (!byMethod) this.routes.set(route, (byMethod = new Map<string, RouteSeries>()));
     let series = byMethod.get(method);
     if (!series) {
       series = { duration: this.httpDuration.seriesFor({ method, route: readableRoute(route) }), byStatus: new Map() };

@@ -41,13 +41,13 @@ export function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
       child.kill('SIGKILL');
       reject(new Error(`server did not start:\n${stdout.join('\n')}\n${stderr.join('\n')}`));
     }, options.startTimeoutMs ?? 60_000);
-    collectLines(child.stdout!, stdout, (line) => {
+    collectLines(child.stdout, stdout, (line) => {
       const listening = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(line);
       if (!listening) return;
       clearTimeout(timer);
       resolve({ child, url: listening[1]!, stdout, stderr, exited });
     });
-    collectLines(child.stderr!, stderr);
+    collectLines(child.stderr, stderr);
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
       reject(new Error(`server exited (${code ?? signal}) before listening:\n${stdout.join('\n')}\n${stderr.join('\n')}`));

@@ -24,14 +24,13 @@ export class PollWaiter {
       return Promise.resolve();
     }
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      const self = this;
-      function done(): void {
+      const done = (): void => {
         clearTimeout(timer);
-        self.release = undefined;
-        self.notified = false;
+        this.release = undefined;
+        this.notified = false;
         resolve();
-      }
+      };
+      const timer = setTimeout(done, ms);
       this.release = done;
     });
   }
