@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { reusableStatement } from '../src/db/reusable-statement.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
-import type { Departure } from '../src/http/client-gone.js';
+import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
 import { OK } from './helpers/envelope.js';

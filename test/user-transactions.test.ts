@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } 
 import { reusableStatement, type StatementRunner } from '../src/db/reusable-statement.js';
 import { isDatabaseUnavailable } from '../src/db/errors.js';
 import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
-import type { Departure } from '../src/http/client-gone.js';
+import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
 import { auth, ids } from './helpers/fixture.js';

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { KeyedTurns } from '../lib/keyed-turns.js';
 import { connectOrUnavailable, isUserLockRefusal, statementFailure } from './errors.js';
-import type { Departure } from '../http/client-gone.js';
+import type { Departure } from '../lib/departure.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';

@@ -3,7 +3,7 @@ import type { DB } from '../db/types.js';
 import pg from 'pg';
 import { isDatabaseUnavailable } from '../db/errors.js';
 import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
-import type { RateLimitRule } from './rate-limit.js';
+import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
 
 /**
  * The one statement the authenticated requests run: for each request, the account of its key,
@@ -78,17 +78,6 @@ export type AuthLookup<Extra extends object> =
   | { key: string; argument: number; extend: (account: AccountQuery, argument: Expression<number>) => Expression<AccountRow & Extra> }
   /** A lookup of the caller's own row only. */
   | { key: string; argument?: undefined; extend: (account: AccountQuery) => Expression<AccountRow & Extra> };
-
-/** The rate-limit decision (null when rate limiting is off or the credentials were refused). */
-export interface RateLimitColumns {
-  rate_limit_accepted: boolean | null;
-  /** Accepted requests in the window, this one included when accepted. */
-  rate_limit_used: number | null;
-  /** Unix time of the decision, in seconds (database clock, microsecond precision). */
-  rate_limit_now: number | null;
-  /** On refusal: seconds until the request that blocks this one leaves the window. */
-  rate_limit_retry_after: number | null;
-}
 
 export type AuthenticationRow<Extra extends object> = AccountRow & Extra & RateLimitColumns;
 

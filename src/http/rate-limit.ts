@@ -1,11 +1,21 @@
 import type { FastifyReply } from 'fastify';
-import type { RateLimitColumns } from './auth.repository.js';
 import { ApiError } from './errors.js';
 
 /** The per-user rule (spec §1.10): at most maxRequests accepted requests in any windowSeconds. */
 export interface RateLimitRule {
   maxRequests: number;
   windowSeconds: number;
+}
+
+/** The rate-limit decision as the authentication statement returns it (null when rate limiting is off or the credentials were refused). */
+export interface RateLimitColumns {
+  rate_limit_accepted: boolean | null;
+  /** Accepted requests in the window, this one included when accepted. */
+  rate_limit_used: number | null;
+  /** Unix time of the decision, in seconds (database clock, microsecond precision). */
+  rate_limit_now: number | null;
+  /** On refusal: seconds until the request that blocks this one leaves the window. */
+  rate_limit_retry_after: number | null;
 }
 
 export interface RateLimitDecision {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
-import type { Departure } from '../../http/client-gone.js';
+import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { appendHeartbeat, finishPoll, finishPollIfReady, type QueueOwner, startPoll } from './event-polls.repository.js';
 import type { PollWaiter, QueueWakeups } from './event-wakeups.js';

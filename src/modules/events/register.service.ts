@@ -4,7 +4,7 @@ import type { Database } from '../../db/database.js';
 import { runQuery } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
-import type { Departure } from '../../http/client-gone.js';
+import type { Departure } from '../../lib/departure.js';
 import { forEachInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';

@@ -1,6 +1,6 @@
 import { writeRefusal } from '../../db/errors.js';
 import type { Caller } from '../../http/auth.js';
-import type { Departure } from '../../http/client-gone.js';
+import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { isStorableText } from '../../lib/text.js';
 import type { ApiEvent, EventWrites } from '../events/events.repository.js';

@@ -1,7 +1,7 @@
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
 import type { Caller } from '../../http/auth.js';
-import type { Departure } from '../../http/client-gone.js';
+import type { Departure } from '../../lib/departure.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
 import type { ApiEvent, EventWrites } from '../events/events.repository.js';
