@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AccountBatches } from '../src/http/auth.repository.js';
 import { apiKeyDigest } from '../src/lib/api-keys.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { apiKeys, basicAuth, emails, type FixtureUser, ids } from './helpers/fixture.js';
 
@@ -11,11 +11,7 @@ import { apiKeys, basicAuth, emails, type FixtureUser, ids } from './helpers/fix
 // the shared authentication statement cannot carry is refused before it joins a batch, and a batch
 // that fails for any other reason sends each of its requests again alone.
 
-let ctx: TestContext;
-beforeAll(async () => {
-  ctx = await createTestContext({ env: { RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '100000' } });
-});
-afterAll(() => ctx.close());
+const ctx = useTestContext(() => createTestContext({ env: { RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '100000' } }), 'all');
 
 const b64 = (bytes: Uint8Array | string) => Buffer.from(bytes).toString('base64');
 const batchStatements = () => ctx.database.statements.filter((text) => text.includes('jsonb_to_recordset'));

@@ -1,14 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { rotateApiKey } from '../src/cli/operations.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { apiKeys, basicAuth, emails } from './helpers/fixture.js';
 
-let ctx: TestContext;
-beforeAll(async () => {
-  ctx = await createTestContext();
-});
-afterAll(() => ctx.close());
+const ctx = useTestContext(createTestContext, 'all');
 
 const TARGET = '/api/v1/users/14';
 const b64 = (text: string) => Buffer.from(text, 'utf8').toString('base64');

@@ -3,21 +3,17 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { basicAuth } from './helpers/fixture.js';
 
 const run = promisify(execFile);
 // Each command is a real Node process; give slow, loaded machines room.
 vi.setConfig({ testTimeout: 180_000 });
 
-let ctx: TestContext;
-beforeAll(async () => {
-  ctx = await createTestContext({ fixture: false });
-});
-afterAll(() => ctx.close());
+const ctx = useTestContext(() => createTestContext({ fixture: false }), 'all');
 
 interface Outcome {
   code: number;

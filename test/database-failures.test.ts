@@ -1,19 +1,15 @@
 import { sql } from 'kysely';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
 import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { UNAVAILABLE } from './helpers/envelope.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
 // process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak.ts).
 
-let ctx: TestContext;
-beforeAll(async () => {
-  ctx = await createTestContext();
-});
-afterAll(() => ctx.close());
+const ctx = useTestContext(createTestContext, 'all');
 
 /** Another session holding `lock` until released. */
 async function holding(url: string, lock: string): Promise<{ release(): Promise<void> }> {

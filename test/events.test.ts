@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { badQueueBody, expectError, OK, success } from './helpers/envelope.js';
 import {
   deleteQueue,
@@ -18,11 +18,7 @@ import {
  * 166, 168, 170) and the delivery of the other modules' events through register's queues.
  */
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 /** Queue row and events, to prove a request changed nothing. */
 async function queueState(queueId: string) {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { decodeForm } from '../src/http/form-decoding.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { storedViews } from './helpers/navigation-views.js';
 
 const decode = (text: string | Buffer) => Object.fromEntries(decodeForm(Buffer.isBuffer(text) ? text : Buffer.from(text, 'utf8')));
@@ -41,11 +41,7 @@ describe('urlencoded bodies (spec §1.5): the URL Standard, on bytes', () => {
 });
 
 describe('through the HTTP stack', () => {
-  let ctx: TestContext;
-  beforeAll(async () => {
-    ctx = await createTestContext();
-  });
-  afterAll(() => ctx.close());
+  const ctx = useTestContext(createTestContext, 'all');
 
   it('a navigation view named with escapes, valid and not, is stored as decoded', async () => {
     const res = await api(ctx.app, {

@@ -2,7 +2,7 @@ import * as crypto from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { apiKeyDigest, hashApiKey, storedDigestMatches } from '../src/lib/api-keys.js';
-import { api, type ApiRequest, createTestContext, type TestContext } from './helpers/app.js';
+import { api, type ApiRequest, createTestContext, type TestContext, useTestContext } from './helpers/app.js';
 import { badQueueBody, errorBody, OK, success } from './helpers/envelope.js';
 import { apiKeys, basicAuth, createQueue, emails, type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
 
@@ -361,11 +361,7 @@ const META = [
 ];
 
 describe('SQL metacharacters in every string parameter and path segment are harmless', () => {
-  let ctx: TestContext;
-  beforeAll(async () => {
-    ctx = await createTestContext();
-  });
-  afterAll(() => ctx.close());
+  const ctx = useTestContext(createTestContext, 'all');
 
   it('navigation views named and addressed with them round-trip exactly; wildcards match nothing else', async () => {
     const queue = await createQueue(ctx.db, 'U');

@@ -1,17 +1,13 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, useTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import {
   allViewRows, BUILT_IN_NAMED, createViewsContext, eventsOf, EXISTS, expectRefused, list, patch, post, remove,
-  REMOVE_MISSING, seedViews, storedViews, UPDATE_MISSING, type ViewsContext, waitForLockWaiter,
+  REMOVE_MISSING, seedViews, storedViews, UPDATE_MISSING, waitForLockWaiter,
 } from './helpers/navigation-views.js';
 
-let ctx: ViewsContext;
-beforeEach(async () => {
-  ctx = await createViewsContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createViewsContext);
 
 const updateEvent = (fragment: string, data: Record<string, unknown>, id: number) =>
   ({ type: 'navigation_view', op: 'update', fragment, data, id });

@@ -1,17 +1,13 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, useTestContext } from './helpers/app.js';
 import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
   BUILT_IN_NAMED, BUILT_INS, createViewsContext, eventsOf, EXISTS, expectRefused, list, post, seedViews,
-  storedViews, type ViewsContext, waitForLockWaiter,
+  storedViews, waitForLockWaiter,
 } from './helpers/navigation-views.js';
 
-let ctx: ViewsContext;
-beforeEach(async () => {
-  ctx = await createViewsContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createViewsContext);
 
 const addEvent = (fragment: string, isPinned: boolean, name: string | null, id: number) =>
   ({ type: 'navigation_view', op: 'add', navigation_view: { fragment, is_pinned: isPinned, name }, id });

@@ -1,9 +1,9 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, type TestContext, useTestContext } from './helpers/app.js';
 import { errorBody, INTERNAL_ERROR } from './helpers/envelope.js';
 import { apiKeys, basicAuth, ids } from './helpers/fixture.js';
 import { sleep } from './helpers/wait.js';
@@ -52,11 +52,7 @@ async function secondInstance(ctx: TestContext): Promise<{ app: FastifyInstance;
 const getV = (app: FastifyInstance, query = '') => api(app, { url: `/api/v1/users/14${query}`, as: 'U' });
 
 describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: LIMITED });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: LIMITED }));
 
   /** Uses up U's three requests. */
   async function exhaustU() {
@@ -246,11 +242,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
 });
 
 describe('rate limiting over a 2-second window', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: { ...LIMITED, RATE_LIMIT_WINDOW_SECONDS: '2' } });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: { ...LIMITED, RATE_LIMIT_WINDOW_SECONDS: '2' } }));
 
   it('case 33: after R seconds the next request succeeds; the window slides per request', async () => {
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('2');
@@ -273,11 +265,7 @@ describe('rate limiting over a 2-second window', () => {
 });
 
 describe('rate limiting under concurrency', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: { ...LIMITED, RATE_LIMIT_MAX_REQUESTS: '5' } });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: { ...LIMITED, RATE_LIMIT_MAX_REQUESTS: '5' } }));
 
   it('20 simultaneous requests over two instances: exactly 5 accepted', async () => {
     const other = await secondInstance(ctx);
@@ -314,11 +302,7 @@ describe('rate limiting under concurrency', () => {
 });
 
 describe('rate limiting disabled (RATE_LIMITING=false)', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: { RATE_LIMIT_MAX_REQUESTS: '1' } });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: { RATE_LIMIT_MAX_REQUESTS: '1' } }));
 
   it('never limits, sends no headers and records nothing', async () => {
     for (let i = 0; i < 5; i++) {
@@ -331,11 +315,7 @@ describe('rate limiting disabled (RATE_LIMITING=false)', () => {
 });
 
 describe('authentication statements of one turn of the event loop go out together', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: LIMITED });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: LIMITED }));
 
   const batchStatements = () => ctx.database.statements.filter((text) => text.includes('jsonb_to_recordset'));
 

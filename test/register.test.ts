@@ -1,6 +1,6 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 import { pendingEvents, register, setColor } from './helpers/events.js';
@@ -61,11 +61,7 @@ const header = (queueId: string, idleQueueTimeoutSecs = 600) => ({
 
 const queues = (db: Database) => db.selectFrom('event_queues').selectAll().orderBy('created_at').execute();
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 async function registered(form: Record<string, string> = {}, as: FixtureUser = 'U') {
   const res = await register(ctx.app, form, as);

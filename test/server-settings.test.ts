@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 
 const EXAMPLE = {
   result: 'success',
@@ -24,11 +24,7 @@ const EXAMPLE = {
   external_authentication_methods: [],
 };
 
-let ctx: TestContext;
-beforeAll(async () => {
-  ctx = await createTestContext();
-});
-afterAll(() => ctx.close());
+const ctx = useTestContext(createTestContext, 'all');
 
 describe('GET /api/v1/server_settings', () => {
   it('case 38: answers the example body, keys in order, without credentials', async () => {

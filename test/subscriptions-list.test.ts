@@ -1,6 +1,6 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { listSubscriptions } from '../src/modules/subscriptions/subscriptions.service.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { expectError, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import { bulk } from './helpers/subscriptions.js';
@@ -17,11 +17,7 @@ const P_FOR_U = {
   wildcard_mentions_notify: null,
 };
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const list = (as: 'U' | 'V' | 'B' | 'G', query = '') => api(ctx.app, { url: `${URL}${query}`, as });
 

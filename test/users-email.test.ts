@@ -1,6 +1,6 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 
@@ -25,11 +25,7 @@ async function snapshot(db: Database) {
 const setVisibility = (db: Database, userId: number, visibility: number) =>
   db.updateTable('users').set({ email_address_visibility: visibility }).where('id', '=', userId).execute();
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const get = (path: string, as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users/${path}`, as });
 

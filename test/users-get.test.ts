@@ -1,9 +1,9 @@
 import type { Updateable } from 'kysely';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import type { Users } from '../src/db/types.js';
 import { renderMarkdown } from '../src/lib/markdown.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { basicAuth, type FixtureUser, restrict } from './helpers/fixture.js';
 
@@ -38,11 +38,7 @@ async function snapshot(db: Database) {
 const setV = (db: Database, values: Updateable<Users>) =>
   db.updateTable('users').set(values).where('id', '=', 14).execute();
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const get = (url: string, as: FixtureUser = 'U') => api(ctx.app, { url, as });
 

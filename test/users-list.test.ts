@@ -1,6 +1,6 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 
@@ -37,11 +37,7 @@ const V_PROFILE_DATA = {
 const ok = (members: object[], extra: object = {}) => success({ members, ...extra });
 const withProfile = (user: object, profile_data: object = {}) => ({ ...user, profile_data });
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const list = (query = '', as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users${query}`, as });
 

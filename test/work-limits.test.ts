@@ -1,6 +1,6 @@
 import type net from 'node:net';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
 import { badQueueBody, errorBody } from './helpers/envelope.js';
 import { auth, ids } from './helpers/fixture.js';
 import { rawPost } from './helpers/http.js';
@@ -15,11 +15,7 @@ const TOO_MANY_FIELDS = errorBody('Too many fields in request body');
 const padding = (count: number) => Array.from({ length: count }, (_, i) => `x${i}`);
 
 describe('form fields: at most 1,000 in a body, counted as it arrives', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext();
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(createTestContext);
 
   it('urlencoded: 1,000 fields are read (999 reported as ignored); 1,001 are 400 and change nothing', async () => {
     const fields = (extra: number): [string, string][] => [['subscription_data', pinP], ...padding(extra).map((name): [string, string] => [name, ''])];
@@ -69,11 +65,7 @@ describe('form fields: at most 1,000 in a body, counted as it arrives', () => {
 });
 
 describe('list lengths', () => {
-  let ctx: TestContext;
-  beforeAll(async () => {
-    ctx = await createTestContext();
-  });
-  afterAll(() => ctx.close());
+  const ctx = useTestContext(createTestContext, 'all');
 
   it('subscription_data: at most 10,000 entries, checked before any entry', async () => {
     const entries = (count: number) => Array.from({ length: count }, () => ({ stream_id: ids.P, property: 'pin_to_top', value: true }));
@@ -106,11 +98,7 @@ describe('list lengths', () => {
 });
 
 describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
-  let ctx: TestContext;
-  beforeEach(async () => {
-    ctx = await createTestContext({ env: { QUEUE_MAX_PER_USER: '3' } });
-  });
-  afterEach(() => ctx.close());
+  const ctx = useTestContext(() => createTestContext({ env: { QUEUE_MAX_PER_USER: '3' } }));
 
   const register = async (as: 'U' | 'V' = 'U'): Promise<string> => {
     const res = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as, form: { fetch_event_types: '[]' } });
