@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { reusableStatement } from '../src/db/reusable-statement.js';
+import { reusableStatement, statementName } from '../src/db/reusable-statement.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { ids } from './helpers/fixture.js';
 
@@ -85,19 +85,32 @@ describe('reusableStatement', () => {
     const fullName = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
       db.selectFrom('users').select('full_name').where('id', '=', args.userId));
     const fullNameSql = database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql;
-    const preparedHere = reusableStatement<{ userId: number }, { prepared: string[] }>(['userId'], (db, args) =>
-      db.selectFrom('users').select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared')).where('id', '=', args.userId));
+    const preparedHere = reusableStatement<{ userId: number }, { prepared: string[]; names: string[] }>(['userId'], (db, args) =>
+      db
+        .selectFrom('users')
+        .select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared'))
+        .select(sql<string[]>`(SELECT array_agg(name) FROM pg_prepared_statements)`.as('names'))
+        .where('id', '=', args.userId));
+    // The same text built a second time: one name, one preparation per connection.
+    const fullNameAgain = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
+      db.selectFrom('users').select('full_name').where('id', '=', args.userId));
 
     expect(await fullName(database.reads, { userId: ids.O })).toEqual([{ full_name: 'O Owner' }]);
+    expect(await fullNameAgain(database.reads, { userId: ids.U })).toEqual([{ full_name: 'U Member' }]);
     const adHoc = database.db.selectFrom('realms').select('subdomain').where('id', '=', ids.R);
     await adHoc.execute(); // through the pool
     // Both read connections may have served: ask until the one that prepared it answers.
     const seen = new Set<string>();
+    const names = new Set<string>();
     for (let attempt = 0; attempt < 20; attempt++) {
       const [row] = await preparedHere(database.reads, { userId: ids.O });
       for (const statement of row?.prepared ?? []) seen.add(statement);
+      for (const name of row?.names ?? []) names.add(name);
     }
     expect(seen).toContain(fullNameSql);
+    // Named by a hash of the text: the name does not depend on which statement came first.
+    expect(names).toContain(statementName(fullNameSql));
+    expect(statementName(fullNameSql)).toMatch(/^s_[0-9a-f]{32}$/);
     expect(seen).not.toContain(adHoc.compile().sql);
     const onPool = await sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`.execute(database.db);
     expect(onPool.rows).toEqual([]);

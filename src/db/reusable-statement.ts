@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import {
   type Compilable,
   DummyDriver,
@@ -37,7 +38,11 @@ class Placeholder {
   constructor(readonly name: string) {}
 }
 
-let statementCount = 0;
+/**
+ * A prepared statement's name: a hash of its text, so the name says what it runs whatever the order
+ * the statements were first used in, and two statements of one text share one preparation.
+ */
+export const statementName = (text: string): string => `s_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
 
 /**
  * A Kysely query built and compiled once, then run with other values as a named prepared
@@ -73,7 +78,7 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
       }
     }
     const { text, constants, bound } = shareParameters(query.sql, query.parameters);
-    return { statement: { name: `statement_${++statementCount}`, text }, constants, bound };
+    return { statement: { name: statementName(text), text }, constants, bound };
   };
   // Not async: the runner's promise is returned as it is, without another promise around it.
   return (runner, args) => {
