@@ -1,5 +1,5 @@
-import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -53,6 +53,29 @@ function requirePrograms(): void {
   if (process.getuid?.() !== 0) throw new Error('test:failover runs PostgreSQL as the postgres user: run it as root (CI does)');
 }
 
+/**
+ * A shell that outlives this process if it dies without its cleanups (tsx SIGKILLs a child that
+ * does not acknowledge Ctrl-C within 30 ms, CI's time limit): it stops the daemons' groups and any
+ * postmaster left, and removes the data directories (the logs stay in `work`). The cleanups end it
+ * first when they run.
+ */
+function startReaper(work: string): void {
+  const script = `
+    while kill -0 ${process.pid} 2>/dev/null; do sleep 1; done
+    groups=$(cat "$WORK/daemon-groups" 2>/dev/null)
+    for g in $groups; do kill -TERM -"$g" 2>/dev/null; done
+    sleep 10
+    for g in $groups; do kill -KILL -"$g" 2>/dev/null; done
+    for f in "$WORK"/pg*/data/postmaster.pid; do [ -f "$f" ] && kill -QUIT "$(head -1 "$f")" 2>/dev/null; done
+    sleep 2
+    rm -rf "$WORK"/pg1/data "$WORK"/pg2/data "$WORK"/etcd`;
+  const reaper = spawn('sh', ['-c', script], {
+    detached: true, stdio: 'ignore', env: { PATH: process.env.PATH ?? '', WORK: work },
+  });
+  reaper.unref();
+  onCleanup(async () => signalGroup(reaper, 'SIGKILL'));
+}
+
 /** Keeps a child's output in a file; stopped (SIGTERM, then SIGKILL) by the cleanups. */
 function startProcess(name: string, command: string, args: string[], directory: string, graceMs: number): { child: ChildProcess; logFile: string } {
   const logFile = join(directory, `${name}.log`);
@@ -60,14 +83,15 @@ function startProcess(name: string, command: string, args: string[], directory: 
   // TZ: Patroni's log times are local; loggedAt reads them as UTC.
   const child = spawn(command, args, { stdio: ['ignore', fd, fd], cwd: directory, detached: true, env: { ...process.env, TZ: 'UTC' } });
   closeSync(fd);
+  // The daemons' process groups (each its own), for the reaper.
+  appendFileSync(join(directory, 'daemon-groups'), `${child.pid}\n`);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   onCleanup(async () => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     // The process group: runuser's child (patroni) and what it started.
-    const signal = (sig: NodeJS.Signals) => { try { process.kill(-child.pid!, sig); } catch { /* gone */ } };
-    signal('SIGTERM');
+    signalGroup(child, 'SIGTERM');
     if (await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)])) return;
-    signal('SIGKILL');
+    signalGroup(child, 'SIGKILL');
     await Promise.race([exited, sleep(5000)]);
   });
   return { child, logFile };
@@ -106,6 +130,7 @@ export async function startCluster(work: string): Promise<Cluster> {
     pg1: await freePort(), pg2: await freePort(), rest1: await freePort(), rest2: await freePort(),
   };
   const { uid, gid } = postgresIds();
+  startReaper(work);
 
   const etcdDirectory = join(work, 'etcd');
   startProcess('etcd', 'etcd', [
@@ -219,11 +244,36 @@ function postgresIds(): { uid: number; gid: number } {
   return ids;
 }
 
+/** A child's whole process group (runuser and what it runs). */
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-child.pid!, signal);
+  } catch { /* gone */ }
+}
+
+/** The patronictl commands running now; once the cleanups began, none is started. */
+const commands = { running: new Set<ChildProcess>(), stopped: false };
+onCleanup(async () => {
+  commands.stopped = true;
+  for (const child of commands.running) signalGroup(child, 'SIGKILL');
+});
+
 /** patronictl as postgres, without holding this process's event loop (the load runs in it). */
 function patronictl(configFile: string, args: string[], timeoutMs: number): Promise<{ ok: boolean; output: string; stdout: string }> {
+  if (commands.stopped) return Promise.resolve({ ok: false, output: 'stopped', stdout: '' });
   return new Promise((resolve) => {
-    execFile('runuser', ['-u', 'postgres', '--', 'patronictl', '-c', configFile, ...args], { encoding: 'utf8', timeout: timeoutMs }, (error, stdout, stderr) =>
-      resolve({ ok: !error, output: `${stdout}${stderr}`, stdout }));
+    const child = spawn('runuser', ['-u', 'postgres', '--', 'patronictl', '-c', configFile, ...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('close', (code) => {
+      commands.running.delete(child);
+      clearTimeout(timer);
+      resolve({ ok: code === 0, output: `${stdout}${stderr}`, stdout });
+    });
+    commands.running.add(child);
+    const timer = setTimeout(() => signalGroup(child, 'SIGKILL'), timeoutMs);
   });
 }
 

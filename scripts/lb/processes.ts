@@ -26,8 +26,10 @@ export async function runCleanups(): Promise<void> {
 export function runScript(main: () => Promise<string[]>, options: { watchdogMs: number; keepLogs: () => Promise<void>; log: (line: string) => void; passed: string }): void {
   const { watchdogMs, keepLogs, log: say } = options;
   let finished = false;
+  // `on`, not `once`: Ctrl-C reaches this process twice (from the terminal and relayed by tsx), and
+  // a second signal with no handler left would end it before its cleanups.
   for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
-    process.once(signal, () => {
+    process.on(signal, () => {
       if (finished) return;
       finished = true;
       say(`${signal}: stopping everything`);
