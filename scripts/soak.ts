@@ -14,8 +14,9 @@
  *
  * With SOAK_CHAOS=1 the database misbehaves under the load: every ~0.6 s the server's connections
  * are terminated (pg_terminate_backend), and once PostgreSQL is stopped and started again. Then a
- * 503 is an acceptable answer anywhere (a write answered 503 may or may not have been applied: the
- * client finds out from the database, through the user's never-polled queue, before it goes on),
+ * 503 is an acceptable answer anywhere, and so is a 504 for a write whose connection was lost
+ * during its commit (a 504 may or may not have been applied: the client finds out from the
+ * database, through the user's never-polled queue, before it goes on; a 503 must not have been),
  * any other 5xx or a lost connection is still a violation, the server must still be running at the
  * end, `/ready` must recover, and the database must still match the accepted requests exactly.
  *
@@ -329,7 +330,7 @@ async function send(port: number, user: SimUser | undefined, operation: string, 
   try {
     const answer = await call({ port, host: user?.host, authorization: user?.authorization, ...request });
     count(statusCounts, String(answer.status));
-    if (answer.status >= 500 && !(CHAOS && answer.status === 503)) {
+    if (answer.status >= 500 && !(CHAOS && (answer.status === 503 || answer.status === 504))) {
       violation(`${user?.label ?? '-'} ${operation}: ${request.method} ${request.path} → ${answer.status} ${answer.body.slice(0, 200)}`);
     }
     return answer;
@@ -340,8 +341,11 @@ async function send(port: number, user: SimUser | undefined, operation: string, 
   }
 }
 
-/** A 503 while the chaos loop breaks the database: the request may or may not have taken effect. */
-const unavailable = (answer: Answer | undefined): boolean => CHAOS && answer?.status === 503;
+/**
+ * A 503 or 504 while the chaos loop breaks the database: the request did not take effect (503), or
+ * may or may not have (504: the connection was lost during its commit).
+ */
+const unavailable = (answer: Answer | undefined): boolean => CHAOS && (answer?.status === 503 || answer?.status === 504);
 
 /** Checks the status the model predicts; returns whether the server accepted (200). */
 function expectStatus(user: SimUser, operation: string, answer: Answer | undefined, expected: number, detail: string): boolean {
@@ -355,32 +359,35 @@ function expectStatus(user: SimUser, operation: string, answer: Answer | undefin
 let checker: DatabaseHandle['db'] | undefined;
 
 /**
- * Whether a write answered 503 was applied, from the database: every accepted write appends its
+ * Whether a write answered 503 or 504 was applied, from the database: every accepted write appends its
  * events to the user's never-polled queue, so its event count tells. Retries while the database is
  * down (it is being restarted).
  */
-async function appliedDespite503(user: SimUser, operation: string, newEvents: number): Promise<boolean> {
+async function appliedDespiteFailure(user: SimUser, operation: string, newEvents: number, status: number): Promise<boolean> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline && !interrupted) {
     try {
       const { count: stored } = await checker!.selectFrom('events').select((eb) => eb.fn.countAll<string>().as('count'))
         .where('queue_id', '=', user.queues.untouched).executeTakeFirstOrThrow();
       const events = Number(stored);
-      count(operationCounts, `503 resolved as ${events === user.events.length ? 'not applied' : 'applied'}`);
-      if (events === user.events.length + newEvents) return true;
-      if (events !== user.events.length) violation(`${user.label} ${operation} answered 503: ${events} events stored, model has ${user.events.length} (+${newEvents})`);
+      count(operationCounts, `${status} resolved as ${events === user.events.length ? 'not applied' : 'applied'}`);
+      if (events === user.events.length + newEvents) {
+        if (status === 503) violation(`${user.label} ${operation} answered 503, which promises nothing was applied, and was applied`);
+        return true;
+      }
+      if (events !== user.events.length) violation(`${user.label} ${operation} answered ${status}: ${events} events stored, model has ${user.events.length} (+${newEvents})`);
       return false;
     } catch {
       await sleep(250);
     }
   }
-  violation(`${user.label} ${operation} answered 503 and the database did not come back to tell whether it was applied`);
+  violation(`${user.label} ${operation} answered ${status} and the database did not come back to tell whether it was applied`);
   return false;
 }
 
-/** An accepted write (200), or one answered 503 that the database shows was applied. */
+/** An accepted write (200), or one answered 503/504 that the database shows was applied. */
 async function writeApplied(user: SimUser, operation: string, answer: Answer | undefined, expected: number, detail: string, newEvents: number): Promise<boolean> {
-  if (unavailable(answer)) return expected === 200 && appliedDespite503(user, operation, newEvents);
+  if (unavailable(answer)) return expected === 200 && appliedDespiteFailure(user, operation, newEvents, answer!.status);
   return expectStatus(user, operation, answer, expected, detail);
 }
 
@@ -868,7 +875,7 @@ async function main(): Promise<number> {
     log(`FAILED: ${violations.length} violation(s)${violations.length > 20 ? ' (first 20 shown above)' : ''}`);
     return 1;
   }
-  log(`OK: no 5xx${CHAOS ? ' but 503' : ''}, every answer as predicted, database and queues match the accepted requests`);
+  log(`OK: no 5xx${CHAOS ? ' but 503 and 504' : ''}, every answer as predicted, database and queues match the accepted requests`);
   return 0;
 }
 

@@ -18,6 +18,56 @@ export async function runCleanups(): Promise<void> {
   }
 }
 
+/**
+ * Runs a test script's `main` (which resolves to the problems it found) to its end: on problems or
+ * a throw, `keepLogs` then the cleanups and exit 1; on success the cleanups and exit 0; on Ctrl-C
+ * or SIGTERM the cleanups; after `watchdogMs` it gives up (exit 1). `log` prints the outcome.
+ */
+export function runScript(main: () => Promise<string[]>, options: { watchdogMs: number; keepLogs: () => Promise<void>; log: (line: string) => void; passed: string }): void {
+  const { watchdogMs, keepLogs, log: say } = options;
+  let finished = false;
+  // `on`, not `once`: Ctrl-C reaches this process twice (from the terminal and relayed by tsx), and
+  // a second signal with no handler left would end it before its cleanups.
+  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+    process.on(signal, () => {
+      if (finished) return;
+      finished = true;
+      say(`${signal}: stopping everything`);
+      void runCleanups().finally(() => process.exit(code));
+    });
+  }
+  const watchdog = setTimeout(() => {
+    finished = true;
+    say(`still running after ${watchdogMs / 1000} s: giving up`);
+    void keepLogs().then(runCleanups).finally(() => process.exit(1));
+  }, watchdogMs);
+  main().then(
+    async (problems) => {
+      // Interrupted: the signal handler is already stopping everything.
+      if (finished) return;
+      finished = true;
+      clearTimeout(watchdog);
+      if (problems.length > 0) await keepLogs();
+      await runCleanups();
+      if (problems.length > 0) {
+        say(`FAILED:\n  ${problems.join('\n  ')}`);
+        process.exit(1);
+      }
+      say(options.passed);
+      process.exit(0);
+    },
+    async (error: unknown) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(watchdog);
+      say(`FAILED: ${(error as Error).stack ?? String(error)}`);
+      await keepLogs();
+      await runCleanups();
+      process.exit(1);
+    },
+  );
+}
+
 const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
 
 /** Kills a child that is still running (SIGKILL after `graceMs`) and waits for its exit. */

@@ -29,7 +29,7 @@ import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
 import { baseEnvironment, exitWithin, logLines } from '../../test/helpers/server-process.js';
 import { checkDatabase, checkEdge, checkLogs, checkObservedHeaders } from './checks.js';
-import { type Balancer, balancerConfig, haproxyVersion, type Instance, log, onCleanup, runCleanups, startBalancer, startInstance } from './processes.js';
+import { type Balancer, balancerConfig, haproxyVersion, type Instance, log, onCleanup, runScript, startBalancer, startInstance } from './processes.js';
 import { Client, type LoadUser, pollLoop, readLoop, register, type Writes, writeLoop } from './traffic.js';
 
 /** Six users, each with a writer, a reader and a long poller pausing ~25 ms between requests. */
@@ -219,43 +219,4 @@ async function rollingRestart(
   return { name, outAfterMs: outAt - signalledAt, exitedAfterMs: exitedAt - signalledAt, backAfterMs: backAt - restartedAt };
 }
 
-let finished = false;
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
-  process.once(signal, () => {
-    if (finished) return;
-    finished = true;
-    log(`${signal}: stopping everything`);
-    void runCleanups().finally(() => process.exit(code));
-  });
-}
-const watchdog = setTimeout(() => {
-  finished = true;
-  log(`still running after ${WATCHDOG_MS / 1000} s: giving up`);
-  void runCleanups().finally(() => process.exit(1));
-}, WATCHDOG_MS);
-
-main().then(
-  async (problems) => {
-    // Interrupted: the signal handler is already stopping everything.
-    if (finished) return;
-    finished = true;
-    clearTimeout(watchdog);
-    if (problems.length > 0) await keepLogs();
-    await runCleanups();
-    if (problems.length > 0) {
-      log(`FAILED:\n  ${problems.join('\n  ')}`);
-      process.exit(1);
-    }
-    log('passed');
-    process.exit(0);
-  },
-  async (error: unknown) => {
-    if (finished) return;
-    finished = true;
-    clearTimeout(watchdog);
-    log(`FAILED: ${(error as Error).stack ?? String(error)}`);
-    await keepLogs();
-    await runCleanups();
-    process.exit(1);
-  },
-);
+runScript(main, { watchdogMs: WATCHDOG_MS, keepLogs, log, passed: 'passed' });

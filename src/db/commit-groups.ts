@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { DatabaseUnavailable, isUserLockRefusal } from './errors.js';
+import { DatabaseUnavailable, endsSession, isUserLockRefusal } from './errors.js';
 import type { GroupStatement } from './implicit-transaction.js';
 import type { PipelinedConnections, TransactionProgress } from './pipelined-connections.js';
 
@@ -118,9 +118,6 @@ interface Member {
   reject: (error: unknown) => void;
 }
 
-/** SQLSTATEs after which the session is over (shutdown, database dropped, idle timeout); class 08 is added below. */
-const SESSION_ENDED = new Set(['57P01', '57P02', '57P03', '57P04', '57P05']);
-
 /**
  * Whether the server reported the failure and so rolled the transaction back on a connection that
  * still serves: a statement_timeout (57014) counts, and only its culprit will meet it again alone.
@@ -128,6 +125,5 @@ const SESSION_ENDED = new Set(['57P01', '57P02', '57P03', '57P04', '57P05']);
  * misses only sends the members again to a connection that fails them as unavailable.
  */
 function rolledBack(error: unknown): boolean {
-  const code = error instanceof pg.DatabaseError ? (error.code ?? '') : undefined;
-  return code !== undefined && !SESSION_ENDED.has(code) && !code.startsWith('08');
+  return error instanceof pg.DatabaseError && !endsSession(error);
 }

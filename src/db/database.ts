@@ -1,7 +1,7 @@
 import { Kysely, type PostgresPool, type PostgresPoolClient, type PostgresQueryResult, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config.js';
-import { connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
+import { closesConnection, connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
 import type { DatabaseObserver } from './observer.js';
 import { PipelinedConnections } from './pipelined-connections.js';
 import { decodeLargeAnswersInSlices } from './socket-reads.js';
@@ -85,11 +85,14 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observe
     // pg types a result's `command` as any string, Kysely as the commands its statements answer.
     function query(text: string, values: ReadonlyArray<unknown> = []): Promise<unknown> {
       return client.query(text, values as unknown[]).catch((error: unknown) => {
+        // Its session ended, or its server turned read-only (a demoted primary): closed on release.
+        if (closesConnection(error)) failedClients.add(client);
         throw statementFailure(error, failedClients.has(client), observer);
       });
     }
     // pg-pool gives the client a new release function with every checkout: look it up each time.
-    return { query, release: () => client.release() };
+    // A failed connection is closed rather than handed out again.
+    return { query, release: () => client.release(failedClients.has(client) ? true : undefined) };
   };
   return {
     connect: async () => {
@@ -128,8 +131,10 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     // The pool serves the large reads (a whole organization's users).
     decodeLargeAnswersInSlices(client);
     observer.connectionOpened?.('pool');
+    let lost = false;
     client.on('error', (error) => {
-      if (!failedClients.has(client)) observer.connectionLost?.('pool');
+      if (!lost) observer.connectionLost?.('pool');
+      lost = true;
       failedClients.add(client);
       report(new DatabaseUnavailable('database connection lost', { cause: error }));
     });

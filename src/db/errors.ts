@@ -15,11 +15,28 @@ export class DatabaseUnavailable extends Error {
 }
 
 /**
- * SQLSTATEs that mean "not now" rather than "wrong statement": admin and crash shutdown, cannot
- * connect now, too many connections, and a statement cancelled by statement_timeout or by a
- * request whose client went away (57014). Class 08 (connection exceptions) is added below.
+ * The connection was lost after its transaction was sent whole (statements and commit), and not
+ * on a statement: whether the commit happened is unknown (a failover under way, say). Answered
+ * with 504, which the balancer never replays (deploy/haproxy.cfg), unlike a 503, which the app
+ * answers only when it knows nothing was committed.
  */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014']);
+export class CommitOutcomeUnknown extends DatabaseUnavailable {
+  constructor(cause: unknown) {
+    super('the database connection was lost during the commit: it may or may not have happened', { cause });
+    this.name = 'CommitOutcomeUnknown';
+  }
+}
+
+/** SQLSTATE read_only_sql_transaction: the server became (or is) a standby, a demoted primary say. */
+const READ_ONLY = '25006';
+
+/**
+ * SQLSTATEs that mean "not now" rather than "wrong statement": admin and crash shutdown, cannot
+ * connect now, too many connections, a statement cancelled by statement_timeout or by a request
+ * whose client went away (57014), and a write refused by a server that turned read-only (25006:
+ * the connection reached a standby). Class 08 (connection exceptions) is added below.
+ */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014', READ_ONLY]);
 
 /** Whether an error means "the database cannot be reached right now" (answered with 503). */
 export function isDatabaseUnavailable(error: unknown): boolean {
@@ -27,6 +44,39 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   if (!(error instanceof pg.DatabaseError)) return false;
   const code = error.code ?? '';
   return UNAVAILABLE_SQLSTATES.has(code) || code.startsWith('08');
+}
+
+/** SQLSTATEs after which the session is over (shutdown, database dropped, idle timeout); class 08 is added below. */
+const SESSION_ENDED = new Set(['57P01', '57P02', '57P03', '57P04', '57P05']);
+
+/** Whether the server reported that it ended the session (the socket may close a moment later). */
+export function endsSession(error: unknown): boolean {
+  const code = error instanceof pg.DatabaseError ? (error.code ?? '') : undefined;
+  return code !== undefined && (SESSION_ENDED.has(code) || code.startsWith('08'));
+}
+
+/**
+ * Whether the connection that failed with `error` must be closed at once rather than used again:
+ * the server ended its session (its socket may stay open a moment, and a statement sent on it then
+ * would be lost with no word), or it reached a server that takes no writes (25006: a demoted
+ * primary, a standby), where every later write would fail the same way; the next connection
+ * reaches the primary of now through the address that follows it (Patroni's HAProxy, a managed
+ * service's name).
+ */
+export function closesConnection(error: unknown): boolean {
+  return endsSession(error) || (error instanceof pg.DatabaseError && error.code === READ_ONLY);
+}
+
+/**
+ * Whether a transaction sent whole (its statements and commit in one go, implicit-transaction.ts)
+ * that failed with `error` may have committed: the connection was lost with no word from the
+ * server, or the server ended the session (an unavailable SQLSTATE) after every statement had
+ * completed, that is during the commit. A session ended while a statement ran, and any other
+ * server error, rolled the transaction back. `completed` counts the statements that completed.
+ */
+export function commitMayHaveHappened(error: unknown, completed: number, statements: number): boolean {
+  if (error instanceof pg.DatabaseError) return completed >= statements && isDatabaseUnavailable(error);
+  return isDatabaseUnavailable(error);
 }
 
 /** SQLSTATE of refuse_write (migration 0006): a write's own check failed; the transaction rolled back. */

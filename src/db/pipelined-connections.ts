@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { DatabaseUnavailable, statementFailure } from './errors.js';
+import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, DatabaseUnavailable, statementFailure } from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { DatabaseObserver } from './observer.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
@@ -66,6 +66,13 @@ interface Lane {
  * afresh.
  */
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
+
+/**
+ * Whether the connection must not serve again after `error`: its prepared statements are stale,
+ * its session ended, or its server takes no writes any more (errors.ts, closesConnection).
+ */
+const retiresConnection = (error: unknown): boolean =>
+  STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '') || closesConnection(error);
 
 /** How far a failed transaction got (PipelinedConnections.transaction). */
 export interface TransactionProgress {
@@ -139,8 +146,10 @@ export class PipelinedConnections implements StatementRunner {
       return await sent.rows;
     } catch (error) {
       if (progress && query) Object.assign(progress, { sent: true, completed: query.completed, suspect: query.connectionSuspect });
-      if (query?.connectionSuspect || STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
-      throw statementFailure(error, lane.failed, this.observer);
+      if (query?.connectionSuspect || retiresConnection(error)) lane.retire();
+      const failure = statementFailure(error, lane.failed, this.observer);
+      if (query && commitMayHaveHappened(failure, query.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
+      throw failure;
     } finally {
       lane.inFlight--;
       for (const statement of statements) this.options.onStatement?.(statement.text);
@@ -166,7 +175,7 @@ export class PipelinedConnections implements StatementRunner {
         lane.inFlight--;
         onStatement?.(config.text);
         timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
-        if (STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) lane.retire();
+        if (retiresConnection(error)) lane.retire();
         throw statementFailure(error, lane.failed, observer);
       },
     );
@@ -237,8 +246,11 @@ export class PipelinedConnections implements StatementRunner {
     // Without an error listener a dropped idle connection would crash the process.
     // A lost connection may emit several errors (the server's reason, then the disconnect): the
     // first retires it and is reported when no statement was in flight to carry it.
+    let lost = false;
     client.on('error', (error) => {
-      if (!lane.failed) this.observer.connectionLost?.(this.kind);
+      // Counted once, also when a statement's error (its session ended) already retired the lane.
+      if (!lost) this.observer.connectionLost?.(this.kind);
+      lost = true;
       lane.failed = true;
       if (this.lanes[slot] !== lane) return;
       lane.retire();

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { KeyedTurns } from '../lib/keyed-turns.js';
-import { connectOrUnavailable, isUserLockRefusal, statementFailure } from './errors.js';
+import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, connectOrUnavailable, isUserLockRefusal, statementFailure } from './errors.js';
 import type { Departure } from '../lib/departure.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
@@ -138,7 +138,11 @@ export class UserTransactions {
       query = sent.query;
       return await sent.rows;
     } catch (error) {
-      throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
+      // Its session ended, or its server turned read-only: the connection is closed below, the next one reaches the primary.
+      if (closesConnection(error)) failedClients.add(client);
+      const failure = statementFailure(error, failedClients.has(client), this.options.writes.observer);
+      if (query && commitMayHaveHappened(failure, query.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
+      throw failure;
     } finally {
       stopListening?.();
       for (const statement of statements) onStatement?.(statement.text);

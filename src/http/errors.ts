@@ -1,5 +1,5 @@
 import type { FastifyError } from 'fastify';
-import { isDatabaseUnavailable } from '../db/errors.js';
+import { CommitOutcomeUnknown, isDatabaseUnavailable } from '../db/errors.js';
 
 /**
  * Typed API errors. The error handler turns them into Zulip's envelope:
@@ -44,6 +44,14 @@ export const serviceUnavailable = (retryAfterSeconds: number): ApiError =>
     'retry-after': String(retryAfterSeconds),
   });
 
+/**
+ * The database connection was lost during the commit (CommitOutcomeUnknown): the request may or
+ * may not have been applied. A 504, not a 503: the balancer replays a write answered 503, which
+ * the app answers only when nothing was committed; this one must not be replayed blindly.
+ */
+export const commitOutcomeUnknown = (): ApiError =>
+  new ApiError(504, 'The database did not confirm the request: it may or may not have been applied');
+
 export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too large');
 
 export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');
@@ -59,6 +67,7 @@ export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields 
  */
 export function toApiError(error: FastifyError | Error, retryAfterSeconds: number): ApiError | undefined {
   if (error instanceof ApiError) return error;
+  if (error instanceof CommitOutcomeUnknown) return commitOutcomeUnknown();
   if (isDatabaseUnavailable(error)) return serviceUnavailable(retryAfterSeconds);
   const code = (error as FastifyError).code;
   if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return bodyTooLarge();
