@@ -101,7 +101,7 @@ describe('a connection lost during the commit', () => {
         expect(isDatabaseUnavailable(failure)).toBe(true);
         const answer = toApiError(failure as Error, 5);
         expect(answer?.statusCode).toBe(504);
-        expect(answer?.toBody()).toEqual({ result: 'error', msg: 'The database did not confirm the request: it may or may not have been applied', code: 'BAD_REQUEST' });
+        expect(answer?.toBody()).toEqual({ result: 'error', msg: 'The database did not confirm the request: it may or may not have been applied', code: 'SERVER_NOT_READY' });
         // (Here the trigger ran before the commit record: nothing was kept. After a real failover it may have been.)
         expect(await nameOfU()).toBe('U Member');
         expect(await rename('Next', size)).toEqual([{ id: ids.U }]);

@@ -47,10 +47,11 @@ export const serviceUnavailable = (retryAfterSeconds: number): ApiError =>
 /**
  * The database connection was lost during the commit (CommitOutcomeUnknown): the request may or
  * may not have been applied. A 504, not a 503: the balancer replays a write answered 503, which
- * the app answers only when nothing was committed; this one must not be replayed blindly.
+ * the app answers only when nothing was committed; this one must not be replayed blindly. Its
+ * code is the 503's (Zulip has none for it): the server, not the request, failed.
  */
 export const commitOutcomeUnknown = (): ApiError =>
-  new ApiError(504, 'The database did not confirm the request: it may or may not have been applied');
+  new ApiError(504, 'The database did not confirm the request: it may or may not have been applied', 'SERVER_NOT_READY');
 
 export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too large');
 
