@@ -11,8 +11,12 @@ import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, type PollAnswer, pollEvents } from './events.service.js';
+import { HeartbeatBatches, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
+
+/** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
+const HEARTBEAT_TICK_MS = 250;
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
@@ -21,6 +25,8 @@ import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEve
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const { metrics } = app;
   const wakeups = new QueueWakeups();
+  const starts = new PollStartBatches(db);
+  const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
   metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
   const rechecks = new PollRechecks({
     db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log,
@@ -48,6 +54,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.addHook('preClose', async () => {
     // The polls answer first: a check in progress may wait on the database for seconds.
     rechecks.stop();
+    heartbeats.flush();
     await wakeups.close();
     await rechecks.close();
   });
@@ -91,7 +98,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.get('/api/v1/events', { schema: getEventsSchema }, async (request, reply) => {
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
 
-    const answer = await pollEvents({ db, config, wakeups }, callerOf(request), {
+    const answer = await pollEvents({ db, config, wakeups, starts, heartbeats }, callerOf(request), {
       queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();
