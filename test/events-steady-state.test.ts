@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
+import { HeartbeatBatches } from '../src/modules/events/poll-batches.js';
 import { answerHeartbeats, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { expectError } from './helpers/envelope.js';
@@ -162,6 +163,18 @@ describe('heartbeats due together, one transaction', () => {
     } finally {
       await writer.end();
     }
+  });
+
+  it('two polls of one queue due in one tick go in separate statements: one heartbeat, one id', async () => {
+    ctx = await createTestContext();
+    const queueId = await createQueue(ctx.db, 'U');
+    const [oldPoll, newPoll] = [randomUUID(), randomUUID()];
+    await ctx.db.updateTable('event_queues').set({ poll_id: newPoll, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', queueId).execute();
+    const batches = new HeartbeatBatches(ctx.db, 50);
+    const answers = await Promise.all([batches.answer(queueId, oldPoll), batches.answer(queueId, newPoll)]);
+    expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
+    expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(1);
+    expect(await storedEventIds(ctx.db, queueId)).toEqual([0]);
   });
 
   it('through the app: heartbeats due together are one transaction, and the polls started again hold their queues', async () => {

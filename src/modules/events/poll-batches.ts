@@ -96,7 +96,22 @@ export class HeartbeatBatches {
   flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    while (this.due.length > 0) this.send(this.due.splice(0, MAX_BATCH));
+    let rest = this.due;
+    this.due = [];
+    // One poll per queue in a statement: two would meet one row twice (one of them was replaced).
+    while (rest.length > 0) {
+      const batch: DueHeartbeat[] = [];
+      const later: DueHeartbeat[] = [];
+      const queueIds = new Set<string>();
+      for (const entry of rest) {
+        if (batch.length < MAX_BATCH && !queueIds.has(entry.queueId)) {
+          queueIds.add(entry.queueId);
+          batch.push(entry);
+        } else later.push(entry);
+      }
+      this.send(batch);
+      rest = later;
+    }
   }
 
   private send(batch: DueHeartbeat[]): void {
