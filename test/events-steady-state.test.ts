@@ -202,6 +202,32 @@ describe('heartbeats due together, one transaction', () => {
   });
 });
 
+describe('blocking polls arriving close together', () => {
+  it('share one authentication statement and one start statement', async () => {
+    ctx = await createTestContext();
+    // Four users: one statement authenticates one request per user (their rate-limit rows).
+    const users = ['U', 'V', 'M', 'A'] as const;
+    const queueIds = await Promise.all(users.map((user) => registerQueue(ctx.app, {}, user)));
+    const before = ctx.database.statements.length;
+    // Separate turns of the event loop, a few milliseconds apart, as clients' polls arrive.
+    const polls = [];
+    for (const [i, queueId] of queueIds.entries()) {
+      polls.push(getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }, users[i]));
+      await new Promise((resolve) => setTimeout(resolve, 3));
+    }
+    await eventually(async () => {
+      const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
+      return rows.every((row) => row!.poll_id !== null);
+    });
+    const statements = ctx.database.statements.slice(before).filter((text) => !/count\(|FROM "event_queues"/.test(text));
+    expect(statements.filter((text) => /api_key_hash/.test(text))).toHaveLength(1);
+    expect(statements.filter((text) => /FOR UPDATE OF eq/.test(text))).toHaveLength(1);
+    expect((await setPinToTop(ctx.app, true)).statusCode).toBe(200);
+    expect((await polls[0]!).body).toBe(waited(queueIds[0]!, [pinEvent(true, 0)]));
+    // The others are answered when the app closes.
+  });
+});
+
 describe('every re-poll is a request like any other', () => {
   it('a deactivated user\'s or a rotated key\'s next poll is refused at once (its waiting poll ends at its heartbeat)', async () => {
     ctx = await createTestContext({ env: FAST_HEARTBEATS });

@@ -66,6 +66,37 @@ export class PollStartBatches {
   }
 }
 
+/**
+ * Blocking polls wait up to `gatherMs` before their authentication, so that those arriving within
+ * that time are authenticated by one statement and started by one (both are shared by the requests
+ * of one turn of the event loop): the clients of a busy instance poll again one at a time, right
+ * after their heartbeats, and a turn rarely held more than one. Their authentication and start are
+ * what a heartbeat cycle costs beyond the heartbeat; a poll that waits anyway loses nothing, and an
+ * event committed meanwhile is in its answer (it answers at once when events are pending).
+ */
+export class PollGathering {
+  private waiting: (() => void)[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly gatherMs: number) {}
+
+  /** Resolves with every other poll that arrived within gatherMs of the first, in one turn. */
+  wait(): Promise<void> {
+    const gathered = new Promise<void>((resolve) => this.waiting.push(resolve));
+    this.timer ??= setTimeout(() => this.release(), this.gatherMs);
+    return gathered;
+  }
+
+  /** Lets the waiting polls through now (shutdown). */
+  release(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const resolve of waiting) resolve();
+  }
+}
+
 interface DueHeartbeat {
   queueId: string;
   pollId: string;
