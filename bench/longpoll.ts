@@ -343,7 +343,9 @@ async function measureSteadyState(options: {
     if (Date.now() > deadline) throw new Error('the stopped polls still hold their queues');
     await sleep(500);
   }
-  const agent = new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY });
+  // BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a kept-alive connection, as the official
+  // clients' HTTP libraries do; by default each poll opens a connection of its own.
+  const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
   const clients: PollingClient[] = [];
   const spreadMs = 50_000;
   const opened = Date.now();
