@@ -209,11 +209,12 @@ describe('blocking polls arriving close together', () => {
     const users = ['U', 'V', 'M', 'A'] as const;
     const queueIds = await Promise.all(users.map((user) => registerQueue(ctx.app, {}, user)));
     const before = ctx.database.statements.length;
-    // Separate turns of the event loop, a few milliseconds apart, as clients' polls arrive.
+    // Separate turns of the event loop, as clients' polls arrive (a turn apart: timers could make
+    // them more than 20 ms apart on a loaded machine).
     const polls = [];
     for (const [i, queueId] of queueIds.entries()) {
       polls.push(getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }, users[i]));
-      await new Promise((resolve) => setTimeout(resolve, 3));
+      await new Promise((resolve) => setImmediate(resolve));
     }
     await eventually(async () => {
       const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
