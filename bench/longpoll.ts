@@ -31,6 +31,28 @@ export interface LongPollFigures {
   deliveries: number;
   deliveryP50Ms: number;
   deliveryP99Ms: number;
+  steady?: SteadyFigures;
+}
+
+/** The steady state: every poll answered by a heartbeat and opened again at once, as clients do all day. */
+export interface SteadyFigures {
+  seconds: number;
+  heartbeats: number;
+  transactions: number;
+  /** Instance B's CPU over the window, in % of one core (its own CPU time: less moved by neighbours' load). */
+  cpuPercent: number;
+  rssMaxMb: number;
+  rssEndMb: number;
+  deliveries: number;
+  deliveryP50Ms: number;
+  deliveryP99Ms: number;
+  /** Deliveries not answered within 10 s (counted as infinitely late in the percentiles). */
+  lateDeliveries: number;
+  /** Polls answered with a 5xx in the window (each sent again after 1 s). */
+  serverErrors: number;
+  /** The machine's load average (1 min) at the start and the end of the window. */
+  loadBefore: number;
+  loadAfter: number;
 }
 
 /** A connected client: it polls again after every answer, as the official clients do. */
@@ -39,6 +61,8 @@ interface PollingClient {
   nextDelivery(): Promise<void>;
   /** Heartbeats received so far. */
   heartbeats(): number;
+  /** Polls answered with a 5xx so far (each waited out and sent again). */
+  serverErrors(): number;
   stop(): void;
 }
 
@@ -95,6 +119,7 @@ function getEvents(server: RunningProcess, agent: Agent, account: Account, queue
 /** A blocking GET /events loop on its own connection (one socket per poll, as separate clients have). */
 function connectClient(server: RunningProcess, agent: Agent, account: Account, queueId: string): PollingClient {
   let heartbeats = 0;
+  let retried = 0;
   let stopped = false;
   let cancelCurrent = () => {};
   let delivered: (() => void) | undefined;
@@ -110,6 +135,12 @@ function connectClient(server: RunningProcess, agent: Agent, account: Account, q
       } catch (error) {
         if (!stopped) failed?.(error as Error);
         return;
+      }
+      if (answer.status >= 500 && !stopped) {
+        // As the official clients do: a server error is waited out and the same poll sent again.
+        retried++;
+        await sleep(1000);
+        continue;
       }
       if (answer.status !== 200) {
         failed?.(new Error(`GET /events answered ${answer.status}: ${answer.body}`));
@@ -127,6 +158,7 @@ function connectClient(server: RunningProcess, agent: Agent, account: Account, q
       failed = reject;
     }),
     heartbeats: () => heartbeats,
+    serverErrors: () => retried,
     stop: () => {
       stopped = true;
       cancelCurrent();
@@ -162,12 +194,22 @@ export async function measureLongPolls(options: {
   accounts: readonly Account[];
   idleSeconds: number;
   deliveries: number;
+  /** The steady-state window (0: none). */
+  steadySeconds: number;
   log: (line: string) => void;
 }): Promise<LongPollFigures> {
   const { db, a, b, accounts, log } = options;
   log(`long polls: registering ${accounts.length} queues through ${a.name}`);
   const queueIds = await mapConcurrently(accounts, 16, (account) => registerQueue(a, account));
   const rssBeforeMb = rssMb(b.pid);
+  if (options.idleSeconds === 0) {
+    const steady = await measureSteadyState({ ...options, queueIds });
+    const none = Number.NaN;
+    return {
+      polls: accounts.length, idleSeconds: 0, transactionsPerSecond: none, cpuPercent: none, memoryPerPollKb: none,
+      rssBeforeMb, rssAfterMb: none, heartbeats: 0, deliveries: 0, deliveryP50Ms: none, deliveryP99Ms: none, steady,
+    };
+  }
 
   // Opened in steps, each held before the next starts: the listen backlog never overflows.
   const agent = new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY });
@@ -177,8 +219,11 @@ export async function measureLongPolls(options: {
     const end = Math.min(start + STEP, accounts.length);
     for (let i = start; i < end; i++) clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
     const deadline = Date.now() + STEP_TIMEOUT_MS;
-    // Only this step's queues: counting all of them each time slowed the opening down.
-    while ((await heldCount(db, queueIds.slice(start, end))) < end - start) {
+    // Only this step's queues: counting all of them each time slowed the opening down. On a slow
+    // machine the first polls' heartbeats come before the last steps: a client that has had its
+    // answer counts as opened (it polls again at once, and its queue is free until then).
+    const answered = () => clients.slice(start, end).filter((client) => client.heartbeats() > 0).length;
+    while ((await heldCount(db, queueIds.slice(start, end))) + answered() < end - start) {
       if (Date.now() > deadline) throw new Error(`only part of the first ${end} polls are held after ${STEP_TIMEOUT_MS} ms`);
       await sleep(100);
     }
@@ -238,6 +283,7 @@ export async function measureLongPolls(options: {
   log(`long polls: ${b.name}'s CPU ms in each second since the polls were held: ${timeline.join(' ')}`);
   for (const client of clients) client.stop();
   agent.destroy();
+  const steady = options.steadySeconds > 0 ? await measureSteadyState({ ...options, queueIds }) : undefined;
 
   return {
     polls: clients.length,
@@ -251,16 +297,149 @@ export async function measureLongPolls(options: {
     deliveries: latencies.length,
     deliveryP50Ms: percentile(latencies, 50),
     deliveryP99Ms: percentile(latencies, 99),
+    ...(steady && { steady }),
+  };
+}
+
+const loadAverage = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+
+/** One delivery: a navigation view added through A, until the poll of `client` on B answers it. */
+async function deliver(a: RunningProcess, account: Account, client: PollingClient, n: number): Promise<number> {
+  const delivery = client.nextDelivery();
+  const started = performance.now();
+  const write = await fetch(`${a.url}/api/v1/navigation_views`, {
+    method: 'POST',
+    headers: { authorization: basicAuth(account.email, account.apiKey), ...FORM },
+    body: formBody({ fragment: `narrow/channel/1-steady/topic/${n}`, is_pinned: 'false', name: `Steady ${n}` }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (write.status !== 200) throw new Error(`the delivery write answered ${write.status}: ${await write.text()}`);
+  // Not within 10 s: counted as 10 s (and said), rather than ending the run on a loaded machine.
+  const answered = await Promise.race([delivery.then(() => true), sleep(10_000).then(() => false)]);
+  return answered ? performance.now() - started : Number.POSITIVE_INFINITY;
+}
+
+/**
+ * The steady state (issue 27): the polls are opened again, evenly over one heartbeat interval
+ * (50 s), so that their heartbeats come as they do all day (N / 50 per second) rather than all
+ * at once; each client polls again at once after every answer, with the new last_event_id, as the
+ * official clients do. Measured once the first heartbeats have come, for `steadySeconds`, with a
+ * delivery every few seconds (its write's transactions count in the window too: about 1 % of it).
+ */
+async function measureSteadyState(options: {
+  db: Database;
+  a: RunningProcess;
+  b: RunningProcess;
+  accounts: readonly Account[];
+  queueIds: readonly string[];
+  steadySeconds: number;
+  deliveries: number;
+  log: (line: string) => void;
+}): Promise<SteadyFigures> {
+  const { db, a, b, accounts, queueIds, log } = options;
+  // The stopped clients' polls end on B (their clients left): wait until none holds its queue.
+  const deadline = Date.now() + STEP_TIMEOUT_MS;
+  while ((await heldCount(db, queueIds)) > 0) {
+    if (Date.now() > deadline) throw new Error('the stopped polls still hold their queues');
+    await sleep(500);
+  }
+  // BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a kept-alive connection, as the official
+  // clients' HTTP libraries do; by default each poll opens a connection of its own.
+  const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
+  const clients: PollingClient[] = [];
+  const spreadMs = 50_000;
+  const opened = Date.now();
+  log(`long polls, steady state: opening ${accounts.length} polls again over ${spreadMs / 1000} s`);
+  for (let i = 0; i < accounts.length; i++) {
+    const due = opened + (i * spreadMs) / accounts.length;
+    if (due > Date.now()) await sleep(due - Date.now());
+    clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
+  }
+  // The first heartbeats come 45 s after the first polls: from 55 s on, every part of the cycle runs.
+  await sleep(Math.max(0, opened + 55_000 - Date.now()));
+  const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
+  const errorsBefore = clients.reduce((sum, client) => sum + client.serverErrors(), 0);
+  const transactionsBefore = await transactions(db);
+  const cpuBefore = cpuSeconds(b.pid)!;
+  const loadBefore = loadAverage();
+  const started = Date.now();
+  log(`long polls, steady state: measuring ${options.steadySeconds} s (load ${loadBefore})`);
+  let rssMaxMb = rssMb(b.pid);
+  const rssSampler = setInterval(() => {
+    try {
+      rssMaxMb = Math.max(rssMaxMb, rssMb(b.pid));
+    } catch {
+      // B has exited: the run is failing anyway.
+    }
+  }, 1000);
+  const latencies: number[] = [];
+  const gapMs = (options.steadySeconds * 1000) / (options.deliveries + 1);
+  try {
+    for (let n = 0; n <= options.deliveries && Date.now() - started < options.steadySeconds * 1000 - gapMs; n++) {
+      const index = (n * 7919) % accounts.length;
+      const turn = Date.now();
+      latencies.push(await deliver(a, accounts[index]!, clients[index]!, n));
+      await sleep(Math.max(0, turn + gapMs - Date.now()));
+    }
+  } catch (error) {
+    clearInterval(rssSampler);
+    throw error;
+  }
+  await sleep(Math.max(0, started + options.steadySeconds * 1000 - Date.now()));
+  const seconds = (Date.now() - started) / 1000;
+  const transactionsAfter = await transactions(db);
+  const cpuAfter = cpuSeconds(b.pid)!;
+  const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
+  const serverErrors = clients.reduce((sum, client) => sum + client.serverErrors(), 0) - errorsBefore;
+  clearInterval(rssSampler);
+  const rssEndMb = rssMb(b.pid);
+  const loadAfter = loadAverage();
+  log(`long polls, steady state: delivery latencies in order (the first one a warm-up): ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`);
+  for (const client of clients) client.stop();
+  agent.destroy();
+  latencies.shift();
+  latencies.sort((x, y) => x - y);
+  return {
+    lateDeliveries: latencies.filter((ms) => ms === Number.POSITIVE_INFINITY).length,
+    seconds,
+    heartbeats,
+    transactions: transactionsAfter - transactionsBefore,
+    cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds,
+    rssMaxMb: Math.max(rssMaxMb, rssEndMb),
+    rssEndMb,
+    deliveries: latencies.length,
+    deliveryP50Ms: percentile(latencies, 50),
+    deliveryP99Ms: percentile(latencies, 99),
+    serverErrors,
+    loadBefore,
+    loadAfter,
   };
 }
 
 export function formatLongPolls(figures: LongPollFigures): string {
   const f = figures;
+  if (f.idleSeconds === 0 && f.steady) {
+    return [`Long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults), B at ${f.rssBeforeMb.toFixed(0)} MB before them`, ...formatSteady(f.steady)].join('\n');
+  }
   return [
     `Idle long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults)`,
     `  PostgreSQL transactions/s while idle (whole cluster, ${f.idleSeconds.toFixed(0)} s, ${f.heartbeats} heartbeats in it): ${f.transactionsPerSecond.toFixed(1)} (target ≤ 20: ${f.transactionsPerSecond <= 20 ? 'met' : 'MISSED'})`,
     `  instance B CPU while idle: ${f.cpuPercent.toFixed(1)} % of a core (target ≤ 5: ${f.cpuPercent <= 5 ? 'met' : 'MISSED'})`,
     `  instance B memory: ${f.rssBeforeMb.toFixed(0)} MB before the polls, ${f.rssAfterMb.toFixed(0)} MB with them: ${f.memoryPerPollKb.toFixed(1)} KB per poll (aim ≤ 20)`,
     `  delivery A → B, ${f.deliveries} writes: p50 ${f.deliveryP50Ms.toFixed(1)} ms, p99 ${f.deliveryP99Ms.toFixed(1)} ms (target p99 ≤ 50: ${f.deliveryP99Ms <= 50 ? 'met' : 'MISSED'})`,
+    ...(f.steady ? formatSteady(f.steady) : []),
   ].join('\n');
+}
+
+function formatSteady(s: SteadyFigures): string[] {
+  const perCycle = s.transactions / s.heartbeats;
+  const perSecond = s.transactions / s.seconds;
+  return [
+    `Steady state: each poll answered by its heartbeat (45 + 0..10 s) and opened again at once, ${s.seconds.toFixed(0)} s, load average ${s.loadBefore} → ${s.loadAfter}`,
+    `  heartbeats answered: ${s.heartbeats} (${(s.heartbeats / s.seconds).toFixed(1)}/s); polls answered 5xx (sent again after 1 s): ${s.serverErrors}`,
+    `  PostgreSQL transactions (whole cluster): ${perSecond.toFixed(1)}/s, ${perCycle.toFixed(2)} per heartbeat cycle (target ≤ 1: ${perCycle <= 1 ? 'met' : 'MISSED'})`,
+    `  instance B CPU: ${s.cpuPercent.toFixed(1)} % of a core (target ≤ 5: ${s.cpuPercent <= 5 ? 'met' : 'MISSED'})`,
+    `  instance B RSS: ${s.rssEndMb.toFixed(0)} MB at the end, ${s.rssMaxMb.toFixed(0)} MB at most (target ≤ 300: ${s.rssMaxMb <= 300 ? 'met' : 'MISSED'})`,
+    `  delivery A → B, ${s.deliveries} writes: p50 ${s.deliveryP50Ms.toFixed(1)} ms, p99 ${s.deliveryP99Ms.toFixed(1)} ms, ${s.lateDeliveries} not within 10 s (target p99 ≤ 50: ${s.deliveryP99Ms <= 50 ? 'met' : 'MISSED'})`,
+  ];
 }

@@ -68,7 +68,10 @@ const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
 const LONG_POLLS = 'long polls';
 const LARGE_ORG_REQUESTS = positiveInteger('BENCH_LARGE_ORG_REQUESTS', 3);
 const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
-const LONG_POLL_IDLE_SECONDS = positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
+// 0 skips the idle window (and its deliveries): only the steady state is measured.
+const LONG_POLL_IDLE_SECONDS = process.env.BENCH_LONG_POLL_IDLE_SECONDS === '0' ? 0 : positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
+// The steady state after it (issue 27): heartbeats and re-polls; 0 skips it.
+const LONG_POLL_STEADY_SECONDS = Number(process.env.BENCH_LONG_POLL_STEADY_SECONDS ?? 120);
 const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25, rotatingCallers: 20_000, writers: WRITERS };
 const SERVER_ENV = {
   AVATAR_SALT: 'bench-salt',
@@ -383,7 +386,8 @@ async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: 
   const b = await instance('long-poll-b');
   try {
     return await measureLongPolls({
-      db, a, b, accounts: seeded.rotating.slice(0, LONG_POLL_COUNT), idleSeconds: LONG_POLL_IDLE_SECONDS, deliveries: 50, log,
+      db, a, b, accounts: seeded.rotating.slice(0, LONG_POLL_COUNT), idleSeconds: LONG_POLL_IDLE_SECONDS, deliveries: 50,
+      steadySeconds: LONG_POLL_STEADY_SECONDS, log,
     });
   } finally {
     await a.stop();

@@ -1,10 +1,11 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
-import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
+import type { ApiEvent } from './events.repository.js';
 
 /**
- * The statements of one GET /events long poll (spec §3.13). A queue row records which poll holds
- * it (poll_id) and until when (poll_lease_until); every statement here is one round trip.
+ * The statements of GET /events long polls (spec §3.13) other than their starts and heartbeats,
+ * which many polls share (poll-batches.repository.ts). A queue row records which poll holds it
+ * (poll_id) and until when (poll_lease_until); every statement here is one round trip.
  */
 
 /**
@@ -13,90 +14,19 @@ import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
  * (leaseRenewalSeconds), so only a crashed instance's leases run out, and its queues expire this
  * much later than their idle lifespan says.
  */
-const POLL_LEASE_SECONDS = 60;
+export const POLL_LEASE_SECONDS = 60;
 
 export interface QueueOwner {
   realmId: number;
   id: number;
 }
 
-export type PollStart =
-  | { outcome: 'missing' }
-  | { outcome: 'pruned' }
-  | { outcome: 'not_in_queue' }
-  /** Acknowledged; `events` are the pending ones when answered at once. */
-  | { outcome: 'answered' | 'waiting'; events: ApiEvent[]; replacedPoll: boolean };
-
-interface PollStartRow {
-  accepted: boolean;
-  answered: boolean;
-  replaced_poll: boolean;
-  last_acked_id: number;
-  events: StoredEvent[];
-}
-
-interface StoredEvent {
+export interface StoredEvent {
   id: number;
   event: ApiEvent;
 }
 
-const withIds = (events: StoredEvent[]): ApiEvent[] => events.map(({ id, event }) => ({ ...event, id }));
-
-/**
- * Steps 4–8 of §3.13 in one statement: under the queue's row lock, checks last_event_id against the
- * acknowledged and assigned ids, then (only when it is acceptable) deletes the acknowledged events
- * and either answers at once with the pending ones (the poll ends: idle clock restarts) or takes
- * the queue over for a waiting poll. A poll it replaces is notified so it answers.
- */
-export async function startPoll(
-  db: Database,
-  owner: QueueOwner,
-  queueId: string,
-  lastEventId: number,
-  poll: { pollId: string; answerNow: boolean },
-): Promise<PollStart> {
-  // numeric: last_event_id may be any JSON integer, far beyond bigint.
-  const last = sql`${String(lastEventId)}::numeric`;
-  const { rows } = await sql<PollStartRow>`
-    WITH q AS (
-      SELECT id, last_acked_id, next_event_id, poll_id FROM event_queues
-      WHERE id = ${queueId}::uuid AND user_id = ${owner.id} AND realm_id = ${owner.realmId}
-      FOR UPDATE
-    ), accepted AS (
-      SELECT id FROM q WHERE ${last} >= last_acked_id AND (${last} = last_acked_id OR ${last} < next_event_id)
-    ), pending AS (
-      -- The queue id as a constant (not joined from "accepted"): the planner then uses the index
-      -- even when one queue holds most of the table (a join estimate would scan all of it).
-      SELECT e.id, e.payload FROM events e
-      WHERE e.queue_id = ${queueId}::uuid AND e.id > ${last} AND EXISTS (SELECT 1 FROM accepted)
-    ), answer AS (
-      SELECT ${poll.answerNow}::boolean OR EXISTS (SELECT 1 FROM pending) AS at_once
-    ), acknowledged AS (
-      DELETE FROM events e WHERE e.queue_id = ${queueId}::uuid AND e.id <= ${last} AND EXISTS (SELECT 1 FROM accepted)
-    ), updated AS (
-      UPDATE event_queues eq SET
-        last_acked_id = GREATEST(eq.last_acked_id, ${last}),
-        poll_id = CASE WHEN answer.at_once THEN NULL ELSE ${poll.pollId}::uuid END,
-        poll_lease_until = CASE WHEN answer.at_once THEN NULL ELSE now() + make_interval(secs => ${POLL_LEASE_SECONDS}) END,
-        last_active_at = CASE WHEN answer.at_once THEN now() ELSE eq.last_active_at END
-      FROM accepted, answer WHERE eq.id = accepted.id
-    )
-    SELECT
-      EXISTS (SELECT 1 FROM accepted) AS accepted,
-      (SELECT at_once FROM answer) AS answered,
-      q.poll_id IS NOT NULL AS replaced_poll,
-      q.last_acked_id,
-      coalesce(
-        (SELECT json_agg(json_build_object('id', p.id, 'event', p.payload) ORDER BY p.id) FROM pending p), '[]'
-      ) AS events,
-      (SELECT pg_notify(${EVENTS_CHANNEL}, q.id::text) WHERE q.poll_id IS NOT NULL AND EXISTS (SELECT 1 FROM accepted)) AS notified
-    FROM q
-  `.execute(db);
-  const row = rows[0];
-  if (!row) return { outcome: 'missing' };
-  if (!row.accepted) return { outcome: lastEventId < row.last_acked_id ? 'pruned' : 'not_in_queue' };
-  return { outcome: row.answered ? 'answered' : 'waiting', events: withIds(row.events), replacedPoll: row.replaced_poll };
-}
+export const withIds = (events: StoredEvent[]): ApiEvent[] => events.map(({ id, event }) => ({ ...event, id }));
 
 export interface WaitingPoll {
   queueId: string;
@@ -181,19 +111,3 @@ export const finishPoll = (db: Database, queueId: string, pollId: string) =>
   endPoll(db, queueId, pollId, false) as Promise<ApiEvent[] | undefined>;
 
 export const finishPollIfReady = (db: Database, queueId: string, pollId: string) => endPoll(db, queueId, pollId, true);
-
-/**
- * Appends {"type":"heartbeat"} with the queue's next id, whatever its event_types, but only while
- * this poll holds the queue (a newer poll gets its own).
- */
-export async function appendHeartbeat(db: Database, queueId: string, pollId: string): Promise<void> {
-  await sql`
-    WITH bumped AS (
-      UPDATE event_queues SET next_event_id = next_event_id + 1
-      WHERE id = ${queueId}::uuid AND poll_id = ${pollId}::uuid
-      RETURNING id, realm_id, next_event_id - 1 AS event_id
-    )
-    INSERT INTO events (queue_id, id, realm_id, payload)
-    SELECT id, event_id, realm_id, ${JSON.stringify({ type: 'heartbeat' })}::json FROM bumped
-  `.execute(db);
-}

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../deps.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
@@ -11,8 +11,14 @@ import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, type PollAnswer, pollEvents } from './events.service.js';
+import { HeartbeatBatches, PollGathering, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
+
+/** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
+const HEARTBEAT_TICK_MS = 250;
+/** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
+const POLL_GATHER_MS = 20;
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
@@ -21,6 +27,9 @@ import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEve
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const { metrics } = app;
   const wakeups = new QueueWakeups();
+  const starts = new PollStartBatches(db);
+  const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
+  const gathering = new PollGathering(POLL_GATHER_MS);
   metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
   const rechecks = new PollRechecks({
     db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log,
@@ -48,6 +57,8 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.addHook('preClose', async () => {
     // The polls answer first: a check in progress may wait on the database for seconds.
     rechecks.stop();
+    gathering.release();
+    heartbeats.flush();
     await wakeups.close();
     await rechecks.close();
   });
@@ -88,10 +99,16 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     });
   });
 
-  app.get('/api/v1/events', { schema: getEventsSchema }, async (request, reply) => {
+  // Before authentication (the app's preHandler): a blocking poll waits for the others arriving
+  // within POLL_GATHER_MS, whose authentication and start it then shares. dont_block polls do not
+  // wait (read from the query, where clients send it; one sent in a body only waits 20 ms more).
+  const gather = async (request: FastifyRequest) => {
+    if ((request.query as Record<string, unknown> | undefined)?.dont_block !== 'true') await gathering.wait();
+  };
+  app.get('/api/v1/events', { schema: getEventsSchema, preValidation: gather }, async (request, reply) => {
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
 
-    const answer = await pollEvents({ db, config, wakeups }, callerOf(request), {
+    const answer = await pollEvents({ db, config, wakeups, starts, heartbeats }, callerOf(request), {
       queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();

@@ -3,9 +3,10 @@ import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
-import { appendHeartbeat, finishPoll, finishPollIfReady, type QueueOwner, startPoll } from './event-polls.repository.js';
+import { finishPoll, finishPollIfReady, type QueueOwner } from './event-polls.repository.js';
 import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
 import { type ApiEvent, deleteEventQueue } from './events.repository.js';
+import type { HeartbeatBatches, PollStartBatches } from './poll-batches.js';
 
 /** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
 
@@ -20,6 +21,10 @@ export interface EventsDeps {
   db: Database;
   config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>;
   wakeups: QueueWakeups;
+  /** Poll starts of one turn of the event loop, one statement. */
+  starts: PollStartBatches;
+  /** Heartbeats due within one tick of each other, one transaction. */
+  heartbeats: HeartbeatBatches;
 }
 
 export interface PollRequest {
@@ -41,16 +46,15 @@ export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRe
 }
 
 async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
-  const { db, wakeups } = deps;
+  const { wakeups } = deps;
   const { queueId, lastEventId } = request;
   if (!QUEUE_ID.test(queueId)) throw badEventQueueId(queueId);
   const pollId = randomUUID();
   // Subscribed before the first look at the queue: no notification can fall in between.
   const waiter = wakeups.subscribe(queueId);
   try {
-    const start = await startPoll(db, caller, queueId, lastEventId, {
-      pollId,
-      answerNow: request.dontBlock || wakeups.closing,
+    const start = await deps.starts.start({
+      owner: caller, queueId, lastEventId, pollId, answerNow: request.dontBlock || wakeups.closing,
     });
     if (start.outcome === 'missing') throw badEventQueueId(queueId);
     if (start.outcome === 'pruned') throw badRequest(`An event newer than ${lastEventId} has already been pruned!`);
@@ -71,8 +75,10 @@ async function waitForEvents(
   waiter: PollWaiter,
   clientGone: Departure,
 ): Promise<PollAnswer> {
-  const { db, config, wakeups } = deps;
-  const heartbeatDelayMs = (config.heartbeatSeconds + Math.random() * config.heartbeatJitterSeconds) * 1000;
+  const { db, config, wakeups, heartbeats } = deps;
+  // The heartbeat batch's tick comes off the jitter: answered 45 to 55 s after the start, as Zulip's.
+  const jitterMs = Math.max(0, config.heartbeatJitterSeconds * 1000 - heartbeats.tickMs);
+  const heartbeatDelayMs = config.heartbeatSeconds * 1000 + Math.random() * jitterMs;
   const heartbeatAt = Date.now() + heartbeatDelayMs;
   // From now on the instance's periodic check (PollRechecks) renews this poll's lease and wakes it
   // if a notification was missed; the poll itself only looks again when woken.
@@ -90,8 +96,10 @@ async function waitForEvents(
       }
       if (wakeups.closing) break;
       if (Date.now() >= heartbeatAt) {
-        await appendHeartbeat(db, queueId, pollId);
-        break;
+        // Appended only while this poll holds the queue; the poll ends with every pending event.
+        const events = await heartbeats.answer(queueId, pollId);
+        if (events === null) throw badEventQueueId(queueId);
+        return { events, waited: true };
       }
       // Woken by a notification or by the instance's periodic check.
       const outcome = await finishPollIfReady(db, queueId, pollId);

@@ -1,0 +1,168 @@
+import { sql } from 'kysely';
+import type { Database } from '../../db/database.js';
+import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from './event-polls.repository.js';
+import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
+
+/**
+ * The statements of many long polls at once (issue 27): the starts of the polls that arrive in one
+ * turn of the event loop, and the heartbeats that fall due within a few hundred milliseconds of
+ * each other. 10,000 connected clients answer about 200 heartbeats a second and poll again at once;
+ * one transaction per poll start and two per heartbeat made that 600 transactions a second.
+ */
+
+export type PollStart =
+  | { outcome: 'missing' }
+  | { outcome: 'pruned' }
+  | { outcome: 'not_in_queue' }
+  /** Acknowledged; `events` are the pending ones when answered at once. */
+  | { outcome: 'answered' | 'waiting'; events: ApiEvent[]; replacedPoll: boolean };
+
+interface PollStartRow {
+  accepted: boolean;
+  answered: boolean;
+  replaced_poll: boolean;
+  last_acked_id: number;
+  events: StoredEvent[];
+}
+
+export interface PollStartRequest {
+  owner: QueueOwner;
+  queueId: string;
+  lastEventId: number;
+  pollId: string;
+  answerNow: boolean;
+}
+
+/**
+ * Steps 4–8 of §3.13 for each poll, several polls of distinct queues in one statement: under the
+ * queue's row lock, checks last_event_id against the acknowledged and assigned ids, then (only when
+ * it is acceptable) deletes the acknowledged events and either answers at once with the pending ones
+ * (the poll ends: idle clock restarts) or takes the queue over for a waiting poll, with a lease. A
+ * poll it replaces is notified so it answers.
+ *
+ * `skipLocked` (a batch): a queue row another transaction holds is skipped rather than waited for
+ * (many users' rows in one statement must never wait in a lock cycle with a write), and so is an
+ * unknown queue; such a poll gets undefined, and is sent again alone without it, which waits for the
+ * row or answers 'missing'.
+ */
+export async function startPolls(db: Database, requests: readonly PollStartRequest[], skipLocked: boolean): Promise<(PollStart | undefined)[]> {
+  const input = JSON.stringify(requests.map((request, ord) => ({
+    ord,
+    queue_id: request.queueId,
+    user_id: request.owner.id,
+    realm_id: request.owner.realmId,
+    // numeric: last_event_id may be any JSON integer, far beyond bigint.
+    last: String(request.lastEventId),
+    poll_id: request.pollId,
+    answer_now: request.answerNow,
+  })));
+  const { rows } = await sql<PollStartRow & { ord: number }>`
+    WITH input AS (
+      SELECT ord, queue_id, user_id, realm_id, last::numeric AS last, poll_id, answer_now
+      FROM jsonb_to_recordset(${input}::jsonb)
+        AS i (ord integer, queue_id uuid, user_id integer, realm_id integer, last text, poll_id uuid, answer_now boolean)
+    ), q AS (
+      SELECT eq.id, eq.last_acked_id, eq.next_event_id, eq.poll_id, i.ord, i.last, i.poll_id AS new_poll_id, i.answer_now
+      FROM input i JOIN event_queues eq ON eq.id = i.queue_id AND eq.user_id = i.user_id AND eq.realm_id = i.realm_id
+      ORDER BY eq.id
+      FOR UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
+    ), accepted AS (
+      SELECT * FROM q WHERE last >= last_acked_id AND (last = last_acked_id OR last < next_event_id)
+    ), pending AS (
+      -- One index probe per queue (OFFSET 0 keeps it a lateral subquery): the planner then uses the
+      -- index even when one queue holds most of the table (a join estimate would scan all of it).
+      SELECT a.id AS queue_id, p.id, p.payload FROM accepted a
+      CROSS JOIN LATERAL (SELECT e.id, e.payload FROM events e WHERE e.queue_id = a.id AND e.id > a.last OFFSET 0) p
+    ), answer AS (
+      SELECT a.id, a.answer_now OR EXISTS (SELECT 1 FROM pending p WHERE p.queue_id = a.id) AS at_once FROM accepted a
+    ), acknowledged AS (
+      DELETE FROM events e USING accepted a WHERE e.queue_id = a.id AND e.id <= a.last
+    ), updated AS (
+      UPDATE event_queues eq SET
+        last_acked_id = GREATEST(eq.last_acked_id, a.last),
+        poll_id = CASE WHEN answer.at_once THEN NULL ELSE a.new_poll_id END,
+        poll_lease_until = CASE WHEN answer.at_once THEN NULL ELSE now() + make_interval(secs => ${POLL_LEASE_SECONDS}) END,
+        last_active_at = CASE WHEN answer.at_once THEN now() ELSE eq.last_active_at END
+      FROM accepted a JOIN answer ON answer.id = a.id WHERE eq.id = a.id
+    )
+    SELECT
+      q.ord,
+      a.id IS NOT NULL AS accepted,
+      coalesce(answer.at_once, false) AS answered,
+      q.poll_id IS NOT NULL AS replaced_poll,
+      q.last_acked_id,
+      coalesce(
+        (SELECT json_agg(json_build_object('id', p.id, 'event', p.payload) ORDER BY p.id) FROM pending p WHERE p.queue_id = q.id), '[]'
+      ) AS events,
+      (SELECT pg_notify(${EVENTS_CHANNEL}, q.id::text) WHERE q.poll_id IS NOT NULL AND a.id IS NOT NULL) AS notified
+    FROM q LEFT JOIN accepted a ON a.id = q.id LEFT JOIN answer ON answer.id = q.id
+  `.execute(db);
+  const starts: (PollStart | undefined)[] = requests.map(() => (skipLocked ? undefined : { outcome: 'missing' }));
+  for (const row of rows) {
+    const lastEventId = requests[row.ord]!.lastEventId;
+    starts[row.ord] = !row.accepted
+      ? { outcome: lastEventId < row.last_acked_id ? 'pruned' : 'not_in_queue' }
+      : { outcome: row.answered ? 'answered' : 'waiting', events: withIds(row.events), replacedPoll: row.replaced_poll };
+  }
+  return starts;
+}
+
+export interface HeartbeatRequest {
+  queueId: string;
+  pollId: string;
+}
+
+/**
+ * A heartbeat is the end of a poll: the heartbeat appended (with the queue's next id, whatever its
+ * event_types) only if the poll still holds its queue, the queue released and its idle clock
+ * restarted, and every pending event answered. For many polls, one transaction of two statements:
+ * the first locks and writes the queues; the second, with a snapshot taken after those locks,
+ * reads their events (so it sees every event committed before the heartbeat's id was taken, and
+ * the heartbeat). The answer, by poll id: the events; null when the queue no longer exists;
+ * absent when its row was held by another transaction and skipped (`skipLocked`: the caller sends
+ * that one again alone, without it).
+ */
+export async function answerHeartbeats(
+  db: Database,
+  polls: readonly HeartbeatRequest[],
+  skipLocked: boolean,
+): Promise<Map<string, ApiEvent[] | null>> {
+  const queueIds = polls.map((poll) => poll.queueId);
+  const pollIds = polls.map((poll) => poll.pollId);
+  return db.transaction().execute(async (trx) => {
+    const { rows: ended } = await sql<{ queue_id: string; poll_id: string }>`
+      WITH input AS (
+        SELECT * FROM unnest(${queueIds}::uuid[], ${pollIds}::uuid[]) AS i (queue_id, poll_id)
+      ), q AS (
+        SELECT eq.id, eq.realm_id, eq.next_event_id, eq.poll_id IS NOT DISTINCT FROM i.poll_id AS holds, i.poll_id AS ended_poll
+        FROM input i JOIN event_queues eq ON eq.id = i.queue_id
+        ORDER BY eq.id
+        FOR NO KEY UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
+      ), finished AS (
+        UPDATE event_queues eq SET
+          next_event_id = CASE WHEN q.holds THEN eq.next_event_id + 1 ELSE eq.next_event_id END,
+          last_active_at = now(),
+          poll_id = CASE WHEN q.holds THEN NULL ELSE eq.poll_id END,
+          poll_lease_until = CASE WHEN q.holds THEN NULL ELSE eq.poll_lease_until END
+        FROM q WHERE eq.id = q.id
+      ), heartbeats AS (
+        INSERT INTO events (queue_id, id, realm_id, payload)
+        SELECT id, next_event_id, realm_id, ${JSON.stringify({ type: 'heartbeat' })}::json FROM q WHERE holds
+      )
+      SELECT id::text AS queue_id, ended_poll::text AS poll_id FROM q
+    `.execute(trx);
+    const answers = new Map<string, ApiEvent[] | null>();
+    const endedIds = new Set(ended.map((row) => row.poll_id));
+    // Not found and not skipped: the queue is gone.
+    if (!skipLocked) for (const poll of polls) if (!endedIds.has(poll.pollId)) answers.set(poll.pollId, null);
+    if (ended.length === 0) return answers;
+    const { rows } = await sql<{ queue_id: string; events: StoredEvent[] }>`
+      SELECT e.queue_id::text AS queue_id, json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id) AS events
+      FROM events e WHERE e.queue_id = ANY(${ended.map((row) => row.queue_id)}::uuid[])
+      GROUP BY e.queue_id
+    `.execute(trx);
+    const eventsOf = new Map(rows.map((row) => [row.queue_id, row.events]));
+    for (const row of ended) answers.set(row.poll_id, withIds(eventsOf.get(row.queue_id) ?? []));
+    return answers;
+  });
+}

@@ -1,0 +1,164 @@
+import type { Database } from '../../db/database.js';
+import type { ApiEvent } from './events.repository.js';
+import { answerHeartbeats, type PollStart, type PollStartRequest, startPolls } from './poll-batches.repository.js';
+
+/**
+ * Batching of the long polls' own statements (issue 27): what 10,000 connected clients cost all day
+ * is their heartbeats and the polls they open again right after, about 200 a second; one statement
+ * for many of them costs the database about what one of them did.
+ */
+
+/** Bounds one statement's work. */
+const MAX_BATCH = 500;
+
+interface PendingStart {
+  request: PollStartRequest;
+  resolve(start: PollStart): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * The starts of the polls handled in one turn of the event loop go as one statement (startPolls)
+ * when the turn ends, skipping rows held by writes; those, and a start alone, are sent without
+ * skipping (they wait for the row). Two starts of one queue never share
+ * a statement: the second sends the batch holding the first, so they run in order.
+ */
+export class PollStartBatches {
+  private pending: PendingStart[] = [];
+  private queueIds = new Set<string>();
+  private scheduled = false;
+
+  constructor(private readonly db: Database) {}
+
+  start(request: PollStartRequest): Promise<PollStart> {
+    if (this.queueIds.has(request.queueId) || this.pending.length >= MAX_BATCH) this.send();
+    this.queueIds.add(request.queueId);
+    const started = new Promise<PollStart>((resolve, reject) => this.pending.push({ request, resolve, reject }));
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => {
+        this.scheduled = false;
+        this.send();
+      });
+    }
+    return started;
+  }
+
+  private send(): void {
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    this.queueIds = new Set();
+    if (batch.length === 1) return this.alone(batch[0]!);
+    startPolls(this.db, batch.map((entry) => entry.request), true).then(
+      (starts) => batch.forEach((entry, index) => {
+        const start = starts[index];
+        // Unknown, or its row held by a write: alone, waiting for the row (or answering 'missing').
+        if (start) entry.resolve(start);
+        else this.alone(entry);
+      }),
+      (error: unknown) => batch.forEach((entry) => entry.reject(error)),
+    );
+  }
+
+  private alone({ request, resolve, reject }: PendingStart): void {
+    startPolls(this.db, [request], false).then((starts) => resolve(starts[0]!), reject);
+  }
+}
+
+/**
+ * Blocking polls wait up to `gatherMs` before their authentication, so that those arriving within
+ * that time are authenticated by one statement and started by one (both are shared by the requests
+ * of one turn of the event loop): the clients of a busy instance poll again one at a time, right
+ * after their heartbeats, and a turn rarely held more than one. Their authentication and start are
+ * what a heartbeat cycle costs beyond the heartbeat; a poll that waits anyway loses nothing, and an
+ * event committed meanwhile is in its answer (it answers at once when events are pending).
+ */
+export class PollGathering {
+  private waiting: (() => void)[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly gatherMs: number) {}
+
+  /** Resolves with every other poll that arrived within gatherMs of the first, in one turn. */
+  wait(): Promise<void> {
+    const gathered = new Promise<void>((resolve) => this.waiting.push(resolve));
+    this.timer ??= setTimeout(() => this.release(), this.gatherMs);
+    return gathered;
+  }
+
+  /** Lets the waiting polls through now (shutdown). */
+  release(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const resolve of waiting) resolve();
+  }
+}
+
+interface DueHeartbeat {
+  queueId: string;
+  pollId: string;
+  resolve(events: ApiEvent[] | null): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * The heartbeats due on an instance within `tickMs` of each other go as one transaction
+ * (answerHeartbeats): the first one due starts the tick, so none waits longer than that; the poll
+ * takes the tick off its jitter (events.service.ts), so heartbeats still come 45 to 55 s after the
+ * poll started. At 200 heartbeats a second, a 250 ms tick answers about 50 at a time.
+ */
+export class HeartbeatBatches {
+  private due: DueHeartbeat[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly db: Database, readonly tickMs: number) {}
+
+  /** The poll's answer: its pending events, the heartbeat last; null when its queue is gone. */
+  answer(queueId: string, pollId: string): Promise<ApiEvent[] | null> {
+    const answered = new Promise<ApiEvent[] | null>((resolve, reject) => this.due.push({ queueId, pollId, resolve, reject }));
+    this.timer ??= setTimeout(() => this.flush(), this.tickMs);
+    return answered;
+  }
+
+  /** Sends what is due now (shutdown: the polls are answering). */
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    let rest = this.due;
+    this.due = [];
+    // One poll per queue in a statement: two would meet one row twice (one of them was replaced).
+    while (rest.length > 0) {
+      const batch: DueHeartbeat[] = [];
+      const later: DueHeartbeat[] = [];
+      const queueIds = new Set<string>();
+      for (const entry of rest) {
+        if (batch.length < MAX_BATCH && !queueIds.has(entry.queueId)) {
+          queueIds.add(entry.queueId);
+          batch.push(entry);
+        } else later.push(entry);
+      }
+      this.send(batch);
+      rest = later;
+    }
+  }
+
+  private send(batch: DueHeartbeat[]): void {
+    answerHeartbeats(this.db, batch, true).then(
+      (answers) => {
+        for (const entry of batch) {
+          const events = answers.get(entry.pollId);
+          if (events !== undefined) {
+            entry.resolve(events);
+            continue;
+          }
+          // Its row was held by another transaction (or is gone): alone, waiting for it.
+          answerHeartbeats(this.db, [entry], false).then((alone) => entry.resolve(alone.get(entry.pollId) ?? null), entry.reject);
+        }
+      },
+      (error: unknown) => batch.forEach((entry) => entry.reject(error)),
+    );
+  }
+}

@@ -1,0 +1,263 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { hashApiKey } from '../src/lib/api-keys.js';
+import { HeartbeatBatches } from '../src/modules/events/poll-batches.js';
+import { answerHeartbeats, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
+import { createTestContext, type TestContext } from './helpers/app.js';
+import { expectError } from './helpers/envelope.js';
+import { createQueue, ids } from './helpers/fixture.js';
+import { getEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
+import { eventually } from './helpers/wait.js';
+
+/**
+ * The steady state of connected clients (issue 27): a poll answered by its heartbeat and opened
+ * again at once, 200 times a second at 10,000 clients. Polls starting in one turn of the event loop
+ * share one statement, heartbeats due within 250 ms of each other one transaction; each test here
+ * pins a guarantee the batching must keep: the same outcomes as a poll alone, no gap between a
+ * heartbeat and the next poll, leases, authentication and rate limiting of every re-poll.
+ */
+
+let ctx: TestContext;
+afterEach(async () => {
+  await ctx?.close();
+});
+
+const U = { realmId: ids.R, id: ids.U };
+const FAST_HEARTBEATS = { HEARTBEAT_SECONDS: '1', HEARTBEAT_JITTER_SECONDS: '0', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '5' };
+
+const APPEND = `WITH bumped AS (UPDATE event_queues SET next_event_id = next_event_id + 1 WHERE id = $1 RETURNING id, realm_id, next_event_id - 1 AS n)
+  INSERT INTO events (queue_id, id, realm_id, payload) SELECT id, n, realm_id, $2::json FROM bumped`;
+
+/** Appends an event to a queue as a write does (the next id, under the row's lock); `client` may hold a transaction open. */
+async function appendEvent(client: pg.ClientBase | undefined, queueId: string, payload: object): Promise<void> {
+  if (client) {
+    await client.query(APPEND, [queueId, JSON.stringify(payload)]);
+    return;
+  }
+  const other = await otherConnection();
+  try {
+    await other.query(APPEND, [queueId, JSON.stringify(payload)]);
+  } finally {
+    await other.end();
+  }
+}
+
+async function otherConnection(): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: ctx.database.url });
+  await client.connect();
+  return client;
+}
+
+const request = (queueId: string, lastEventId: number, answerNow = false): PollStartRequest =>
+  ({ owner: U, queueId, lastEventId, pollId: randomUUID(), answerNow });
+
+describe('poll starts of one turn, one statement', () => {
+  it('gives each poll the outcome it gets alone, and the lease of a waiting poll', async () => {
+    ctx = await createTestContext();
+    const [fresh, pending, ahead, pruned, foreign, held, dontBlock] = await Promise.all([
+      createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'V'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
+    ]) as [string, string, string, string, string, string, string];
+    await appendEvent(undefined, pending, { type: 'a' });
+    await appendEvent(undefined, pending, { type: 'b' });
+    await ctx.db.updateTable('event_queues').set({ last_acked_id: 3, next_event_id: 5 }).where('id', '=', pruned).execute();
+    const holder = randomUUID();
+    await ctx.db.updateTable('event_queues').set({ poll_id: holder, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', held).execute();
+    const requests = [
+      request(fresh, -1), request(pending, 0), request(ahead, 7), request(pruned, 1), request(foreign, -1),
+      request(randomUUID(), -1), request(held, -1), request(dontBlock, -1, true),
+    ];
+    const starts = await startPolls(ctx.db, requests, true);
+    expect(starts).toEqual([
+      { outcome: 'waiting', events: [], replacedPoll: false },
+      // Event 0 acknowledged (deleted), event 1 answered at once.
+      { outcome: 'answered', events: [{ type: 'b', id: 1 }], replacedPoll: false },
+      { outcome: 'not_in_queue' },
+      { outcome: 'pruned' },
+      // Another user's queue and an unknown one: sent again alone, which says 'missing'.
+      undefined,
+      undefined,
+      { outcome: 'waiting', events: [], replacedPoll: true },
+      { outcome: 'answered', events: [], replacedPoll: false },
+    ]);
+    expect(await startPolls(ctx.db, [request(foreign, -1), request(randomUUID(), -1)], false)).toEqual([{ outcome: 'missing' }, { outcome: 'missing' }]);
+
+    const waiting = (await queueRow(ctx.db, fresh))!;
+    expect(waiting.poll_id).toBe(requests[0]!.pollId);
+    const leaseSeconds = (waiting.poll_lease_until!.getTime() - Date.now()) / 1000;
+    expect(leaseSeconds).toBeGreaterThan(55);
+    expect(leaseSeconds).toBeLessThanOrEqual(61);
+    expect((await queueRow(ctx.db, held))!.poll_id).toBe(requests[6]!.pollId);
+    const answered = (await queueRow(ctx.db, pending))!;
+    expect([answered.poll_id, answered.poll_lease_until, answered.last_acked_id]).toEqual([null, null, 0]);
+    expect(await storedEventIds(ctx.db, pending)).toEqual([1]);
+    // Refused starts change nothing.
+    expect((await queueRow(ctx.db, ahead))!.poll_id).toBeNull();
+    expect((await queueRow(ctx.db, pruned))!.last_acked_id).toBe(3);
+  });
+
+  it('skips a queue row another transaction holds instead of waiting for it', async () => {
+    ctx = await createTestContext();
+    const [locked, free] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')];
+    const other = await otherConnection();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM event_queues WHERE id = $1 FOR UPDATE', [locked]);
+      const starts = await startPolls(ctx.db, [request(locked, -1), request(free, -1)], true);
+      expect(starts).toEqual([undefined, { outcome: 'waiting', events: [], replacedPoll: false }]);
+    } finally {
+      await other.query('ROLLBACK');
+      await other.end();
+    }
+  });
+});
+
+describe('heartbeats due together, one transaction', () => {
+  it('appends the heartbeat only while the poll holds its queue, releases it and restarts its idle clock', async () => {
+    ctx = await createTestContext();
+    const [mine, replaced, gone] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')];
+    const [minePoll, oldPoll, newPoll, gonePoll] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+    const hold = (queueId: string, pollId: string) => ctx.db.updateTable('event_queues')
+      .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000), last_active_at: new Date('2020-01-01') })
+      .where('id', '=', queueId).execute();
+    await hold(mine, minePoll);
+    await hold(replaced, newPoll);
+    await appendEvent(undefined, mine, { type: 'a' });
+    await appendEvent(undefined, replaced, { type: 'b' });
+    await ctx.db.deleteFrom('event_queues').where('id', '=', gone).execute();
+
+    const polls = [{ queueId: mine, pollId: minePoll }, { queueId: replaced, pollId: oldPoll }, { queueId: gone, pollId: gonePoll }];
+    const skipping = await answerHeartbeats(ctx.db, polls, true);
+    expect(Object.fromEntries(skipping)).toEqual({
+      [minePoll]: [{ type: 'a', id: 0 }, { type: 'heartbeat', id: 1 }],
+      // Held by a newer poll: no heartbeat of its own, the pending events all the same.
+      [oldPoll]: [{ type: 'b', id: 0 }],
+    });
+    // Alone (no skipping), a queue gone answers null.
+    expect(Object.fromEntries(await answerHeartbeats(ctx.db, [polls[2]!], false))).toEqual({ [gonePoll]: null });
+
+    const row = (await queueRow(ctx.db, mine))!;
+    expect([row.poll_id, row.poll_lease_until, row.next_event_id]).toEqual([null, null, 2]);
+    expect(Date.now() - row.last_active_at.getTime()).toBeLessThan(60_000);
+    const newer = (await queueRow(ctx.db, replaced))!;
+    expect([newer.poll_id, newer.next_event_id]).toEqual([newPoll, 1]);
+    expect(newer.poll_lease_until).not.toBeNull();
+  });
+
+  it('no gap: a write holding the queue when the heartbeat falls due is answered before the heartbeat', async () => {
+    ctx = await createTestContext();
+    const queueId = await createQueue(ctx.db, 'U');
+    const pollId = randomUUID();
+    await ctx.db.updateTable('event_queues').set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', queueId).execute();
+    const writer = await otherConnection();
+    try {
+      await writer.query('BEGIN');
+      await appendEvent(writer, queueId, { type: 'written' });
+      // The batch skips the held row; alone, the heartbeat waits for it.
+      expect((await answerHeartbeats(ctx.db, [{ queueId, pollId }], true)).size).toBe(0);
+      const alone = answerHeartbeats(ctx.db, [{ queueId, pollId }], false);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await writer.query('COMMIT');
+      expect((await alone).get(pollId)).toEqual([{ type: 'written', id: 0 }, { type: 'heartbeat', id: 1 }]);
+    } finally {
+      await writer.end();
+    }
+  });
+
+  it('two polls of one queue due in one tick go in separate statements: one heartbeat, one id', async () => {
+    ctx = await createTestContext();
+    const queueId = await createQueue(ctx.db, 'U');
+    const [oldPoll, newPoll] = [randomUUID(), randomUUID()];
+    await ctx.db.updateTable('event_queues').set({ poll_id: newPoll, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', queueId).execute();
+    const batches = new HeartbeatBatches(ctx.db, 50);
+    const answers = await Promise.all([batches.answer(queueId, oldPoll), batches.answer(queueId, newPoll)]);
+    expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
+    expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(1);
+    expect(await storedEventIds(ctx.db, queueId)).toEqual([0]);
+  });
+
+  it('through the app: heartbeats due together are one transaction, and the polls started again hold their queues', async () => {
+    ctx = await createTestContext({ env: FAST_HEARTBEATS });
+    const queueIds = await Promise.all(Array.from({ length: 5 }, () => registerQueue(ctx.app)));
+    const statementsBefore = ctx.database.statements.length;
+    const answers = await Promise.all(queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' })));
+    answers.forEach((res, i) => expect(res.body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 0 }])));
+    const statements = ctx.database.statements.slice(statementsBefore);
+    expect(statements.filter((text) => /INSERT INTO events/.test(text))).toHaveLength(1);
+    expect(statements.filter((text) => /^begin/i.test(text))).toHaveLength(1);
+
+    // The clients poll again at once with the heartbeat's id; a write between the two is not missed.
+    expect((await setPinToTop(ctx.app, true)).statusCode).toBe(200);
+    const again = await Promise.all(queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '0', dont_block: 'true' })));
+    for (const res of again) expect(res.json().events).toEqual([pinEvent(true, 1)]);
+    const polls = queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '1' }));
+    await eventually(async () => {
+      const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
+      return rows.every((row) => row!.poll_id !== null && row!.poll_lease_until !== null && row!.last_acked_id === 1);
+    });
+    // The heartbeats of the second round acknowledge nothing they did not deliver.
+    const second = await Promise.all(polls);
+    second.forEach((res, i) => expect(res.body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 2 }])));
+  });
+});
+
+describe('blocking polls arriving close together', () => {
+  it('share one authentication statement and one start statement', async () => {
+    ctx = await createTestContext();
+    // Four users: one statement authenticates one request per user (their rate-limit rows).
+    const users = ['U', 'V', 'M', 'A'] as const;
+    const queueIds = await Promise.all(users.map((user) => registerQueue(ctx.app, {}, user)));
+    const before = ctx.database.statements.length;
+    // Separate turns of the event loop, as clients' polls arrive (a turn apart: timers could make
+    // them more than 20 ms apart on a loaded machine).
+    const polls = [];
+    for (const [i, queueId] of queueIds.entries()) {
+      polls.push(getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }, users[i]));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await eventually(async () => {
+      const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
+      return rows.every((row) => row!.poll_id !== null);
+    });
+    const statements = ctx.database.statements.slice(before).filter((text) => !/count\(|FROM "event_queues"/.test(text));
+    expect(statements.filter((text) => /api_key_hash/.test(text))).toHaveLength(1);
+    expect(statements.filter((text) => /FOR UPDATE OF eq/.test(text))).toHaveLength(1);
+    expect((await setPinToTop(ctx.app, true)).statusCode).toBe(200);
+    expect((await polls[0]!).body).toBe(waited(queueIds[0]!, [pinEvent(true, 0)]));
+    // The others are answered when the app closes.
+  });
+});
+
+describe('every re-poll is a request like any other', () => {
+  it('a deactivated user\'s or a rotated key\'s next poll is refused at once (its waiting poll ends at its heartbeat)', async () => {
+    ctx = await createTestContext({ env: FAST_HEARTBEATS });
+    const queueId = await registerQueue(ctx.app);
+    const heartbeat = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
+    expect(heartbeat.json().events).toEqual([{ type: 'heartbeat', id: 0 }]);
+    await ctx.db.updateTable('users').set({ is_active: false }).where('id', '=', ids.U).execute();
+    expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0' }), 'Account is deactivated', 'UNAUTHORIZED', 401);
+    await ctx.db.updateTable('users').set({ is_active: true, api_key_hash: hashApiKey('rotated'.padEnd(32, '0')) }).where('id', '=', ids.U).execute();
+    expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0' }), 'Invalid API key', 'UNAUTHORIZED', 401);
+    // Nothing was acknowledged or taken by the refused polls.
+    const row = (await queueRow(ctx.db, queueId))!;
+    expect([row.last_acked_id, row.poll_id]).toEqual([-1, null]);
+  });
+
+  it('re-polls after heartbeats count towards the rate limit', async () => {
+    ctx = await createTestContext({ env: { ...FAST_HEARTBEATS, RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' } });
+    const queueId = await registerQueue(ctx.app);
+    const first = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
+    expect(first.json().events).toEqual([{ type: 'heartbeat', id: 0 }]);
+    expect(first.headers['x-ratelimit-remaining']).toBe('1');
+    const second = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0' });
+    expect(second.json().events).toEqual([{ type: 'heartbeat', id: 1 }]);
+    expect(second.headers['x-ratelimit-remaining']).toBe('0');
+    const refused = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '1' });
+    expect(refused.statusCode).toBe(429);
+    expect(refused.json().code).toBe('RATE_LIMIT_HIT');
+    // The refused poll did not start: the queue is free, its heartbeat still unacknowledged.
+    const row = (await queueRow(ctx.db, queueId))!;
+    expect([row.last_acked_id, row.poll_id]).toEqual([0, null]);
+  });
+});
