@@ -58,7 +58,7 @@ describe('poll starts of one turn, one statement', () => {
     const [fresh, pending, ahead, pruned, foreign, held, dontBlock] = await Promise.all([
       createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
       createQueue(ctx.db, 'V'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
-    ]) as [string, string, string, string, string, string, string];
+    ]);
     await appendEvent(undefined, pending, { type: 'a' });
     await appendEvent(undefined, pending, { type: 'b' });
     await ctx.db.updateTable('event_queues').set({ last_acked_id: 3, next_event_id: 5 }).where('id', '=', pruned).execute();

@@ -13,8 +13,8 @@ const MAX_BATCH = 500;
 
 interface PendingStart {
   request: PollStartRequest;
-  resolve(start: PollStart): void;
-  reject(error: unknown): void;
+  resolve: (start: PollStart) => void;
+  reject: (error: unknown) => void;
 }
 
 /**
@@ -100,8 +100,8 @@ export class PollGathering {
 interface DueHeartbeat {
   queueId: string;
   pollId: string;
-  resolve(events: ApiEvent[] | null): void;
-  reject(error: unknown): void;
+  resolve: (events: ApiEvent[] | null) => void;
+  reject: (error: unknown) => void;
 }
 
 /**
