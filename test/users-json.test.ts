@@ -68,12 +68,17 @@ describe('user objects built by PostgreSQL', () => {
       for (const viewer of viewers) {
         expect(canBuildUsersInSql(viewer, config)).toBe(true);
         for (const options of optionSets) {
-          const rows = await selectRealmUsersJson(ctx.db, viewer, options, config).execute();
-          builtInSql += rows.filter((row) => row.json !== null).length;
-          const { all = [] } = await userJsonTexts(rows, viewer, options, config, () => 'all');
           const expected = (await selectRealmUsers(ctx.db, 1, { withProfileData: options.includeCustomProfileFields }).execute())
-            .map((row) => JSON.stringify(buildUserObject(viewer, realmUserRecord(row), options, config)));
-          expect(all).toEqual(expected);
+            .map((row) => ({ active: row.is_active, json: JSON.stringify(buildUserObject(viewer, realmUserRecord(row), options, config)) }));
+          const rows = await selectRealmUsersJson(ctx.db, viewer, options, config).execute();
+          builtInSql += expected.length - rows.filter((row) => row.json === null).length;
+          const { all = [] } = await userJsonTexts(rows, viewer, options, config, () => 'all');
+          expect(all.join(',')).toBe(expected.map((user) => user.json).join(','));
+          // register's lists: active and deactivated users apart, each ascending.
+          const split = await selectRealmUsersJson(ctx.db, viewer, options, config, { split: true }).execute();
+          const lists = await userJsonTexts(split, viewer, options, config, (row) => (row.active ? 'active' : 'nonActive'));
+          expect(lists.active?.join(',')).toBe(expected.filter((user) => user.active).map((user) => user.json).join(','));
+          expect(lists.nonActive?.join(',')).toBe(expected.filter((user) => !user.active).map((user) => user.json).join(','));
           checked += expected.length;
         }
       }
@@ -86,9 +91,11 @@ describe('user objects built by PostgreSQL', () => {
     const viewer = viewers[0]!;
     const options = { clientGravatar: false, includeCustomProfileFields: true };
     const rows = await selectRealmUsersJson(ctx.db, viewer, options, ctx.config).execute();
+    const fallbackIds = new Set(rows.filter((row) => row.json === null).map((row) => row.fallback!.id));
     const fallback = (await selectRealmUsers(ctx.db, 1, { withProfileData: true }).execute())
-      .filter((_row, i) => rows[i]!.json === null)
+      .filter((row) => fallbackIds.has(row.id))
       .map((row) => realmUserRecord(row));
+    expect(fallback).toHaveLength(fallbackIds.size);
     expect(fallback.some((user) => user.profileValues?.some((value) => value.renderedValue === null && value.fieldType <= 2))).toBe(true);
     expect(fallback.some((user) => /[^\x00-\x7f]/.test(user.deliveryEmail) && user.avatarSource === 'G')).toBe(true);
     expect(fallback.some((user) => user.dateJoined.getUTCFullYear() < 1000)).toBe(true);

@@ -128,7 +128,7 @@ export async function registerEventQueue(
       const users = !wanted('realm_user') || usersInSql
         ? undefined
         : runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }));
-      const userTexts = wanted('realm_user') && usersInSql ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config)) : undefined;
+      const userTexts = wanted('realm_user') && usersInSql ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true })) : undefined;
       const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
       const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
       await created;

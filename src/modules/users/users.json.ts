@@ -1,4 +1,5 @@
 import { type RawBuilder, sql } from 'kysely';
+import pg from 'pg';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
@@ -93,53 +94,78 @@ function userJsonExpression(viewer: UserViewer, options: UserObjectOptions, conf
     || '}'`;
 }
 
+/** Users per row of selectRealmUsersJson: a few hundred kilobytes of text, not 21,000 rows. */
+const USERS_PER_ROW = 256;
+
 /**
- * Every user of the viewer's organization (only those of `userIds` when given), ascending by id:
- * the JSON text of each, or (json null) the columns buildUserObject needs.
+ * Every user of the viewer's organization (only those of `userIds` when given), ascending by id,
+ * USERS_PER_ROW at a time: each row the comma-separated JSON texts of consecutive users, or
+ * (json null) one user that buildUserObject builds, with its columns as JSON (fallback). With
+ * `split`, active and deactivated users are listed apart (`active`), each list ascending by id.
  */
 export function selectRealmUsersJson(
   db: Database,
   viewer: UserViewer & { realmId: number },
   options: UserObjectOptions,
   config: UserObjectConfig,
-  userIds?: readonly number[],
+  { userIds, split = false }: { userIds?: readonly number[]; split?: boolean } = {},
 ) {
-  const fallback = (column: string) => sql`CASE WHEN j.json IS NULL THEN ${sql.ref(`users.${column}`)} END`;
-  // OFFSET 0 keeps the planner from copying the expression into each fallback column.
+  // OFFSET 0 keeps the planner from copying the expression into the fallback column.
   const json = sql<{ json: string | null }>`(SELECT ${userJsonExpression(viewer, options, config)} AS json OFFSET 0)`.as('j');
-  return db
+  const columns = USER_COLUMNS.flatMap((column) => [sql.lit(column), column === 'date_joined' ? sql`users.date_joined::text` : sql.ref(`users.${column}`)]);
+  if (options.includeCustomProfileFields) {
+    columns.push(sql.lit('profile_values'), jsonArrayFrom(
+      db.selectFrom('custom_profile_field_values as v')
+        .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
+        .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
+        .where('v.user_id', '=', sql.ref<number>('users.id'))
+        .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
+        .orderBy('v.field_id'),
+    ));
+  }
+  const list = split ? sql<boolean>`users.is_active` : sql<boolean>`true`;
+  const users = db
     .selectFrom('users')
     .innerJoinLateral(json, (join) => join.onTrue())
     .select([
+      'users.id',
       'j.json',
-      // is_active splits register's lists; the rest only for the users built by buildUserObject.
-      'users.is_active as active',
-      ...USER_COLUMNS.map((column) => fallback(column).as(column)),
-      ...(options.includeCustomProfileFields
-        ? [sql`CASE WHEN j.json IS NULL THEN ${jsonArrayFrom(
-          db.selectFrom('custom_profile_field_values as v')
-            .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-            .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
-            .where('v.user_id', '=', sql.ref<number>('users.id'))
-            .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
-            .orderBy('v.field_id'),
-        )} END`.as('profile_values')]
-        : []),
+      list.as('active'),
+      sql<FallbackColumns | null>`CASE WHEN j.json IS NULL THEN json_build_object(${sql.join(columns)}) END`.as('fallback'),
+      // A row ends every USERS_PER_ROW users of a list, and around each fallback user.
+      sql<number>`(row_number() OVER (PARTITION BY ${list} ORDER BY users.id) - 1) / ${sql.lit(USERS_PER_ROW)}`.as('part'),
+      sql<number>`sum((j.json IS NULL)::integer) OVER (PARTITION BY ${list} ORDER BY users.id)`.as('fallbacks_before'),
     ])
     .where('users.realm_id', '=', viewer.realmId)
-    .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))))
-    .orderBy('users.id');
+    .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))));
+  return db
+    .selectFrom(users.as('u'))
+    .select([
+      'u.active',
+      sql<string | null>`string_agg(u.json, ',' ORDER BY u.id)`.as('json'),
+      sql<FallbackColumns | null>`(array_agg(u.fallback) FILTER (WHERE u.fallback IS NOT NULL))[1]`.as('fallback'),
+    ])
+    .groupBy(['u.active', 'u.part', 'u.fallbacks_before', sql`CASE WHEN u.json IS NULL THEN u.id END`])
+    .orderBy(sql`min(u.id)`);
 }
+
+/** A fallback user's columns, as selectRealmUsers reads them but for date_joined (text). */
+type FallbackColumns = Omit<RealmUserRow, 'date_joined'> & { date_joined: string };
 
 /** One row of selectRealmUsersJson. */
 export interface RealmUserJsonRow {
   json: string | null;
+  fallback: FallbackColumns | null;
   active: boolean;
 }
 
+/** node-postgres's own parser of timestamptz text: the Date selectRealmUsers' rows carry. */
+const parseTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ) as (text: string) => Date;
+
 /**
- * The JSON texts of the rows (buildUserObject's for those without one), a slice at a time, each in
- * the list `listOf` names (register puts active and deactivated users apart).
+ * The JSON texts of the rows (buildUserObject's for the fallback users), a slice at a time, each
+ * in the list `listOf` names (register puts active and deactivated users apart). One text may
+ * hold several users, comma-separated, as JsonTextList takes them.
  */
 export async function userJsonTexts<Name extends string>(
   rows: readonly RealmUserJsonRow[],
@@ -150,8 +176,12 @@ export async function userJsonTexts<Name extends string>(
 ): Promise<Partial<Record<Name, string[]>>> {
   const lists: Partial<Record<Name, string[]>> = {};
   await forEachInSlices(rows, (row) => {
-    // A fallback row carries the columns of selectRealmUsers' rows (see selectRealmUsersJson).
-    const json = row.json ?? JSON.stringify(buildUserObject(viewer, realmUserRecord(row as unknown as RealmUserRow), options, config));
+    let json = row.json;
+    if (json === null) {
+      const columns = row.fallback!;
+      const record = realmUserRecord({ ...columns, date_joined: parseTimestamptz(columns.date_joined) });
+      json = JSON.stringify(buildUserObject(viewer, record, options, config));
+    }
     (lists[listOf(row)] ??= []).push(json);
   });
   return lists;

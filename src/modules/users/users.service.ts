@@ -123,7 +123,7 @@ export async function listUsersForViewer(
   const ids = userIds?.filter(isIdInRange);
   if (canBuildUsersInSql(viewer, config)) {
     // Every user is accessible to this viewer: their JSON built by PostgreSQL (users.json.ts).
-    const rows = await selectRealmUsersJson(db, viewer, options, config, ids).execute();
+    const rows = await selectRealmUsersJson(db, viewer, options, config, { userIds: ids }).execute();
     const { members = [] } = await userJsonTexts(rows, viewer, options, config, () => 'members');
     return new JsonTextList(members);
   }
