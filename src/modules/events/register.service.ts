@@ -5,6 +5,7 @@ import { runQuery } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
+import { largeReadTurns } from '../../lib/large-read-turns.js';
 import { forEachInSlices, JsonTextList } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';
@@ -144,7 +145,8 @@ export async function registerEventQueue(
     }
     return read;
   };
-  const read = await readState();
+  // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
+  const read = await (wanted('realm_user') ? largeReadTurns.run(caller.id, readState) : readState());
   if (read.subscriptions) {
     const objects = read.subscriptions.map(serializeSubscription);
     state.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
