@@ -12,16 +12,17 @@ import { buildUserObject, type UserObjectConfig, type UserObjectOptions } from '
 
 /**
  * A whole organization's user objects with their JSON text built by PostgreSQL (issue 31): the
- * event loop then decodes one text column per user instead of fifteen typed ones, builds no
- * objects and serializes nothing, which was most of the time a large organization's GET /users
- * and register held the loop that every other request of the instance shares.
+ * event loop then decodes one text column per 256 users instead of fifteen typed ones per user,
+ * builds no objects and serializes nothing, which was most of the time a large organization's
+ * GET /users and register held the loop that every other request of the instance shares.
  *
  * The text is exactly JSON.stringify(buildUserObject(...)) (users.serializers.ts: the same keys in
  * the same order; PostgreSQL escapes strings as JSON.stringify does). What SQL cannot reproduce
  * exactly, it leaves to buildUserObject: a user whose statement gives no text (a Markdown profile
  * value stored without its HTML, which renderMarkdown renders; a Gravatar hash of a non-ASCII
- * address, which JavaScript lowercases by Unicode's rules; a date outside years 1–9999) comes with
- * the usual columns instead, from the same statement (the same snapshot), and is built as before.
+ * address, which JavaScript lowercases by Unicode's rules; a date outside years 1000–9999) comes
+ * with its columns instead, from the same statement (the same snapshot), and is built as before.
+ * Any change to buildUserObject must be made here too: test/users-json.test.ts compares the two.
  * Only for viewers who may access every user: a restricted guest's list (spec §2.4) is built as
  * before.
  */
