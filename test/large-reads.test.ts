@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectionStream } from '../src/db/socket-writes.js';
+import { largeReadTurns } from '../src/lib/large-read-turns.js';
 import { jsonInSlices } from '../src/lib/slices.js';
 import { canAccessUser } from '../src/modules/users/users.access.js';
 import { realmUserRecord, selectRealmUsers } from '../src/modules/users/users.repository.js';
@@ -93,7 +94,7 @@ describe('GET /users of a large organization', () => {
     let turnsAfterRows = 0;
     let ticking = true;
     const tick = () => {
-      if (ctx.database.statements.some((statement) => statement.includes('order by "users"."id"'))) turnsAfterRows++;
+      if (ctx.database.statements.some((statement) => statement.includes('string_agg'))) turnsAfterRows++;
       if (ticking) setImmediate(tick);
     };
     ctx.database.statements.length = 0;
@@ -121,6 +122,22 @@ describe('register of a large organization', () => {
       realm_users: realmUsers, realm_non_active_users: nonActive, last_event_id: -1,
     }));
     expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)));
+  });
+});
+
+describe('large reads of one user at once', () => {
+  it('all answer, one after the other (src/lib/large-read-turns.ts)', async () => {
+    const [first, ...others] = await Promise.all([
+      api(ctx.app, { url: '/api/v1/users', as: 'U' }),
+      api(ctx.app, { url: '/api/v1/users', as: 'U' }),
+      api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'U', form: { fetch_event_types: '["realm_user"]' } }),
+      api(ctx.app, { url: '/api/v1/users', as: 'U' }),
+    ]);
+    expect(first.statusCode).toBe(200);
+    for (const res of others) expect(res.statusCode).toBe(200);
+    expect(others[0].body).toBe(first.body);
+    expect(others[2].body).toBe(first.body);
+    expect(largeReadTurns.inFlight).toBe(0);
   });
 });
 

@@ -5,12 +5,14 @@ import { runQuery } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
-import { forEachInSlices } from '../../lib/slices.js';
+import { largeReadTurns } from '../../lib/large-read-turns.js';
+import { forEachInSlices, JsonTextList } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';
 import { selectActiveSubscriptions } from '../subscriptions/subscriptions.repository.js';
 import { serializeSubscription, type SubscriptionObject } from '../subscriptions/subscriptions.serializers.js';
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
+import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from '../users/users.json.js';
 import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
 import { createEventQueue } from './events.repository.js';
@@ -33,8 +35,8 @@ export interface RegisterRequest {
 }
 
 export interface InitialState {
-  realm_users?: ApiUser[];
-  realm_non_active_users?: ApiUser[];
+  realm_users?: ApiUser[] | JsonTextList;
+  realm_non_active_users?: ApiUser[] | JsonTextList;
   subscriptions?: SubscriptionObject[];
   navigation_views?: NavigationView[];
 }
@@ -116,22 +118,35 @@ export async function registerEventQueue(
     eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
     lifespanSeconds: queueLifespanSeconds(request, config),
   };
-  const read = await transactions.run(caller.id, async (tx) => {
-    // Every statement is issued before the first await (see UserTransactions.run).
-    const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
-    const users = wanted('realm_user')
-      ? runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }))
-      : undefined;
-    const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
-    const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
-    await created;
-    return { users: await users, subscriptions: await subscriptions, views: await views };
-  // Large: it reads the whole organization's users.
-  }, departure, 'large');
-  // The objects are built once the transaction is over: building a large organization's users
-  // takes many turns of the event loop, which must not hold the connection and the user's lock.
+  const userOptions = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
+  // Every user is accessible to this caller: their JSON built by PostgreSQL (users.json.ts).
+  const usersInSql = canBuildUsersInSql(caller, config);
   const state: InitialState = {};
-  if (read.users) Object.assign(state, await realmUserSections(read.users, config, caller, request));
+  const readState = async () => {
+    const read = await transactions.run(caller.id, async (tx) => {
+      // Every statement is issued before the first await (see UserTransactions.run).
+      const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
+      const users = !wanted('realm_user') || usersInSql
+        ? undefined
+        : runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }));
+      const userTexts = wanted('realm_user') && usersInSql ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true })) : undefined;
+      const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
+      const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
+      await created;
+      return { users: await users, userTexts: await userTexts, subscriptions: await subscriptions, views: await views };
+    // Large: it reads the whole organization's users.
+    }, departure, 'large');
+    // The objects are built once the transaction is over: building a large organization's users
+    // takes many turns of the event loop, which must not hold the connection and the user's lock.
+    if (read.users) Object.assign(state, await realmUserSections(read.users, config, caller, request));
+    if (read.userTexts) {
+      const { active = [], nonActive = [] } = await userJsonTexts(read.userTexts, caller, userOptions, config, (row) => (row.active ? 'active' : 'nonActive'));
+      Object.assign(state, { realm_users: new JsonTextList(active), realm_non_active_users: new JsonTextList(nonActive) });
+    }
+    return read;
+  };
+  // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
+  const read = await (wanted('realm_user') ? largeReadTurns.run(caller.id, readState) : readState());
   if (read.subscriptions) {
     const objects = read.subscriptions.map(serializeSubscription);
     state.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));

@@ -30,11 +30,15 @@ export function effectiveVisibility(target: Pick<VisibilityTarget, 'botType' | '
   return target.botType !== null ? VISIBILITY.everyone : target.emailAddressVisibility;
 }
 
+/** The address visibilities (as effectiveVisibility gives them) whose addresses the viewer may see. */
+export function allowedVisibilities(viewer: Pick<UserViewer, 'role'>): readonly number[] {
+  return VISIBLE_TO_ROLE[viewer.role] ?? [VISIBILITY.everyone];
+}
+
 /** Whether the viewer may see the target's real address (spec §2.3). */
 export function canSeeDeliveryEmail(viewer: UserViewer, target: VisibilityTarget): boolean {
   if (viewer.id === target.id) return true;
-  const allowed = VISIBLE_TO_ROLE[viewer.role] ?? [VISIBILITY.everyone];
-  return allowed.includes(effectiveVisibility(target));
+  return allowedVisibilities(viewer).includes(effectiveVisibility(target));
 }
 
 /** A guest in an organization that limits guests' view of other users (spec §2.4). */

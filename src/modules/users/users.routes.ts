@@ -3,6 +3,7 @@ import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
 import { parametersOf, peekParameter } from '../../http/params.js';
+import { largeReadTurns } from '../../lib/large-read-turns.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
 
@@ -25,8 +26,10 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
   app.get('/api/v1/users', { schema: listUsersSchema }, async (request, reply) => {
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
-    const members = await listUsersForViewer(db, config, callerOf(request), options, user_ids);
-    return sendSuccessInSlices(request, reply, { members });
+    const caller = callerOf(request);
+    // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
+    return largeReadTurns.run(caller.id, async () =>
+      sendSuccessInSlices(request, reply, { members: await listUsersForViewer(db, config, caller, options, user_ids) }));
   });
 
   app.get('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema, config: { authLookup: userLookupForRequest } }, async (request) => {

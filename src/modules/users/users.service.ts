@@ -4,10 +4,11 @@ import type { StatementRunner } from '../../db/reusable-statement.js';
 import type { AuthLookup } from '../../http/auth.js';
 import { badRequest } from '../../http/errors.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
-import { mapInSlices } from '../../lib/slices.js';
+import { JsonTextList, mapInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { isIdInRange } from '../../zulip.js';
 import { canAccessUser, canSeeDeliveryEmail, isRestrictedViewer, type UserViewer } from './users.access.js';
+import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from './users.json.js';
 import {
   findUserByDeliveryEmail,
   findUserById,
@@ -117,9 +118,15 @@ export async function listUsersForViewer(
   viewer: UserViewerInRealm,
   options: UserObjectOptions,
   userIds?: readonly number[],
-): Promise<ApiUser[]> {
+): Promise<ApiUser[] | JsonTextList> {
   // An id outside PostgreSQL's integer range names no user; bound, it would fail the statement.
   const ids = userIds?.filter(isIdInRange);
+  if (canBuildUsersInSql(viewer, config)) {
+    // Every user is accessible to this viewer: their JSON built by PostgreSQL (users.json.ts).
+    const rows = await selectRealmUsersJson(db, viewer, options, config, { userIds: ids }).execute();
+    const { members = [] } = await userJsonTexts(rows, viewer, options, config, () => 'members');
+    return new JsonTextList(members);
+  }
   const rows = await selectRealmUsers(db, viewer.realmId, loadOptions(viewer, options), ids).execute();
   // In slices: a whole large organization's objects would hold the event loop (src/lib/slices.ts).
   return mapInSlices(rows, (row) => {
