@@ -287,3 +287,95 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     ]);
   });
 });
+
+describe('PATCH /api/v1/users/{user_id | email}', () => {
+  const patch = (user: number | string, form: Record<string, string>, as: FixtureUser = 'A') =>
+    api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${user}`, as, form });
+  const row = (userId: number) => ctx.db.selectFrom('users').select(['full_name', 'role']).where('id', '=', userId).executeTakeFirstOrThrow();
+  const update = (userId: number, person: object, id: number) => ({ type: 'realm_user', op: 'update', person: { user_id: userId, ...person }, id });
+
+  it('changes the role, and everyone (the user too) gets realm_user/update', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueV = await createQueue(ctx.db, 'V');
+    const res = await patch(ids.V, { role: '200' });
+    expect(res.body).toBe(OK);
+    expect((await row(ids.V)).role).toBe(200);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([update(ids.V, { role: 200 }, 0)]);
+    expect(await queueEvents(ctx.db, queueV)).toEqual([update(ids.V, { role: 200 }, 0)]);
+    // The same role again: nothing.
+    expect((await patch(ids.V, { role: '200' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toHaveLength(1);
+  });
+
+  it("role rules: only owners grant or remove ownership; the only owner stays; parsing comes first", async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    await expectRefused(() => patch(ids.V, { role: '1000' }, 'U'), errorBody('Invalid role: Value error, Not in the list of possible values'));
+    await expectRefused(() => patch(ids.V, { role: '"200"' }), errorBody('role is not an integer'));
+    await expectRefused(() => patch(ids.V, { role: 'x' }), errorBody('role is not valid JSON'));
+    await expectRefused(() => patch(ids.V, { role: '200' }, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => patch(ids.U, { role: '200' }, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => patch(ids.V, { role: '100' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.O, { role: '200' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.O, { role: '400' }, 'O'),
+      errorBody('The owner permission cannot be removed from the only organization owner.'));
+    await expectRefused(() => patch(ids.B, { role: '200' }, 'U'), errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.X, { full_name: 'x' }), errorBody('No such user'));
+    await expectRefused(() => patch(999999, { full_name: 'x' }), errorBody('No such user'));
+    await expectRefused(() => patch(ids.V, { new_email: 'v2@example.com' }, 'O'), errorBody('User not authorized to change user emails'));
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    // An owner makes another owner, who may then be demoted.
+    expect((await patch(ids.A, { role: '100' }, 'O')).body).toBe(OK);
+    expect((await patch(ids.O, { role: '200' }, 'A')).body).toBe(OK);
+    expect((await row(ids.O)).role).toBe(200);
+  });
+
+  it('full_name: blank or unchanged is ignored; otherwise checked as at creation', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    expect((await patch(ids.V, { full_name: '   ' })).body).toBe(OK);
+    expect((await patch(ids.V, { full_name: 'V Member' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    await expectRefused(() => patch(ids.V, { full_name: 'Opheli*' }), errorBody('Invalid characters in name!'));
+    await expectRefused(() => patch(ids.V, { full_name: 'x'.repeat(101) }), errorBody('Name too long!'));
+    await expectRefused(() => patch(ids.V, { full_name: 'iago|72' }), errorBody('Invalid format!'));
+    expect((await patch('v@example.com', { full_name: ' Vera ', extra: '1' })).body).toBe(success({ ignored_parameters_unsupported: ['extra'] }));
+    expect((await row(ids.V)).full_name).toBe('Vera');
+    // A bot's owner may rename it; a deactivated user may be renamed.
+    expect((await patch(ids.B, { full_name: 'Robo' }, 'U')).body).toBe(OK);
+    expect((await patch(ids.D, { full_name: 'Dee' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { full_name: 'Vera' }, 0), update(ids.B, { full_name: 'Robo' }, 1), update(ids.D, { full_name: 'Dee' }, 2),
+    ]);
+  });
+
+  it('profile_data: set, remove, validate by field type; one event per changed field', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":"x"}]' }), errorBody('Field id 9001 not found.'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":null}]' }), errorBody('Field id 9001 not found.'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":3,"value":"bad"}]' }), errorBody("'bad' is not a valid choice for 'Team'."));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":1,"value":"x"},{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    await expectRefused(() => patch(ids.V, { profile_data: '{}' }), errorBody('profile_data is not a list'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"value":"x"}]' }), errorBody('profile_data[0]["id"] field is missing: Field required'));
+    const res = await patch(ids.V, { profile_data: '[{"id":1,"value":"**New**"},{"id":4,"value":null},{"id":3,"value":"opt1"}]' });
+    expect(res.body).toBe(OK);
+    const values = await ctx.db.selectFrom('custom_profile_field_values').select(['field_id', 'value', 'rendered_value'])
+      .where('user_id', '=', ids.V).orderBy('field_id').execute();
+    expect(values).toEqual([
+      { field_id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' },
+      { field_id: 2, value: 'line1\nline2 <b>x</b>', rendered_value: expect.any(String) as unknown },
+      { field_id: 3, value: 'opt1', rendered_value: null },
+    ]);
+    // The removal first (Zulip removes before it sets); the unchanged select value sends nothing.
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { custom_profile_field: { id: 4, value: null } }, 0),
+      update(ids.V, { custom_profile_field: { id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' } }, 1),
+    ]);
+  });
+
+  it('an empty PATCH succeeds and sends nothing; PATCH /users/me is not a route', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    expect((await patch(ids.V, {})).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    expect((await patch('me', { full_name: 'x' })).statusCode).toBe(405);
+  });
+});
