@@ -77,7 +77,7 @@ export async function createUserByApi(
   try {
     const { userId } = await createUserWithEvents(contextOf(deps, caller, departure), {
       email: normalizeEmail(input.email), fullName, role: ROLES.member, timezone: '',
-      emailAddressVisibility: EMAIL_ADDRESS_VISIBILITY.everyone, isImportedStub: false, passwordTooWeak: isPasswordTooWeak(input.password),
+      emailAddressVisibility: EMAIL_ADDRESS_VISIBILITY.everyone, isImportedStub: false, canCreateUsers: false, passwordTooWeak: isPasswordTooWeak(input.password),
     });
     return userId;
   } catch (error) {

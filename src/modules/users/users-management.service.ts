@@ -101,6 +101,8 @@ export interface NewUserInput {
   timezone: string;
   emailAddressVisibility: number;
   isImportedStub: boolean;
+  /** Zulip's special permission for POST /users (granted by the admin command line only). */
+  canCreateUsers: boolean;
   /** Checked after the address is known to be free (Zulip's order): the API's password check. */
   passwordTooWeak: boolean;
 }
@@ -129,7 +131,7 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   await runManagementWrite(context, CREATE_USER, [
     ...commonValues(context, events, []),
     userId, input.email, input.fullName, record.dateJoined, input.emailAddressVisibility, input.passwordTooWeak,
-    hashApiKey(apiKey), input.role, input.timezone, input.isImportedStub,
+    hashApiKey(apiKey), input.role, input.timezone, input.isImportedStub, input.canCreateUsers,
   ]);
   return { userId, apiKey };
 }

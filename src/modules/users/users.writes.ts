@@ -31,7 +31,7 @@ const common = (onlyIf: string) => realmEventAppend({ realm: '$1', maxPending: '
 const ACTIVE_HUMAN_OWNERS = `(SELECT count(*) FROM users o
   WHERE o.realm_id = $1 AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)`;
 
-/** $5 id (from the sequence), $6 email, $7 full name, $8 date joined, $9 address visibility, $10 password too weak, $11 API key hash, $12 role, $13 timezone, $14 imported stub. */
+/** $5 id (from the sequence), $6 email, $7 full name, $8 date joined, $9 address visibility, $10 password too weak, $11 API key hash, $12 role, $13 timezone, $14 imported stub, $15 can_create_users. */
 export const CREATE_USER: Statement = {
   name: 'user_management_create',
   text: `WITH guard AS (
@@ -42,8 +42,9 @@ export const CREATE_USER: Statement = {
     END AS refused
   ),
   created AS (
-    INSERT INTO users (id, realm_id, delivery_email, full_name, date_joined, email_address_visibility, api_key_hash, role, timezone, is_imported_stub)
-    SELECT $5::integer, $1::integer, $6::text, $7::text, $8::timestamptz, $9::smallint, $11::text, $12::smallint, $13::text, $14::boolean
+    INSERT INTO users (
+      id, realm_id, delivery_email, full_name, date_joined, email_address_visibility, api_key_hash, role, timezone, is_imported_stub, can_create_users)
+    SELECT $5::integer, $1::integer, $6::text, $7::text, $8::timestamptz, $9::smallint, $11::text, $12::smallint, $13::text, $14::boolean, $15::boolean
     WHERE (SELECT refused FROM guard) IS NULL
     RETURNING id
   ),${common('EXISTS (SELECT 1 FROM created)')}
