@@ -200,6 +200,7 @@ describe('DELETE /api/v1/users/{user_id}', () => {
   it('a non-numeric path is not this route', async () => {
     const res = await deactivate('abc');
     expect(res.statusCode).toBe(405);
+    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['GET', 'HEAD', 'PATCH'] }));
   });
 
   it('costs a constant number of statements', async () => {
