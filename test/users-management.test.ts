@@ -146,6 +146,17 @@ describe('POST /api/v1/users', () => {
     expect(state.realm_users.map((user: { user_id: number }) => user.user_id)).toContain(userId);
   });
 
+  it('costs a constant number of statements, whatever the number of queues', async () => {
+    await grantCreateUsers('A');
+    ctx.database.statements.length = 0;
+    expect((await createUser({ ...NEW_USER, email: 'one@example.com' })).statusCode).toBe(200);
+    const one = ctx.database.statements.length;
+    for (const user of ['U', 'V', 'G', 'M', 'O'] as const) await createQueue(ctx.db, user);
+    ctx.database.statements.length = 0;
+    expect((await createUser({ ...NEW_USER, email: 'two@example.com' })).statusCode).toBe(200);
+    expect(ctx.database.statements.length).toBe(one);
+  });
+
   it("in a restricted organization guests who share no channel with the new user get nothing", async () => {
     await restrict(ctx.db);
     await grantCreateUsers('A');
@@ -371,6 +382,16 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
       update(ids.V, { custom_profile_field: { id: 4, value: null } }, 0),
       update(ids.V, { custom_profile_field: { id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' } }, 1),
     ]);
+  });
+
+  it('costs a constant number of statements, whatever the number of fields and changes', async () => {
+    ctx.database.statements.length = 0;
+    expect((await patch(ids.V, { full_name: 'One', profile_data: '[{"id":1,"value":"a"}]' })).body).toBe(OK);
+    const one = ctx.database.statements.length;
+    ctx.database.statements.length = 0;
+    const many = '[{"id":1,"value":"b"},{"id":2,"value":"c"},{"id":3,"value":"opt1"},{"id":4,"value":null}]';
+    expect((await patch(ids.V, { full_name: 'Two', role: '300', profile_data: many })).body).toBe(OK);
+    expect(ctx.database.statements.length).toBe(one);
   });
 
   it('an empty PATCH succeeds and sends nothing; PATCH /users/me is not a route', async () => {
