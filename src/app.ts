@@ -23,6 +23,7 @@ import { sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
+import { userAdminRoutes } from './modules/users/users-admin.routes.js';
 import { userRoutes } from './modules/users/users.routes.js';
 
 /**
@@ -36,7 +37,7 @@ const REDACTED_PATHS = [
 ];
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [eventRoutes, navigationViewRoutes, subscriptionRoutes, userRoutes];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [eventRoutes, navigationViewRoutes, subscriptionRoutes, userRoutes, userAdminRoutes];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db, reads } = deps;

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,12 +7,13 @@ import { promisify } from 'node:util';
 import { describe, expect, it, vi } from 'vitest';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
+import { createEventQueue, listQueueEvents } from '../src/modules/events/events.repository.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { basicAuth } from './helpers/fixture.js';
 
 const run = promisify(execFile);
 // Each command is a real Node process; give slow, loaded machines room.
-vi.setConfig({ testTimeout: 180_000 });
+vi.setConfig({ testTimeout: 300_000 });
 
 const ctx = useTestContext(() => createTestContext({ fixture: false }), 'all');
 
@@ -77,7 +79,15 @@ describe('admin command line (real processes)', () => {
     const me = await api(ctx.app, { url: '/api/v1/users/me/subscriptions', headers: { authorization: basicAuth('boss@acme.test', owner.api_key as string) } });
     expect(me.statusCode).toBe(200);
 
-    const stub = await ok(['user', 'create', '--realm', '', '--email', 'old@acme.test', '--full-name', 'Imported', '--imported-stub']);
+    // The command line creates through the API's service: the owner's queue gets realm_user/add,
+    // and --can-create-users grants POST /users.
+    const ownerQueue = randomUUID();
+    await createEventQueue(ctx.db, { id: ownerQueue, realmId: realm.realm_id as number, userId: owner.user_id as number, eventTypes: null, lifespanSeconds: 600 }, 20).execute();
+    const stub = await ok(['user', 'create', '--realm', '', '--email', 'old@acme.test', '--full-name', 'Imported', '--imported-stub', '--can-create-users']);
+    expect(await listQueueEvents(ctx.db, ownerQueue)).toEqual([
+      { type: 'realm_user', op: 'add', person: expect.objectContaining({ user_id: stub.user_id, full_name: 'Imported', is_imported_stub: true }), id: 0 },
+    ]);
+    expect((await ctx.db.selectFrom('users').select('can_create_users').where('id', '=', stub.user_id as number).executeTakeFirstOrThrow()).can_create_users).toBe(true);
     const stubRow = await ctx.db.selectFrom('users').select(['is_imported_stub', 'role']).where('id', '=', stub.user_id as number).executeTakeFirstOrThrow();
     expect(stubRow).toEqual({ is_imported_stub: true, role: 400 });
 
@@ -112,6 +122,9 @@ describe('admin command line (real processes)', () => {
 
     expect(await ok(['stream', 'archive', '--realm', '', '--name', 'secret'])).toEqual({ stream_id: priv.stream_id, is_archived: true });
     expect(await ok(['user', 'deactivate', '--realm', '', '--email', 'old@acme.test'])).toEqual({ user_id: stub.user_id, is_active: false });
+    expect((await listQueueEvents(ctx.db, ownerQueue)).at(-1)).toEqual({
+      type: 'realm_user', op: 'update', person: { user_id: stub.user_id, is_active: false }, id: 1,
+    });
     expect(await ok(['user', 'delete', '--realm', '', '--email', 'boss@acme.test'])).toEqual({ user_id: owner.user_id, is_deleted: true });
     const deleted = await ctx.db.selectFrom('users').select(['is_active', 'is_deleted', 'full_name']).where('id', '=', owner.user_id as number).executeTakeFirstOrThrow();
     expect(deleted).toEqual({ is_active: false, is_deleted: true, full_name: 'Deleted user' });

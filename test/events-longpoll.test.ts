@@ -6,7 +6,7 @@ import { createDatabase } from '../src/db/database.js';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
 import { badQueueBody } from './helpers/envelope.js';
-import { auth } from './helpers/fixture.js';
+import { auth, type FixtureUser } from './helpers/fixture.js';
 import {
   deleteQueue,
   getEvents,
@@ -50,9 +50,9 @@ async function anotherInstance(): Promise<FastifyInstance> {
 }
 
 /** Starts a blocking poll and resolves once it holds the queue (it is really waiting). */
-async function startWaiting(app: FastifyInstance, queueId: string, lastEventId = '-1') {
+async function startWaiting(app: FastifyInstance, queueId: string, lastEventId = '-1', as: FixtureUser = 'U') {
   const before = (await queueRow(ctx.db, queueId))?.poll_id ?? null;
-  const poll = getEvents(app, { queue_id: queueId, last_event_id: lastEventId });
+  const poll = getEvents(app, { queue_id: queueId, last_event_id: lastEventId }, as);
   let settled = false;
   void poll.then(() => (settled = true), () => (settled = true));
   await eventually(async () => settled || ((await queueRow(ctx.db, queueId))?.poll_id ?? null) !== before);
@@ -93,6 +93,24 @@ describe('long poll wake-up', () => {
     expect(Date.now() - row!.last_active_at.getTime()).toBeLessThan(2000);
     expect(await storedEventIds(ctx.db, queueId)).toEqual([0]);
     expect(await pendingEvents(ctx.app, queueId, 'U', 0)).toEqual([]);
+  });
+
+  it("deactivation ends the user's waiting poll at once (BAD_EVENT_QUEUE_ID) and answers the others' with realm_user/update", async () => {
+    await setUp();
+    const queueV = await registerQueue(ctx.app, {}, 'V');
+    const queueU = await registerQueue(ctx.app, {}, 'U');
+    const waitingV = await startWaiting(ctx.app, queueV, '-1', 'V');
+    const waitingU = await startWaiting(ctx.app, queueU);
+    const changedAt = Date.now();
+    const res = await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/14', as: 'A' });
+    expect(res.statusCode).toBe(200);
+    const v = await timed(waitingV.poll, changedAt);
+    expect(v.elapsed).toBeLessThan(1000);
+    expect(v.res.statusCode).toBe(400);
+    expect(v.res.body).toBe(badQueueBody(queueV));
+    const u = await timed(waitingU.poll, changedAt);
+    expect(u.elapsed).toBeLessThan(1000);
+    expect(u.res.body).toBe(waited(queueU, [{ type: 'realm_user', op: 'update', person: { user_id: 14, is_active: false }, id: 0 }]));
   });
 
   it('case 164 (two instances): a change committed through A answers a poll waiting on B', async () => {

@@ -43,6 +43,7 @@ afterAll(() => ctx.close());
 
 const SNAPSHOT_SQL = `SELECT json_build_object(
   'users', (SELECT json_agg(t ORDER BY t.id) FROM users t),
+  'custom_profile_field_values', (SELECT json_agg(t ORDER BY t.user_id, t.field_id) FROM custom_profile_field_values t),
   'subscriptions', (SELECT json_agg(t ORDER BY t.user_id, t.stream_id) FROM subscriptions t),
   'subscription_audit_log', (SELECT json_agg(t ORDER BY t.id) FROM subscription_audit_log t),
   'navigation_views', (SELECT json_agg(t ORDER BY t.id) FROM navigation_views t),
@@ -199,6 +200,20 @@ function valueFor(name: string): fc.Arbitrary<string> {
         { arbitrary: fc.uuid().map(String), weight: 1 },
         { arbitrary: rawText, weight: 1 },
       );
+    case 'role':
+      return fc.oneof({ arbitrary: fc.constantFrom('100', '200', '300', '400', '600', '1000', '"400"'), weight: 3 }, { arbitrary: rawText, weight: 1 });
+    case 'full_name':
+      return fc.oneof({ arbitrary: fc.constantFrom('New Name', '  Spaced  ', '', 'iago|72', 'Opheli*', 'x'.repeat(101)), weight: 2 }, { arbitrary: rawText, weight: 2 });
+    case 'profile_data':
+      return fc.oneof(
+        { arbitrary: fc.array(fc.record({
+          id: fc.oneof(fc.constantFrom(1, 2, 3, 4, 9001, 0, -1, 2147483648), fc.jsonValue({ maxDepth: 0 })),
+          value: fc.oneof(fc.constantFrom(null, '', 'opt1', '2000-01-01', 'x\u0000y', '**b**'), fc.array(fc.integer()), fc.jsonValue({ maxDepth: 1 })),
+        }, { requiredKeys: [] }), { maxLength: 3 }).map((entries) => JSON.stringify(entries)), weight: 3 },
+        { arbitrary: rawText, weight: 1 },
+      );
+    case 'email':
+      return fc.oneof({ arbitrary: fc.constantFrom('new@example.com', 'U@EXAMPLE.COM', 'broken', 'a b@example.com'), weight: 2 }, { arbitrary: rawText, weight: 1 });
     case 'client_gravatar':
     case 'include_subscribers':
     case 'include_custom_profile_fields':
@@ -274,6 +289,45 @@ const ROUTES: RouteShape[] = [
       { arbitrary: segment, weight: 1 },
     ).map((user) => `/api/v1/users/${user}`),
     params: ['client_gravatar', 'include_custom_profile_fields'],
+  },
+  { label: '/users/me', methods: ['GET'], path: pick('/api/v1/users/me'), params: [] },
+  {
+    label: '/users (create)',
+    methods: ['POST'],
+    path: pick('/api/v1/users'),
+    params: ['email', 'password', 'full_name'],
+    valid: fc.tuple(field('email', fc.constantFrom('new@example.com', 'fresh@example.org')), field('password', fc.constantFrom('secret-enough', '')),
+      field('full_name', fc.constantFrom('New Person', 'a|1'))),
+  },
+  {
+    label: '/users/{user_id|email} (update)',
+    methods: ['PATCH'],
+    path: fc.oneof(
+      { arbitrary: pick('16', '13', '14', '18', 'b-bot@chat.example.com', 'u@example.com'), weight: 3 },
+      { arbitrary: pick('30', '0', '99999999999999', 'me', "u@example.com'%20OR%20'1'='1"), weight: 1 },
+      { arbitrary: segment, weight: 1 },
+    ).map((user) => `/api/v1/users/${user}`),
+    params: ['full_name', 'role', 'profile_data', 'new_email'],
+    valid: fc.tuple(field('full_name', fc.constantFrom('Robo', 'Bot B')), field('profile_data', fc.constantFrom('[{"id":1,"value":"x"}]', '[{"id":1,"value":null}]')))
+      .chain((fields) => fc.subarray(fields)),
+  },
+  {
+    label: '/users/{user_id} (deactivate)',
+    methods: ['DELETE'],
+    path: fc.oneof(
+      { arbitrary: pick('14', '16', '18', '30', '10', '0', '99999999999999999999'), weight: 3 },
+      { arbitrary: segment, weight: 1 },
+    ).map((user) => `/api/v1/users/${user}`),
+    params: ['deactivation_notification_comment'],
+  },
+  {
+    label: '/users/{user_id}/reactivate',
+    methods: ['POST'],
+    path: fc.oneof(
+      { arbitrary: pick('16', '18', '14', '30', '0', '99999999999999999999'), weight: 3 },
+      { arbitrary: segment, weight: 1 },
+    ).map((user) => `/api/v1/users/${user}/reactivate`),
+    params: [],
   },
   {
     label: '/navigation_views',

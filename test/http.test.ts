@@ -44,7 +44,8 @@ describe('routing (spec §1.1, cases 1–7)', () => {
   it('case 3: method lists are sorted, with HEAD wherever GET is', async () => {
     const cases: [string, string, string[]][] = [
       ['GET', '/api/v1/users/me/subscriptions/100', ['PATCH', 'POST']],
-      ['DELETE', '/api/v1/users/14', ['GET', 'HEAD']],
+      ['POST', '/api/v1/users/14', ['DELETE', 'GET', 'HEAD', 'PATCH']],
+      ['DELETE', '/api/v1/users/u@example.com', ['GET', 'HEAD', 'PATCH']],
       ['DELETE', '/api/v1/navigation_views', ['GET', 'HEAD', 'POST']],
       ['POST', '/api/v1/users/me/subscriptions', ['GET', 'HEAD']],
     ];
@@ -65,14 +66,15 @@ describe('routing (spec §1.1, cases 1–7)', () => {
     expect(unknown.statusCode).toBe(404);
   });
 
-  it('case 5: /users/me and /users/ are not routes', async () => {
-    for (const url of ['/api/v1/users/me', '/api/v1/users/', '/api/v1/users/me/nope', '/api/v1/navigation_views/']) {
+  it('case 5: /users/ is not a route; /users/me is (GET and DELETE, issue #29), not with other methods', async () => {
+    for (const url of ['/api/v1/users/', '/api/v1/users/me/nope', '/api/v1/navigation_views/']) {
       const res = await api(ctx.app, { url, as: 'U' });
       expect(res.statusCode, url).toBe(404);
       expect(res.body).toBe(NOT_FOUND);
     }
-    const deleteMe = await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'U' });
-    expect(deleteMe.statusCode).toBe(404);
+    const patchMe = await api(ctx.app, { method: 'PATCH', url: '/api/v1/users/me', as: 'U' });
+    expect(patchMe.statusCode).toBe(405);
+    expect(patchMe.json().allowed_methods).toEqual(['DELETE', 'GET', 'HEAD']);
   });
 
   it('case 6: a non-numeric channel id is not a route', async () => {

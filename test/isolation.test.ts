@@ -241,6 +241,41 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
       { type: 'subscription', op: 'update', property: 'pin_to_top', value: true, stream_id: ids.C2, id: before },
     ]);
   });
+
+  it('user management: X, an owner of realm 2, never finds a realm-1 user; realm 1 gets no event of realm 2', async () => {
+    await s.ctx.db.updateTable('users').set({ role: 100, can_create_users: true }).where('id', '=', ids.X).execute();
+    const me = await xAlone({ url: '/api/v1/users/me' });
+    expect(me.json()).toMatchObject({ user_id: ids.X, role: 100 });
+    expectNoRealm1Data(me.body);
+    for (const target of ['10', '13', '14', '16', '18']) {
+      for (const request of [
+        { method: 'PATCH' as const, url: `/api/v1/users/${target}`, form: { full_name: 'Taken over', role: '600' } },
+        { method: 'DELETE' as const, url: `/api/v1/users/${target}` },
+        { method: 'POST' as const, url: `/api/v1/users/${target}/reactivate` },
+      ]) {
+        expect((await xAlone(request)).body, `${request.method} ${target}`).toBe(errorBody('No such user'));
+      }
+    }
+    for (const target of ['u@example.com', 'user13@other.chat.example.com']) {
+      const res = await xAlone({ method: 'PATCH', url: `/api/v1/users/${target}`, form: { full_name: 'Taken over' } });
+      expect(res.body, target).toBe(errorBody('No such user'));
+    }
+    // Addresses are unique per organization: realm 1's is free in realm 2, and realm 1 hears nothing.
+    const created = await xAlone({ method: 'POST', url: '/api/v1/users', form: { email: 'u@example.com', password: 'secret-enough', full_name: 'U Two' } });
+    expect(created.statusCode).toBe(200);
+    const newId = created.json().user_id as number;
+    expect((await queueEvents(s.ctx.db, s.queueX)).at(-1)).toMatchObject({ type: 'realm_user', op: 'add', person: { user_id: newId } });
+    // And realm 1's administrators cannot reach realm 2's users.
+    for (const request of [
+      { method: 'PATCH' as const, url: `/api/v1/users/${newId}`, form: { full_name: 'Taken over' } },
+      { method: 'DELETE' as const, url: `/api/v1/users/${ids.X}` },
+      { method: 'POST' as const, url: `/api/v1/users/${newId}/reactivate` },
+    ]) {
+      const res = await leavesUntouched(s.ctx, { realm: ids.R2 }, () => send(s.ctx, 'O', request));
+      expect(res.body, `${request.method} ${request.url}`).toBe(errorBody('No such user'));
+    }
+    expect((await xAlone({ method: 'DELETE', url: `/api/v1/users/${newId}` })).body).toBe(OK);
+  });
 });
 
 describe('users are isolated: V against U\'s private data, every endpoint', () => {

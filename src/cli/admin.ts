@@ -14,6 +14,7 @@ const USAGE = `usage: admin <command> [options]
   realm deactivate --realm S
   user create --realm S --email E --full-name N [--role owner|admin|moderator|member|guest]
               [--timezone TZ] [--email-visibility everyone|members|moderators|admins|nobody] [--imported-stub]
+              [--can-create-users]
   user deactivate --realm S --email E
   user delete --realm S --email E
   bot create --realm S --owner E --full-name N --short-name X [--bot-type 1|2|3|4]
@@ -29,7 +30,7 @@ const OPTIONS = {
   subdomain: { type: 'string' }, name: { type: 'string' }, description: { type: 'string' },
   'restrict-guest-access': { type: 'boolean' }, realm: { type: 'string' }, email: { type: 'string' },
   'full-name': { type: 'string' }, role: { type: 'string' }, timezone: { type: 'string' },
-  'email-visibility': { type: 'string' }, 'imported-stub': { type: 'boolean' }, owner: { type: 'string' },
+  'email-visibility': { type: 'string' }, 'imported-stub': { type: 'boolean' }, 'can-create-users': { type: 'boolean' }, owner: { type: 'string' },
   'short-name': { type: 'string' }, 'bot-type': { type: 'string' }, private: { type: 'boolean' },
   'web-public': { type: 'boolean' }, stream: { type: 'string' }, type: { type: 'string' }, field: { type: 'string' },
   value: { type: 'string' }, help: { type: 'boolean', short: 'h' },
@@ -54,13 +55,14 @@ const COMMANDS: Record<string, Command> = {
   'realm create': (db, v) =>
     ops.createRealm(db, { subdomain: need(v, 'subdomain'), name: need(v, 'name'), description: v.description, restrictGuestAccess: v['restrict-guest-access'] }),
   'realm deactivate': (db, v) => ops.deactivateRealm(db, need(v, 'realm')),
-  'user create': (db, v) =>
+  'user create': (db, v, config) =>
     ops.createUser(db, {
       realm: need(v, 'realm'), email: need(v, 'email'), fullName: need(v, 'full-name'),
       role: v.role as keyof typeof ROLES | undefined, timezone: v.timezone,
       emailVisibility: v['email-visibility'] as keyof typeof EMAIL_ADDRESS_VISIBILITY | undefined, importedStub: v['imported-stub'],
-    }),
-  'user deactivate': (db, v) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email')),
+      canCreateUsers: v['can-create-users'],
+    }, config),
+  'user deactivate': (db, v, config) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email'), config),
   'user delete': (db, v, config) => ops.deleteUser(db, config, need(v, 'realm'), need(v, 'email')),
   'bot create': (db, v, config) =>
     ops.createBot(db, config, {

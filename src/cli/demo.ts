@@ -20,9 +20,9 @@ export async function createDemoOrganization(db: Database, config: Config): Prom
   if (existing) return undefined;
   return db.transaction().execute(async (trx) => {
     await ops.createRealm(trx, { subdomain: '', name: 'Demo organization', description: 'A **demo** organization.' });
-    const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' });
-    const member = await ops.createUser(trx, { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' });
-    const guest = await ops.createUser(trx, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' });
+    const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' }, config);
+    const member = await ops.createUser(trx, { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' }, config);
+    const guest = await ops.createUser(trx, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' }, config);
     const bot = await ops.createBot(trx, config, { realm: '', ownerEmail: owner.email, fullName: 'Demo Bot', shortName: 'demo' });
     await ops.createStream(trx, { realm: '', name: 'general', description: 'Everything else' });
     await ops.createStream(trx, { realm: '', name: 'random', description: 'Off topic' });

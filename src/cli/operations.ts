@@ -1,10 +1,18 @@
-import type { Insertable } from 'kysely';
-import { type Config } from '../config.js';
+import { type Insertable, sql } from 'kysely';
+import { type Config, loadConfig } from '../config.js';
 import type { Database } from '../db/database.js';
 import type { Users } from '../db/types.js';
 import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
 import { fakeEmailDomain } from '../lib/hosts.js';
 import { renderMarkdown } from '../lib/markdown.js';
+import {
+  createUserWithEvents,
+  deactivateUserWithEvents,
+  type ManagementContext,
+  ManagementRefusal,
+} from '../modules/users/users-management.service.js';
+import type { UserObjectConfig } from '../modules/users/users.serializers.js';
+import { REFUSALS } from '../modules/users/users.writes.js';
 import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../zulip.js';
 
 /**
@@ -23,8 +31,28 @@ const STREAM_COLORS = [
 
 type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
 
+/**
+ * What the user-management service needs of the configuration: the events' user objects and the
+ * queues' cap (the environment's, as the server reads it, when not given).
+ */
+export type ManagementConfig = UserObjectConfig & Pick<Config, 'queueMaxPendingEvents'>;
+
+/** The service's context for a write by the operator (no acting user: a Kysely connection or transaction). */
+function managementContext(db: Database, config: ManagementConfig, realm: Awaited<ReturnType<typeof findRealm>>): ManagementContext {
+  return {
+    db,
+    realm: { id: realm.id, subdomain: realm.subdomain, canAccessAllUsersGroup: realm.can_access_all_users_group },
+    maxPendingEvents: config.queueMaxPendingEvents,
+    config,
+  };
+}
+
 async function findRealm(db: Database, subdomain: string) {
-  const realm = await db.selectFrom('realms').select(['id', 'subdomain']).where('subdomain', '=', subdomain).executeTakeFirst();
+  const realm = await db
+    .selectFrom('realms')
+    .select(['id', 'subdomain', 'can_access_all_users_group'])
+    .where('subdomain', '=', subdomain)
+    .executeTakeFirst();
   if (!realm) throw new AdminError(`No organization with subdomain "${subdomain}"`);
   return realm;
 }
@@ -33,6 +61,7 @@ async function findUser(db: Database, realmId: number, email: string) {
   const user = await db
     .selectFrom('users')
     .select(['id', 'bot_type'])
+    .select(sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'))
     .where('realm_id', '=', realmId)
     .where((eb) => eb(eb.fn('lower', ['delivery_email']), '=', email.trim().toLowerCase()))
     .executeTakeFirst();
@@ -102,6 +131,8 @@ export interface NewUser {
   timezone?: string;
   emailVisibility?: keyof typeof EMAIL_ADDRESS_VISIBILITY;
   importedStub?: boolean;
+  /** Zulip's special permission for POST /users. */
+  canCreateUsers?: boolean;
 }
 
 function checkTimezone(timezone: string): void {
@@ -126,12 +157,19 @@ async function insertAccount(
       .executeTakeFirstOrThrow();
     return { user_id: user.id, email: values.delivery_email, api_key: apiKey };
   } catch (error) {
-    if (isUniqueViolation(error)) throw new AdminError(`A user with email "${values.delivery_email}" already exists in this organization`);
+    if (isUniqueViolation(error)) throw alreadyExists(values.delivery_email);
     throw error;
   }
 }
 
-export async function createUser(db: Database, options: NewUser): Promise<{ user_id: number; email: string; api_key: string }> {
+const alreadyExists = (email: string) => new AdminError(`A user with email "${email}" already exists in this organization`);
+
+/** Creates a user through the API's service (src/modules/users/users-management.service.ts): the same statement and realm_user/add events. */
+export async function createUser(
+  db: Database,
+  options: NewUser,
+  config: ManagementConfig = loadConfig(),
+): Promise<{ user_id: number; email: string; api_key: string }> {
   const realm = await findRealm(db, options.realm);
   const email = requireText(options.email, '--email');
   if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AdminError(`Invalid email address "${email}"`);
@@ -141,15 +179,17 @@ export async function createUser(db: Database, options: NewUser): Promise<{ user
   if (visibility === undefined) throw new AdminError(`Unknown email visibility "${options.emailVisibility}"`);
   const timezone = options.timezone ?? '';
   checkTimezone(timezone);
-  return insertAccount(db, {
-    realm_id: realm.id,
-    delivery_email: email,
-    full_name: requireText(options.fullName, '--full-name'),
-    role,
-    timezone,
-    email_address_visibility: visibility,
-    is_imported_stub: options.importedStub ?? false,
-  });
+  const fullName = requireText(options.fullName, '--full-name');
+  try {
+    const created = await createUserWithEvents(managementContext(db, config, realm), {
+      email, fullName, role, timezone, emailAddressVisibility: visibility, isImportedStub: options.importedStub ?? false,
+      canCreateUsers: options.canCreateUsers ?? false, passwordTooWeak: false,
+    });
+    return { user_id: created.userId, email, api_key: created.apiKey };
+  } catch (error) {
+    if (error instanceof ManagementRefusal && error.reason === REFUSALS.emailInUse) throw alreadyExists(email);
+    throw error;
+  }
 }
 
 export async function createBot(
@@ -173,9 +213,26 @@ export async function createBot(
   });
 }
 
-export async function deactivateUser(db: Database, realm: string, email: string): Promise<{ user_id: number; is_active: false }> {
-  const user = await findUser(db, (await findRealm(db, realm)).id, email);
-  await db.updateTable('users').set({ is_active: false }).where('id', '=', user.id).execute();
+/**
+ * Deactivates a user (and their active bots) through the API's service: their queues end, the
+ * organization gets realm_user/update events. Unlike the API, the operator may deactivate anyone,
+ * the last owner included; an already deactivated user stays so.
+ */
+export async function deactivateUser(
+  db: Database,
+  realmName: string,
+  email: string,
+  config: ManagementConfig = loadConfig(),
+): Promise<{ user_id: number; is_active: false }> {
+  const realm = await findRealm(db, realmName);
+  const user = await findUser(db, realm.id, email);
+  try {
+    await deactivateUserWithEvents(managementContext(db, config, realm), { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids }, {
+      self: false, keepLastOwner: false,
+    });
+  } catch (error) {
+    if (!(error instanceof ManagementRefusal && error.reason === REFUSALS.deactivated)) throw error;
+  }
   return { user_id: user.id, is_active: false };
 }
 

@@ -144,6 +144,7 @@ export interface Users {
   avatar_version: Generated<number>;
   bot_owner_id: number | null;
   bot_type: number | null;
+  can_create_users: Generated<boolean>;
   date_joined: Generated<Timestamp>;
   delivery_email: string;
   email_address_visibility: Generated<number>;

@@ -17,6 +17,11 @@ export function success<T extends object>(request: FastifyRequest, data: T = {} 
   };
 }
 
+/** The success envelope of an endpoint Zulip does not declare parameters for: never ignored_parameters_unsupported. */
+export function untypedSuccess<T extends object>(data: T = {} as T): SuccessBody<T> {
+  return { result: 'success', msg: '', ...data };
+}
+
 /**
  * Sends `success(request, data)` serialized a slice at a time (src/lib/slices.ts): for answers
  * that grow with the organization (its whole user list), which would otherwise hold the event

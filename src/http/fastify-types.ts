@@ -29,6 +29,8 @@ declare module 'fastify' {
     auth?: boolean;
     /** A lookup to fold into the authentication statement for this request (see AuthLookup). */
     authLookup?: (request: FastifyRequest) => AuthLookup<object> | undefined;
+    /** A check of the caller that comes before the parameters are read (Zulip's @require_realm_admin); throws an API error. */
+    beforeParameters?: (request: FastifyRequest) => void;
   }
 
   interface FastifySchema {

@@ -290,6 +290,7 @@ export function compareCodePoints(a: string, b: string): number {
 /** preHandler, after authentication and the rate limit: the route's parameters, decoded. A callback hook. */
 export function decodeRequestParameters(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
   try {
+    request.routeOptions.config.beforeParameters?.(request);
     const { values, ignored } = decodeParameters(request.routeOptions.schema, request.parameterSources, request.params as Record<string, string>);
     request.parameters = values;
     request.ignoredParameters = ignored;

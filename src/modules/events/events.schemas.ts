@@ -80,6 +80,29 @@ const EventObject = Type.Union(
       op: Type.Literal('remove'),
       fragment: Type.String(),
     }),
+    // --- User management (docs/management-api.md "Users"). ---
+    event('A user was created (POST /users): their user object, delivery_email null for those who may not see it.', {
+      type: Type.Literal('realm_user'),
+      op: Type.Literal('add'),
+      person: UserObject,
+    }),
+    event('A user changed: `person` holds user_id and the changed fields (role, full_name, is_active, bot_owner_id, or custom_profile_field).', {
+      type: Type.Literal('realm_user'),
+      op: Type.Literal('update'),
+      person: Type.Object({
+        user_id: Type.Integer(),
+        role: Type.Optional(Type.Integer()),
+        full_name: Type.Optional(Type.String()),
+        is_active: Type.Optional(Type.Boolean()),
+        bot_owner_id: Type.Optional(Type.Integer()),
+        custom_profile_field: Type.Optional(Type.Object({
+          id: Type.Integer(),
+          value: Type.Union([Type.String(), Type.Null()], { description: 'null: removed.' }),
+          rendered_value: Type.Optional(Type.String({ description: 'Markdown field types, when set.' })),
+        })),
+      }),
+    }),
+    // --- End of user management. ---
     event('Sent to a long poll that waited 45 to 55 s without events.', { type: Type.Literal('heartbeat') }),
   ],
   { description: 'An event of the queue.' },

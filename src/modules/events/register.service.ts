@@ -16,6 +16,7 @@ import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from '../user
 import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
 import { createEventQueue } from './events.repository.js';
+import { REALM_USERS_LOCK_NAMESPACE, REALM_USERS_LOCK_SHARED } from './realm-events.js';
 
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
 
@@ -97,7 +98,9 @@ function wantedSections(request: RegisterRequest): (name: string) => boolean {
  * Creates the queue, then reads the wanted state, in the caller's transaction (one round trip: the
  * insert and the reads are sent together): a concurrent change either commits before (its
  * result is in the state, and it had no queue to put an event in) or after (the state misses it,
- * and the queue gets its event).
+ * and the queue gets its event). The caller's own writes are kept out by the caller's lock; other
+ * users' changes to users (realm_user events) by the organization's user-management lock, taken
+ * shared first.
  */
 export async function registerEventQueue(
   db: Database,
@@ -125,6 +128,8 @@ export async function registerEventQueue(
   const readState = async () => {
     const read = await transactions.run(caller.id, async (tx) => {
       // Every statement is issued before the first await (see UserTransactions.run).
+      // Shared: no user-management write of the organization commits between the queue and the reads (realm-events.ts).
+      const realmLocked = tx.run(REALM_USERS_LOCK_SHARED, [REALM_USERS_LOCK_NAMESPACE, caller.realmId]);
       const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
       const users = !wanted('realm_user') || usersInSql
         ? undefined
@@ -132,6 +137,7 @@ export async function registerEventQueue(
       const userTexts = wanted('realm_user') && usersInSql ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true })) : undefined;
       const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
       const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
+      await realmLocked;
       await created;
       return { users: await users, userTexts: await userTexts, subscriptions: await subscriptions, views: await views };
     // Large: it reads the whole organization's users.

@@ -59,3 +59,12 @@ export function canAccessUser(
   if (target.id === viewer.id) return true;
   return target.isActive && target.sharesActiveChannelWithViewer === true;
 }
+
+/**
+ * The highest (least privileged) role that may see an address of this visibility (spec §2.3): the
+ * matrix above is a threshold on the role, so the users who see it are those with role ≤ this.
+ */
+export function maxRoleSeeingAddress(visibility: number): number {
+  const roles = Object.entries(VISIBLE_TO_ROLE).filter(([, allowed]) => allowed.includes(visibility)).map(([role]) => Number(role));
+  return roles.length === 0 ? 0 : Math.max(...roles);
+}

@@ -134,3 +134,18 @@ export async function listUsersForViewer(
     return canAccessUser(viewer, user) ? buildUserObject(viewer, user, options, config) : undefined;
   });
 }
+
+/**
+ * The id of the user a path segment names, as GET /users/{user_id | email} resolves it (PATCH
+ * /users/{email}, feature level 313); undefined when it names no user the viewer may know of.
+ */
+export async function resolveUserPath(
+  db: Database,
+  reads: StatementRunner,
+  config: Config,
+  viewer: UserViewerInRealm,
+  pathValue: string,
+): Promise<number | undefined> {
+  if (DIGITS.test(pathValue)) return parseUserId(pathValue);
+  return (await findTarget(db, reads, config, viewer, pathValue, { withProfileData: false }))?.id;
+}

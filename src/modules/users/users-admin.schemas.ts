@@ -1,0 +1,149 @@
+import type { FastifySchema } from 'fastify';
+import Type from 'typebox';
+import { badRequest } from '../../http/errors.js';
+import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import {
+  checkDict, checkInteger, checkList, formParameters, jsonTextKind, keyPath, kind, MESSAGES, optional, parseJson, pathSegment, required,
+  requireKey, text,
+} from '../../http/params.js';
+import { ROLES } from '../../zulip.js';
+import { UserObject } from './users.schemas.js';
+import { parseUserId } from './users.service.js';
+import type { ProfileDataEntry } from './users-update.service.js';
+
+// The parameters and documentation of user management (docs/management-api.md "Users").
+
+/** The path's user id: digits only (the router matches nothing else); undefined outside PostgreSQL's range (no such user). */
+const USER_ID_PATH = {
+  user_id: pathSegment(Type.Integer({ description: 'The user id.' }), parseUserId, 'user_id'),
+};
+
+const LAST_USER = errorResponse('The last user or the last owner (code CANNOT_DEACTIVATE_LAST_USER, with `is_last_owner` and `entity`).', {
+  is_last_owner: Type.Boolean(),
+  entity: Type.String({ description: '"user" or "organization owner".' }),
+});
+
+export const getOwnUserSchema = {
+  operationId: 'get-own-user',
+  summary: 'Get own user',
+  description:
+    "The caller's user object at the top level of the answer (not under `user`), with full avatar URLs and, for humans, " +
+    '`profile_data`; then the deprecated `max_message_id` (-1: no messages are stored here). Parameters are ignored ' +
+    'without `ignored_parameters_unsupported`.',
+  tags: ['users'],
+  documentedResponses: {
+    200: successResponse('The own user.', { ...UserObject.properties, max_message_id: Type.Integer({ description: 'Always -1.' }) }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;
+
+export const createUserSchema = {
+  operationId: 'create-user',
+  summary: 'Create a user',
+  description:
+    'Organization administrators holding the special `can_create_users` permission (granted by the admin command line). ' +
+    'A non-administrator is refused before the parameters are read (`Must be an organization administrator`, code ' +
+    'UNAUTHORIZED_PRINCIPAL). The new user is a member, with the address visible to everyone.',
+  tags: ['users'],
+  ...formParameters({
+    email: required(text, 'The new address; unique in the organization (deactivated users included), ignoring case.'),
+    password: required(text, 'At least 6 characters. Not stored: this server authenticates by API key only.'),
+    full_name: required(text, 'At most 100 characters, stripped.'),
+  }),
+  documentedResponses: {
+    200: successResponse('The user was created.', { user_id: Type.Integer() }),
+    ...AUTHENTICATED_ERRORS,
+  },
+} satisfies FastifySchema;
+
+const DEACTIVATION_COMMENT_LIMIT = 2000;
+
+/** Plain text of at most `limit` characters (Zulip's check_capped_string); stripped. */
+const cappedText = (limit: number) =>
+  kind(Type.String({ maxLength: limit }), (raw, name) => {
+    if ([...raw].length > limit) throw badRequest(MESSAGES.tooManyCharacters(name, limit));
+    return raw.trim();
+  });
+
+export const deactivateUserSchema = {
+  operationId: 'deactivate-user',
+  summary: 'Deactivate a user',
+  description:
+    'Organization administrators; an owner only by an owner; never the only active human owner. Bots are not users ' +
+    'here (`No such user`). The user and their active bots are deactivated, their credentials stop working and their ' +
+    'event queues end at once.',
+  tags: ['users'],
+  ...formParameters({
+    deactivation_notification_comment: optional(cappedText(DEACTIVATION_COMMENT_LIMIT), 'Accepted; no email is sent by this server.'),
+  }, USER_ID_PATH),
+  documentedResponses: { 200: successResponse('The user was deactivated.'), ...AUTHENTICATED_ERRORS },
+} satisfies FastifySchema;
+
+export const deactivateOwnUserSchema = {
+  operationId: 'deactivate-own-user',
+  summary: 'Deactivate own user',
+  description: 'Any user or bot, except the last active user and the only active human owner. Parameters are ignored without `ignored_parameters_unsupported`.',
+  tags: ['users'],
+  documentedResponses: { 200: successResponse('Deactivated.'), ...AUTHENTICATED_ERRORS, 400: LAST_USER },
+} satisfies FastifySchema;
+
+export const reactivateUserSchema = {
+  operationId: 'reactivate-user',
+  summary: 'Reactivate a user',
+  description:
+    'Organization administrators, or the owner of a bot (not a guest). Reactivating an active user changes nothing. ' +
+    'Parameters are ignored without `ignored_parameters_unsupported`.',
+  tags: ['users'],
+  ...formParameters({}, USER_ID_PATH),
+  documentedResponses: { 200: successResponse('Reactivated.'), ...AUTHENTICATED_ERRORS },
+} satisfies FastifySchema;
+
+const ROLE_VALUES: ReadonlySet<number> = new Set(Object.values(ROLES));
+
+/** A JSON integer among Zulip's roles. */
+const jsonRole = kind(Type.Integer({ enum: [...ROLE_VALUES] }), (raw, name) => {
+  const value = checkInteger(parseJson(raw, name), name);
+  if (!ROLE_VALUES.has(value)) throw badRequest(`Invalid ${name}: Value error, Not in the list of possible values`);
+  return value;
+});
+
+/** At most this many entries in one profile_data (bounds one request's work, as every list parameter). */
+const MAX_PROFILE_DATA = 1000;
+
+/** profile_data: a JSON list of {"id": integer, "value": string | list of integers | null}. */
+const profileData = jsonTextKind(
+  Type.Array(Type.Object({
+    id: Type.Integer(),
+    value: Type.Union([Type.String(), Type.Array(Type.Integer()), Type.Null()], { description: 'null, "" or [] removes the value.' }),
+  }), { maxItems: MAX_PROFILE_DATA }),
+  (raw, name): ProfileDataEntry[] => {
+    const list = checkList(parseJson(raw, name), name);
+    if (list.length > MAX_PROFILE_DATA) throw badRequest(MESSAGES.tooManyItems(name, MAX_PROFILE_DATA));
+    return list.map((item, index) => {
+      const at = `${name}[${index}]`;
+      const entry = checkDict(item, at);
+      const id = checkInteger(requireKey(entry, 'id', at), keyPath(at, 'id'));
+      const value = requireKey(entry, 'value', at);
+      if (value === null || typeof value === 'string') return { id, value };
+      const list = checkList(value, keyPath(at, 'value'));
+      return { id, value: list.map((userId, position) => checkInteger(userId, `${keyPath(at, 'value')}[${position}]`)) };
+    });
+  },
+);
+
+export const updateUserSchema = {
+  operationId: 'update-user',
+  summary: 'Update a user',
+  description:
+    'By id, or by an address as GET /users/{email} resolves it. Organization administrators, or the owner of a bot; ' +
+    'only owners grant or remove the owner role, and the only active human owner keeps it. Each change sends a ' +
+    'realm_user/update event.',
+  tags: ['users'],
+  ...formParameters({
+    full_name: optional(text, 'Ignored when blank or unchanged.'),
+    role: optional(jsonRole, '100 owner, 200 administrator, 300 moderator, 400 member, 600 guest.'),
+    profile_data: optional(profileData, 'Custom profile field values to set or remove.'),
+    new_email: optional(text, 'Refused: no one holds the can_change_user_emails permission here.'),
+  }, { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) }),
+  documentedResponses: { 200: successResponse('Updated.'), ...AUTHENTICATED_ERRORS },
+} satisfies FastifySchema;

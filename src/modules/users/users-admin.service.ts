@@ -1,0 +1,190 @@
+import { sql } from 'kysely';
+import type { Config } from '../../config.js';
+import type { Database } from '../../db/database.js';
+import type { StatementRunner } from '../../db/reusable-statement.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
+import type { Caller } from '../../http/auth.js';
+import type { Departure } from '../../lib/departure.js';
+import { ApiError, badRequest } from '../../http/errors.js';
+import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../../zulip.js';
+import { findUserById } from './users.repository.js';
+import { type ApiUser, buildUserObject } from './users.serializers.js';
+import { REFUSALS } from './users.writes.js';
+import {
+  createUserWithEvents,
+  deactivateUserWithEvents,
+  type ManagedRealm,
+  type ManagementContext,
+  ManagementRefusal,
+  reactivateUserWithEvents,
+} from './users-management.service.js';
+import { checkFullName, isPasswordTooWeak, isValidEmail, normalizeEmail } from './users.validation.js';
+
+/** GET /users/me, POST /users, DELETE /users/{id} and /users/me, reactivate (spec: docs/management-api.md "Users"). */
+
+export interface UserAdminDeps {
+  db: Database;
+  reads: StatementRunner;
+  transactions: UserTransactions;
+  config: Config;
+}
+
+const isAdmin = (role: number): boolean => role === ROLES.owner || role === ROLES.admin;
+
+export const noSuchUser = (): ApiError => badRequest('No such user');
+export const insufficientPermission = (): ApiError => badRequest('Insufficient permission');
+export const adminRequired = (): ApiError => new ApiError(400, 'Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL');
+export const ownerRequired = (): ApiError => new ApiError(400, 'Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL');
+
+const realmOf = (caller: Caller): ManagedRealm => ({
+  id: caller.realmId, subdomain: caller.realmSubdomain, canAccessAllUsersGroup: caller.realmCanAccessAllUsersGroup,
+});
+
+export function contextOf(deps: UserAdminDeps, caller: Caller, departure: Departure | undefined): ManagementContext {
+  return {
+    db: deps.db,
+    transactions: { run: deps.transactions, actingUserId: caller.id, ...(departure && { departure }) },
+    realm: realmOf(caller),
+    maxPendingEvents: deps.config.queueMaxPendingEvents,
+    config: deps.config,
+  };
+}
+
+/** GET /users/me: the caller's own user object, flat, with max_message_id (spec management §2). */
+export async function getOwnUser(deps: UserAdminDeps, caller: Caller): Promise<ApiUser & { max_message_id: number }> {
+  const own = await findUserById(deps.reads, caller.realmId, caller.id, { withProfileData: true });
+  if (!own) throw noSuchUser();
+  // No messages are stored here: the highest message id of the caller's is always -1.
+  return { ...buildUserObject(caller, own, { clientGravatar: false, includeCustomProfileFields: true }, deps.config), max_message_id: -1 };
+}
+
+/** POST /users' first check, before its parameters are read (Zulip's @require_realm_admin). */
+export function requireRealmAdmin(caller: Caller): void {
+  if (!isAdmin(caller.role)) throw adminRequired();
+}
+
+/** POST /users (spec management §3), after requireRealmAdmin and the parameters. */
+export async function createUserByApi(
+  deps: UserAdminDeps,
+  caller: Caller,
+  canCreateUsers: boolean,
+  input: { email: string; password: string; full_name: string },
+  departure?: Departure,
+): Promise<number> {
+  if (!canCreateUsers) throw badRequest('User not authorized to create users');
+  const fullName = checkFullName(input.full_name);
+  if (!isValidEmail(input.email)) throw badRequest('Bad name or username');
+  try {
+    const { userId } = await createUserWithEvents(contextOf(deps, caller, departure), {
+      email: normalizeEmail(input.email), fullName, role: ROLES.member, timezone: '',
+      emailAddressVisibility: EMAIL_ADDRESS_VISIBILITY.everyone, isImportedStub: false, canCreateUsers: false, passwordTooWeak: isPasswordTooWeak(input.password),
+    });
+    return userId;
+  } catch (error) {
+    throw apiErrorOfRefusal(error, 'delete-other');
+  }
+}
+
+/** What the user-management checks read of a user, in one statement. */
+export interface ManagedUser {
+  id: number;
+  role: number;
+  is_active: boolean;
+  bot_type: number | null;
+  bot_owner_id: number | null;
+  full_name: string;
+  owner_is_active: boolean | null;
+  active_human_owners: number;
+  active_bot_ids: number[];
+}
+
+export async function findManagedUser(db: Database, realmId: number, userId: number): Promise<ManagedUser | undefined> {
+  return db
+    .selectFrom('users as t')
+    .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name'])
+    .select([
+      sql<boolean | null>`(SELECT o.is_active FROM users o WHERE o.id = t.bot_owner_id)`.as('owner_is_active'),
+      sql<number>`(SELECT count(*) FROM users o WHERE o.realm_id = t.realm_id AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)::integer`
+        .as('active_human_owners'),
+      sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = t.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
+    ])
+    .where('t.id', '=', userId)
+    .where('t.realm_id', '=', realmId)
+    .executeTakeFirst();
+}
+
+/** Zulip's check_last_owner: an owner, human, and the only active human owner (deactivated targets included). */
+export const isLastOwner = (user: ManagedUser): boolean => user.role === ROLES.owner && user.bot_type === null && user.active_human_owners === 1;
+
+type Operation = 'delete-other' | 'delete-me' | 'update';
+
+/** The API's error for a refusal of the statement (the state changed since it was read, or a check only the statement makes). */
+export function apiErrorOfRefusal(error: unknown, operation: Operation): unknown {
+  if (!(error instanceof ManagementRefusal)) return error;
+  switch (error.reason) {
+    case REFUSALS.emailInUse: return badRequest('Email is already in use.');
+    case REFUSALS.weakPassword: return badRequest('The password is too weak.');
+    case REFUSALS.deactivated: return badRequest('User is deactivated');
+    case REFUSALS.lastUser: return cannotDeactivateLast('user');
+    case REFUSALS.lastOwner:
+      if (operation === 'delete-me') return cannotDeactivateLast('organization owner');
+      return badRequest(operation === 'update'
+        ? 'The owner permission cannot be removed from the only organization owner.'
+        : 'Cannot deactivate the only organization owner');
+    case REFUSALS.botNameTaken:
+      return badRequest(`There is already an active bot named "${error.detail}" in this organization. ` +
+        'To reactivate this bot, you must rename or deactivate the other one first.');
+    default: return error;
+  }
+}
+
+const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =>
+  new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
+
+/** DELETE /users/{user_id} (spec management §5). */
+export async function deactivateUserByApi(deps: UserAdminDeps, caller: Caller, userId: number | undefined, departure?: Departure): Promise<void> {
+  const target = userId === undefined ? undefined : await findManagedUser(deps.db, caller.realmId, userId);
+  if (!target || target.bot_type !== null) throw noSuchUser();
+  if (!target.is_active) throw badRequest('User is deactivated');
+  if (!isAdmin(caller.role)) throw insufficientPermission();
+  if (target.role === ROLES.owner && caller.role !== ROLES.owner) throw ownerRequired();
+  if (isLastOwner(target)) throw badRequest('Cannot deactivate the only organization owner');
+  try {
+    await deactivateUserWithEvents(contextOf(deps, caller, departure), { id: target.id, botType: null, activeBotIds: target.active_bot_ids }, {
+      self: false, keepLastOwner: true,
+    });
+  } catch (error) {
+    throw apiErrorOfRefusal(error, 'delete-other');
+  }
+}
+
+/** DELETE /users/me (spec management §6): the checks are the statement's (the last user, then the last owner). */
+export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, departure?: Departure): Promise<void> {
+  const own = await findManagedUser(deps.db, caller.realmId, caller.id);
+  if (!own) throw noSuchUser();
+  try {
+    await deactivateUserWithEvents(contextOf(deps, caller, departure), { id: own.id, botType: own.bot_type, activeBotIds: own.active_bot_ids }, {
+      self: true, keepLastOwner: true,
+    });
+  } catch (error) {
+    throw apiErrorOfRefusal(error, 'delete-me');
+  }
+}
+
+/** Guests may not create bots (can_create_bots_group and can_create_write_only_bots_group default to members). */
+const canCreateBots = (caller: Caller): boolean => caller.role !== ROLES.guest;
+
+/** POST /users/{user_id}/reactivate (spec management §7). An active human: success, nothing sent. */
+export async function reactivateUserByApi(deps: UserAdminDeps, caller: Caller, userId: number | undefined, departure?: Departure): Promise<void> {
+  const target = userId === undefined ? undefined : await findManagedUser(deps.db, caller.realmId, userId);
+  if (!target) throw noSuchUser();
+  const ownsBot = target.bot_type !== null && target.bot_owner_id === caller.id;
+  if (!isAdmin(caller.role) && !ownsBot) throw insufficientPermission();
+  if (target.bot_type !== null && !canCreateBots(caller)) throw insufficientPermission();
+  const newOwner = target.bot_type !== null && target.owner_is_active === false ? caller.id : null;
+  try {
+    await reactivateUserWithEvents(contextOf(deps, caller, departure), { id: target.id, botType: target.bot_type }, newOwner);
+  } catch (error) {
+    throw apiErrorOfRefusal(error, 'delete-other');
+  }
+}

@@ -1,0 +1,197 @@
+import { sql } from 'kysely';
+import type { Database } from '../../db/database.js';
+import { writeRefusal } from '../../db/errors.js';
+import type { Statement } from '../../db/reusable-statement.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
+import type { Departure } from '../../lib/departure.js';
+import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
+import { ROLES } from '../../zulip.js';
+import {
+  type AudienceEvent,
+  audienceEventsJson,
+  EVERY_ROLE,
+  type GuestAudience,
+  REALM_USERS_LOCK,
+  REALM_USERS_LOCK_NAMESPACE,
+} from '../events/realm-events.js';
+import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
+import { buildUserObject, type UserObjectConfig, type UserRecord } from './users.serializers.js';
+import { CREATE_USER, DEACTIVATE_USER, kyselyRunner, REACTIVATE_USER, REFUSALS } from './users.writes.js';
+
+/**
+ * The user-management writes shared by the API (users-api.service.ts) and the admin command line
+ * (src/cli/operations.ts): each checks nothing the caller's permissions decide, only what the
+ * organization's state decides (re-checked in the statement, behind the organization's lock), and
+ * sends the realm_user events.
+ */
+
+/** The organization a write happens in. */
+export interface ManagedRealm {
+  id: number;
+  subdomain: string;
+  /** 'everyone' or 'members' (guests restricted, spec §2.4). */
+  canAccessAllUsersGroup: string;
+}
+
+export interface ManagementContext {
+  /** Reads before the write; the write too when `transactions` is absent (the admin command line, maybe a transaction). */
+  db: Database;
+  /** The server's way: the acting user's transactions (src/db/user-transactions.ts). */
+  transactions?: { run: UserTransactions; actingUserId: number; departure?: Departure };
+  realm: ManagedRealm;
+  maxPendingEvents: number;
+  config: UserObjectConfig;
+}
+
+/** A refusal of the statement (users.writes.ts REFUSALS), for the caller to turn into its own error. */
+export class ManagementRefusal extends Error {
+  constructor(readonly reason: string, readonly detail: string) {
+    super(reason);
+    this.name = 'ManagementRefusal';
+  }
+}
+
+/** Runs `statement` behind the organization's user-management lock, in one transaction. */
+async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
+  const { transactions, realm } = context;
+  const lock = [REALM_USERS_LOCK_NAMESPACE, realm.id];
+  try {
+    if (transactions) {
+      await transactions.run.run(transactions.actingUserId, (tx) => {
+        // Every statement is issued before the first await (see UserTransactions.run).
+        const locked = tx.run(REALM_USERS_LOCK, lock);
+        const written = tx.run(statement, values);
+        return Promise.all([locked, written]);
+      }, transactions.departure, 'large');
+      return;
+    }
+    const work = async (db: Database) => {
+      const tx = kyselyRunner(db);
+      await tx.run(REALM_USERS_LOCK, lock);
+      await tx.run(statement, values);
+    };
+    await (context.db.isTransaction ? work(context.db) : context.db.transaction().execute(work));
+  } catch (error) {
+    const refusal = writeRefusal(error);
+    if (refusal) throw new ManagementRefusal(refusal.reason, refusal.detail);
+    if ((error as { code?: string; table?: string }).code === '23505' && (error as { table?: string }).table === 'users') {
+      throw new ManagementRefusal(REFUSALS.emailInUse, '');
+    }
+    throw error;
+  }
+}
+
+const commonValues = (context: ManagementContext, events: readonly AudienceEvent[], excluded: readonly number[]) =>
+  [context.realm.id, context.maxPendingEvents, audienceEventsJson(events), excluded];
+
+/** Which guests may see events about `userId` (spec §2.4): all, unless the organization restricts them. */
+export function guestsSeeing(realm: ManagedRealm, target: { id: number; botType: number | null }): GuestAudience {
+  return realm.canAccessAllUsersGroup === 'members' && target.botType === null ? { sharingWith: target.id } : 'all';
+}
+
+/** A realm_user update about a user, to everyone who may access them. */
+export function userUpdateEvent(realm: ManagedRealm, target: { id: number; botType: number | null }, person: Record<string, unknown>): AudienceEvent {
+  return { event: { type: 'realm_user', op: 'update', person: { user_id: target.id, ...person } }, ...EVERY_ROLE, guests: guestsSeeing(realm, target) };
+}
+
+export interface NewUserInput {
+  email: string;
+  fullName: string;
+  role: number;
+  timezone: string;
+  emailAddressVisibility: number;
+  isImportedStub: boolean;
+  /** Zulip's special permission for POST /users (granted by the admin command line only). */
+  canCreateUsers: boolean;
+  /** Checked after the address is known to be free (Zulip's order): the API's password check. */
+  passwordTooWeak: boolean;
+}
+
+/**
+ * Creates a user and sends realm_user/add (spec management §11.1) to everyone who may access them:
+ * with the real address to the roles that may see it, with delivery_email null to the others.
+ * Refuses REFUSALS.emailInUse (any user of the organization, deactivated included, case-insensitively)
+ * and then REFUSALS.weakPassword.
+ */
+export async function createUserWithEvents(context: ManagementContext, input: NewUserInput): Promise<{ userId: number; apiKey: string }> {
+  const userId = await nextUserId(context.db);
+  const apiKey = generateApiKey();
+  const record: UserRecord = {
+    id: userId, realmId: context.realm.id, deliveryEmail: input.email, fullName: input.fullName, dateJoined: new Date(),
+    isActive: true, role: input.role, botType: null, botOwnerId: null, timezone: input.timezone, avatarSource: 'G', avatarVersion: 1,
+    emailAddressVisibility: input.emailAddressVisibility, isImportedStub: input.isImportedStub, isDeleted: false, profileValues: [],
+  };
+  const seesAddress = maxRoleSeeingAddress(input.emailAddressVisibility);
+  const person = (role: number) => buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
+  const guests = guestsSeeing(context.realm, record);
+  const events: AudienceEvent[] = [
+    { event: { type: 'realm_user', op: 'add', person: person(ROLES.owner) }, lo: 0, hi: seesAddress, guests },
+    { event: { type: 'realm_user', op: 'add', person: person(ROLES.guest) }, lo: seesAddress, hi: ROLES.guest, guests },
+  ].filter((event) => event.lo < event.hi);
+  await runManagementWrite(context, CREATE_USER, [
+    ...commonValues(context, events, []),
+    userId, input.email, input.fullName, record.dateJoined, input.emailAddressVisibility, input.passwordTooWeak,
+    hashApiKey(apiKey), input.role, input.timezone, input.isImportedStub, input.canCreateUsers,
+  ]);
+  return { userId, apiKey };
+}
+
+/** A viewer of this role who is nobody in particular: what such a viewer may see of others. */
+const viewerOfRole = (realm: ManagedRealm, role: number): UserViewer => ({
+  id: 0, role, realmSubdomain: realm.subdomain, realmCanAccessAllUsersGroup: realm.canAccessAllUsersGroup,
+});
+
+/** The id the next user gets, taken from the sequence before the write (its events name it). */
+async function nextUserId(db: Database): Promise<number> {
+  const { rows } = await sql<{ id: number }>`SELECT nextval(pg_get_serial_sequence('users', 'id'))::integer AS id`.execute(db);
+  return rows[0]!.id;
+}
+
+export interface DeactivationTarget {
+  id: number;
+  botType: number | null;
+  /** The target's active bots, deactivated first (each with its own event). */
+  activeBotIds: readonly number[];
+}
+
+/**
+ * Deactivates a user and their active bots, ends their event queues and sends realm_user/update
+ * is_active false (spec management §11.3): bots first, then the user. Refuses
+ * REFUSALS.deactivated, then (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
+ */
+export async function deactivateUserWithEvents(
+  context: ManagementContext,
+  target: DeactivationTarget,
+  options: { self: boolean; keepLastOwner: boolean },
+): Promise<void> {
+  // A restricted organization's guests get none (Zulip: non-guests and DM partners; no DMs here).
+  const guests: GuestAudience = context.realm.canAccessAllUsersGroup === 'members' && target.botType === null ? 'none' : 'all';
+  const events: AudienceEvent[] = [
+    ...target.activeBotIds.map((botId) => userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false })),
+    { ...userUpdateEvent(context.realm, target, { is_active: false }), guests },
+  ];
+  const gone = [target.id, ...target.activeBotIds];
+  await runManagementWrite(context, DEACTIVATE_USER, [
+    ...commonValues(context, events, gone), target.id, target.activeBotIds, options.self, options.keepLastOwner,
+  ]);
+}
+
+/** Reactivates a user (spec management §11.4); a bot whose owner is deactivated gets `newBotOwnerId`. Refuses REFUSALS.botNameTaken. */
+export async function reactivateUserWithEvents(
+  context: ManagementContext,
+  target: { id: number; botType: number | null },
+  newBotOwnerId: number | null,
+): Promise<void> {
+  const person = newBotOwnerId === null ? {} : { bot_owner_id: newBotOwnerId };
+  const events = [
+    userUpdateEvent(context.realm, target, { is_active: true }),
+    ...(newBotOwnerId === null ? [] : [userUpdateEvent(context.realm, target, person)]),
+  ];
+  await runManagementWrite(context, REACTIVATE_USER, [...commonValues(context, events, [target.id]), target.id, newBotOwnerId]);
+}
+
+/** A PATCH's statement and its events (users-api.service.ts computes both). */
+export async function updateUserWithEvents(context: ManagementContext, statement: Statement, args: readonly unknown[], events: readonly AudienceEvent[]): Promise<void> {
+  await runManagementWrite(context, statement, [...commonValues(context, events, []), ...args]);
+}
+

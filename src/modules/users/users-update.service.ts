@@ -1,0 +1,159 @@
+import type { Caller } from '../../http/auth.js';
+import type { Departure } from '../../lib/departure.js';
+import { badRequest } from '../../http/errors.js';
+import { renderMarkdown } from '../../lib/markdown.js';
+import { MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
+import type { AudienceEvent } from '../events/realm-events.js';
+import {
+  adminRequired,
+  apiErrorOfRefusal,
+  contextOf,
+  findManagedUser,
+  insufficientPermission,
+  isLastOwner,
+  noSuchUser,
+  ownerRequired,
+  type UserAdminDeps,
+} from './users-admin.service.js';
+import { updateUserWithEvents, userUpdateEvent } from './users-management.service.js';
+import { checkFullName } from './users.validation.js';
+import { UPDATE_USER } from './users.writes.js';
+
+/** PATCH /users/{user_id | email} (docs/management-api.md "Users"; Zulip's update_user_backend). */
+
+/** One entry of profile_data as decoded: a value to store, or null to remove it. */
+export interface ProfileDataEntry {
+  id: number;
+  value: string | number[] | null;
+}
+
+export interface UserChanges {
+  full_name: string | undefined;
+  role: number | undefined;
+  profile_data: ProfileDataEntry[] | undefined;
+  new_email: string | undefined;
+}
+
+const isAdmin = (role: number): boolean => role === ROLES.owner || role === ROLES.admin;
+
+interface ProfileField {
+  id: number;
+  name: string;
+  field_type: number;
+  field_data: string;
+}
+
+const SHORT_TEXT_LIMIT = 50;
+const LONG_TEXT_LIMIT = 500;
+
+/** Zulip's validate_user_custom_profile_field: the stored text of a value, or its error. */
+function storedProfileValue(field: ProfileField, value: string | number[]): string {
+  const { name } = field;
+  if (field.field_type === PROFILE_FIELD_TYPES.user) {
+    if (!Array.isArray(value)) throw badRequest(`${name} is not a list`);
+    return JSON.stringify(value);
+  }
+  if (typeof value !== 'string') throw badRequest(`${name} is not a string`);
+  if (value.includes('\0')) throw badRequest(`${name} cannot contain NUL characters`);
+  switch (field.field_type) {
+    case PROFILE_FIELD_TYPES.long_text:
+      if ([...value].length > LONG_TEXT_LIMIT) throw badRequest(`${name} is too long (limit: ${LONG_TEXT_LIMIT} characters)`);
+      return value;
+    case PROFILE_FIELD_TYPES.select: {
+      let choices: Record<string, unknown> = {};
+      try {
+        choices = JSON.parse(field.field_data) as Record<string, unknown>;
+      } catch {
+        // No choices: every value is refused.
+      }
+      if (!Object.hasOwn(choices, value)) throw badRequest(`'${value}' is not a valid choice for '${name}'.`);
+      return value;
+    }
+    case PROFILE_FIELD_TYPES.date:
+      if (!/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(Date.parse(`${value}T00:00:00Z`))) throw badRequest(`${name} is not a date`);
+      return value;
+    case PROFILE_FIELD_TYPES.url:
+      if (!/^https?:\/\/[^\s/]+\.[^\s]*$/i.test(value)) throw badRequest(`${name} is not a URL`);
+      return value;
+    default:
+      if ([...value].length > SHORT_TEXT_LIMIT) throw badRequest(`${name} is too long (limit: ${SHORT_TEXT_LIMIT} characters)`);
+      return value;
+  }
+}
+
+const isEmptyValue = (value: ProfileDataEntry['value']): boolean => value === null || value === '' || (Array.isArray(value) && value.length === 0);
+
+/** PATCH /users/{user_id}: Zulip's checks in order, then one statement with the changes and their events. */
+export async function updateUserByApi(
+  deps: UserAdminDeps,
+  caller: Caller,
+  userId: number | undefined,
+  changes: UserChanges,
+  departure?: Departure,
+): Promise<void> {
+  const [target, fields] = await Promise.all([
+    userId === undefined ? undefined : findManagedUser(deps.db, caller.realmId, userId),
+    changes.profile_data === undefined ? [] : profileFields(deps, caller.realmId, userId ?? 0),
+  ]);
+  if (!target) throw noSuchUser();
+  if (!isAdmin(caller.role) && !(target.bot_type !== null && target.bot_owner_id === caller.id)) throw insufficientPermission();
+  // No one holds Zulip's can_change_user_emails permission here.
+  if (changes.new_email !== undefined) throw badRequest('User not authorized to change user emails');
+  const context = contextOf(deps, caller, departure);
+  const events: AudienceEvent[] = [];
+  let role: number | null = null;
+  if (changes.role !== undefined && changes.role !== target.role) {
+    if ((changes.role === ROLES.owner || target.role === ROLES.owner) && caller.role !== ROLES.owner) throw ownerRequired();
+    if (!isAdmin(caller.role)) throw adminRequired();
+    if (target.role === ROLES.owner && isLastOwner(target)) throw badRequest('The owner permission cannot be removed from the only organization owner.');
+    role = changes.role;
+    events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { role }));
+  }
+  let fullName: string | null = null;
+  if (changes.full_name !== undefined && changes.full_name !== target.full_name && changes.full_name.trim() !== '') {
+    fullName = checkFullName(changes.full_name);
+    if (fullName !== target.full_name) events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { full_name: fullName }));
+  }
+  const stored: { id: number; value: string; rendered_value: string | null }[] = [];
+  const removed: number[] = [];
+  // Zulip removes the emptied values first, one by one, then checks the others.
+  const entries = changes.profile_data ?? [];
+  const fieldOf = (entry: ProfileDataEntry) => {
+    const field = fields.find((candidate) => candidate.id === entry.id);
+    if (!field) throw badRequest(`Field id ${entry.id} not found.`);
+    return field;
+  };
+  for (const entry of entries.filter((candidate) => isEmptyValue(candidate.value))) {
+    const field = fieldOf(entry);
+    removed.push(field.id);
+    if (field.current !== null) events.push(profileEvent(context, target, { id: field.id, value: null }));
+  }
+  for (const entry of entries.filter((candidate) => !isEmptyValue(candidate.value))) {
+    const field = fieldOf(entry);
+    const value = storedProfileValue(field, entry.value!);
+    const rendered = MARKDOWN_PROFILE_FIELD_TYPES.has(field.field_type) ? renderMarkdown(value) : null;
+    stored.push({ id: field.id, value, rendered_value: rendered });
+    if (field.current !== value) events.push(profileEvent(context, target, { id: field.id, value, ...(rendered ? { rendered_value: rendered } : {}) }));
+  }
+  if (role === null && fullName === null && stored.length === 0 && removed.length === 0) return;
+  try {
+    await updateUserWithEvents(context, UPDATE_USER, [target.id, fullName, role, JSON.stringify(stored), removed], events);
+  } catch (error) {
+    throw apiErrorOfRefusal(error, 'update');
+  }
+}
+
+function profileEvent(context: ReturnType<typeof contextOf>, target: { id: number; bot_type: number | null }, field: object): AudienceEvent {
+  return userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { custom_profile_field: field });
+}
+
+/** The organization's profile fields, each with the target's current value (null: none). */
+function profileFields(deps: UserAdminDeps, realmId: number, userId: number) {
+  return deps.db
+    .selectFrom('custom_profile_fields as f')
+    .leftJoin('custom_profile_field_values as v', (join) => join.onRef('v.field_id', '=', 'f.id').on('v.user_id', '=', userId))
+    .select(['f.id', 'f.name', 'f.field_type', 'f.field_data', 'v.value as current'])
+    .where('f.realm_id', '=', realmId)
+    .orderBy('f.id')
+    .execute();
+}

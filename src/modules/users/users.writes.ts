@@ -1,0 +1,142 @@
+import { CompiledQuery } from 'kysely';
+import type { Database } from '../../db/database.js';
+import type { Statement, StatementRunner } from '../../db/reusable-statement.js';
+import { ROLES } from '../../zulip.js';
+import { realmEventAppend } from '../events/realm-events.js';
+
+/**
+ * The statements of user management (POST /users, PATCH / DELETE /users/{id}, DELETE /users/me,
+ * reactivate), one per request, each run behind the organization's user-management lock
+ * (realm-events.ts). Each re-checks, after the lock, the facts a concurrent change could have
+ * altered since the service read them (the last owner, the target's state); a failed check calls
+ * refuse_write (migration 0006), which rolls everything back. The change, the deletion of a
+ * deactivated user's queues and the events to the rest of the organization are one statement.
+ *
+ * Every statement takes $1 realm id, $2 QUEUE_MAX_PENDING_EVENTS, $3 the events (realm-events.ts
+ * audienceEventsJson), $4 the users who get none; its own arguments follow.
+ */
+
+/** refuse_write reasons (the service turns them into the API's errors). */
+export const REFUSALS = {
+  emailInUse: 'email in use',
+  weakPassword: 'weak password',
+  deactivated: 'user is deactivated',
+  lastUser: 'last user',
+  lastOwner: 'last owner',
+  botNameTaken: 'bot name taken',
+} as const;
+
+const common = (onlyIf: string) => realmEventAppend({ realm: '$1', maxPending: '$2', events: '$3', excluded: '$4', onlyIf });
+
+const ACTIVE_HUMAN_OWNERS = `(SELECT count(*) FROM users o
+  WHERE o.realm_id = $1 AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)`;
+
+/** $5 id (from the sequence), $6 email, $7 full name, $8 date joined, $9 address visibility, $10 password too weak, $11 API key hash, $12 role, $13 timezone, $14 imported stub, $15 can_create_users. */
+export const CREATE_USER: Statement = {
+  name: 'user_management_create',
+  text: `WITH guard AS (
+    SELECT CASE
+      WHEN EXISTS (SELECT 1 FROM users WHERE realm_id = $1 AND lower(delivery_email) = lower($6::text))
+        THEN refuse_write('${REFUSALS.emailInUse}', '')
+      WHEN $10::boolean THEN refuse_write('${REFUSALS.weakPassword}', '')
+    END AS refused
+  ),
+  created AS (
+    INSERT INTO users (
+      id, realm_id, delivery_email, full_name, date_joined, email_address_visibility, api_key_hash, role, timezone, is_imported_stub, can_create_users)
+    SELECT $5::integer, $1::integer, $6::text, $7::text, $8::timestamptz, $9::smallint, $11::text, $12::smallint, $13::text, $14::boolean, $15::boolean
+    WHERE (SELECT refused FROM guard) IS NULL
+    RETURNING id
+  ),${common('EXISTS (SELECT 1 FROM created)')}
+  SELECT (SELECT refused FROM guard) AS refused`,
+};
+
+/**
+ * $5 target, $6 its active bots (deactivated with it), $7 the caller deactivates themselves
+ * (DELETE /users/me: the last user of the organization stays), $8 the last owner stays (the API;
+ * the admin command line deactivates anyone).
+ */
+export const DEACTIVATE_USER: Statement = {
+  name: 'user_management_deactivate',
+  text: `WITH guard AS (
+    SELECT CASE
+      WHEN NOT t.is_active THEN refuse_write('${REFUSALS.deactivated}', '')
+      WHEN $7::boolean AND (SELECT count(*) FROM users WHERE realm_id = $1 AND is_active) = 1
+        THEN refuse_write('${REFUSALS.lastUser}', '')
+      WHEN $8::boolean AND t.role = ${ROLES.owner} AND t.bot_type IS NULL AND ${ACTIVE_HUMAN_OWNERS} = 1
+        THEN refuse_write('${REFUSALS.lastOwner}', '')
+    END AS refused
+    FROM users t WHERE t.id = $5 AND t.realm_id = $1
+  ),
+  deactivated AS (
+    UPDATE users SET is_active = false
+    WHERE realm_id = $1 AND (id = $5 OR (id = ANY ($6::integer[]) AND is_active)) AND (SELECT refused FROM guard) IS NULL
+    RETURNING id
+  ),
+  -- Their queues end at once (a waiting poll is woken and finds its queue gone).
+  dropped_user_queue AS (
+    DELETE FROM event_queues WHERE realm_id = $1 AND user_id IN (SELECT id FROM deactivated)
+    RETURNING pg_notify('zulip_events', id::text) AS notified
+  ),${common('EXISTS (SELECT 1 FROM deactivated)')}
+  SELECT (SELECT refused FROM guard) AS refused`,
+};
+
+/** $5 target, $6 its new bot owner (a bot whose owner is deactivated), or null. */
+export const REACTIVATE_USER: Statement = {
+  name: 'user_management_reactivate',
+  text: `WITH guard AS (
+    SELECT CASE
+      WHEN t.bot_type IS NOT NULL AND EXISTS (
+        SELECT 1 FROM users o WHERE o.realm_id = $1 AND o.is_active AND lower(o.full_name) = lower(btrim(t.full_name)))
+        THEN refuse_write('${REFUSALS.botNameTaken}', t.full_name)
+    END AS refused
+    FROM users t WHERE t.id = $5 AND t.realm_id = $1
+  ),
+  reactivated AS (
+    UPDATE users SET is_active = true, bot_owner_id = COALESCE($6::integer, bot_owner_id)
+    WHERE id = $5 AND realm_id = $1 AND NOT is_active AND (SELECT refused FROM guard) IS NULL
+    RETURNING id
+  ),${common('EXISTS (SELECT 1 FROM reactivated)')}
+  SELECT (SELECT refused FROM guard) AS refused`,
+};
+
+/**
+ * $5 target, $6 new full name or null, $7 new role or null, $8 profile values to store (JSON
+ * [{id, value, rendered_value}]), $9 profile field ids whose values go.
+ */
+export const UPDATE_USER: Statement = {
+  name: 'user_management_update',
+  text: `WITH guard AS (
+    SELECT CASE
+      WHEN $7::smallint IS NOT NULL AND $7::smallint <> ${ROLES.owner} AND t.role = ${ROLES.owner} AND t.bot_type IS NULL
+        AND ${ACTIVE_HUMAN_OWNERS} = 1
+        THEN refuse_write('${REFUSALS.lastOwner}', '')
+    END AS refused
+    FROM users t WHERE t.id = $5 AND t.realm_id = $1
+  ),
+  updated AS (
+    UPDATE users SET full_name = COALESCE($6::text, full_name), role = COALESCE($7::smallint, role)
+    WHERE id = $5 AND realm_id = $1 AND ($6::text IS NOT NULL OR $7::smallint IS NOT NULL) AND (SELECT refused FROM guard) IS NULL
+    RETURNING id
+  ),
+  removed_value AS (
+    DELETE FROM custom_profile_field_values
+    WHERE user_id = $5 AND realm_id = $1 AND field_id = ANY ($9::integer[]) AND (SELECT refused FROM guard) IS NULL
+    RETURNING field_id
+  ),
+  stored_value AS (
+    INSERT INTO custom_profile_field_values (realm_id, user_id, field_id, value, rendered_value)
+    SELECT $1::integer, $5::integer, (v->>'id')::integer, v->>'value', v->>'rendered_value'
+    FROM json_array_elements($8::json) AS v
+    WHERE (SELECT refused FROM guard) IS NULL
+    ON CONFLICT (user_id, field_id) DO UPDATE SET value = EXCLUDED.value, rendered_value = EXCLUDED.rendered_value
+    RETURNING field_id
+  ),${common('(SELECT refused FROM guard) IS NULL')}
+  SELECT (SELECT refused FROM guard) AS refused`,
+};
+
+/** Runs statements on a Kysely connection or transaction (the admin command line's way in). */
+export const kyselyRunner = (db: Database): StatementRunner => ({
+  run: async <R>(statement: Statement, values: readonly unknown[]) =>
+    (await db.executeQuery<R>(CompiledQuery.raw(statement.text, [...values]))).rows,
+});

@@ -1,0 +1,403 @@
+import { createHash } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db/database.js';
+import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { errorBody, OK, success } from './helpers/envelope.js';
+import { register } from './helpers/events.js';
+import { apiKeys, basicAuth, createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
+
+/** User management (docs/management-api.md "Users"): GET /users/me, POST /users, DELETE, reactivate. */
+
+let ctx: TestContext;
+beforeEach(async () => {
+  ctx = await createTestContext();
+});
+afterEach(() => ctx.close());
+
+const gravatar = (email: string) =>
+  `https://secure.gravatar.com/avatar/${createHash('md5').update(email.toLowerCase()).digest('hex')}?d=identicon&version=1`;
+
+/** Every row a refused request could touch. */
+async function snapshot(db: Database) {
+  return {
+    users: await db.selectFrom('users').selectAll().orderBy('id').execute(),
+    queues: await db.selectFrom('event_queues').select(['id', 'next_event_id']).orderBy('id').execute(),
+    events: await db.selectFrom('events').select(['queue_id', 'id']).orderBy('queue_id').orderBy('id').execute(),
+  };
+}
+
+/** Runs a request that must be refused with `body` and change nothing. */
+async function expectRefused(request: () => ReturnType<typeof api>, body: string, status = 400) {
+  const before = await snapshot(ctx.db);
+  const res = await request();
+  expect(res.statusCode, res.body).toBe(status);
+  expect(res.body).toBe(body);
+  expect(await snapshot(ctx.db)).toEqual(before);
+}
+
+const grantCreateUsers = (user: FixtureUser) =>
+  ctx.db.updateTable('users').set({ can_create_users: true }).where('id', '=', ids[user]).execute();
+
+const createUser = (form: Record<string, string>, as: FixtureUser = 'A') => api(ctx.app, { method: 'POST', url: '/api/v1/users', as, form });
+const deactivate = (userId: number | string, as: FixtureUser = 'A', form?: Record<string, string>) =>
+  api(ctx.app, { method: 'DELETE', url: `/api/v1/users/${userId}`, as, ...(form && { form }) });
+const reactivate = (userId: number | string, as: FixtureUser = 'A') => api(ctx.app, { method: 'POST', url: `/api/v1/users/${userId}/reactivate`, as });
+const isActive = async (userId: number) =>
+  (await ctx.db.selectFrom('users').select('is_active').where('id', '=', userId).executeTakeFirstOrThrow()).is_active;
+
+const NEW_USER = { email: 'New.Person@Example.COM', password: 'long enough', full_name: '  New Person ' };
+const adminRequired = errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL');
+
+describe('GET /api/v1/users/me', () => {
+  it("is the caller's object at the top level, full avatar URL, profile_data, max_message_id -1, no ignored parameters", async () => {
+    await ctx.db.insertInto('custom_profile_field_values').values({ realm_id: 1, user_id: ids.U, field_id: 4, value: '1999-12-31' }).execute();
+    const res = await api(ctx.app, { url: '/api/v1/users/me?client_gravatar=true&foo=1', as: 'U' });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(success({
+      email: 'u@example.com', user_id: ids.U, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
+      is_bot: false, full_name: 'U Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
+      delivery_email: 'u@example.com', avatar_url: gravatar('u@example.com'), is_imported_stub: false,
+      profile_data: { 4: { value: '1999-12-31' } }, max_message_id: -1,
+    }));
+  });
+
+  it('a bot gets bot_type and bot_owner_id, no profile_data; a guest and an owner their roles', async () => {
+    const bot = (await api(ctx.app, { url: '/api/v1/users/me', as: 'B' })).json();
+    expect(Object.keys(bot).slice(-4)).toEqual(['is_imported_stub', 'bot_type', 'bot_owner_id', 'max_message_id']);
+    expect(bot).toMatchObject({ user_id: ids.B, is_bot: true, bot_type: 1, bot_owner_id: ids.U });
+    expect((await api(ctx.app, { url: '/api/v1/users/me', as: 'G' })).json()).toMatchObject({ role: 600, is_guest: true, profile_data: {} });
+    expect((await api(ctx.app, { url: '/api/v1/users/me', as: 'O' })).json()).toMatchObject({ role: 100, is_owner: true, is_admin: true });
+  });
+
+  it('needs credentials', async () => {
+    const res = await api(ctx.app, { url: '/api/v1/users/me' });
+    expect(res.statusCode).toBe(401);
+  });
+});
+
+describe('POST /api/v1/users', () => {
+  it('is refused to non-administrators before the parameters are read', async () => {
+    for (const as of ['U', 'M', 'G', 'B'] as const) {
+      await expectRefused(() => createUser({}, as), adminRequired);
+      await expectRefused(() => createUser({ ...NEW_USER, full_name: 'a|1' }, as), adminRequired);
+    }
+  });
+
+  it('needs the can_create_users permission, which no one has by default', async () => {
+    await expectRefused(() => createUser(NEW_USER, 'O'), errorBody('User not authorized to create users'));
+    await expectRefused(() => createUser(NEW_USER, 'A'), errorBody('User not authorized to create users'));
+  });
+
+  it("checks, in Zulip's order, with Zulip's messages, and changes nothing", async () => {
+    await grantCreateUsers('A');
+    const missing = (name: string) => JSON.stringify({ result: 'error', msg: `Missing '${name}' argument`, var_name: name, code: 'REQUEST_VARIABLE_MISSING' });
+    await expectRefused(() => createUser({}), missing('email'));
+    await expectRefused(() => createUser({ email: 'a@b.co' }), missing('password'));
+    await expectRefused(() => createUser({ email: 'a@b.co', password: 'secret1' }), missing('full_name'));
+    const cases: [Record<string, string>, string][] = [
+      [{ full_name: 'x'.repeat(101) }, 'Name too long!'],
+      [{ full_name: '   ' }, 'Name must not be empty!'],
+      [{ full_name: 'Opheli*' }, 'Invalid characters in name!'],
+      [{ full_name: 'a\u0000b' }, 'Invalid characters in name!'],
+      [{ full_name: 'iago|72' }, 'Invalid format!'],
+      [{ email: 'broken' }, 'Bad name or username'],
+      [{ email: 'a b@example.com' }, 'Bad name or username'],
+      [{ email: `${'x'.repeat(250)}@e.co` }, 'Bad name or username'],
+      [{ email: 'U@EXAMPLE.com' }, 'Email is already in use.'],
+      // A deactivated user's address is taken too; the address comes before the password.
+      [{ email: 'd@example.com', password: '' }, 'Email is already in use.'],
+      [{ password: '' }, 'The password is too weak.'],
+      [{ password: 'five5' }, 'The password is too weak.'],
+    ];
+    for (const [change, msg] of cases) await expectRefused(() => createUser({ ...NEW_USER, ...change }), errorBody(msg));
+  });
+
+  it('creates a member and sends realm_user/add to every active user, with the queue numbering', async () => {
+    await grantCreateUsers('A');
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueG = await createQueue(ctx.db, 'G', ['realm_user']);
+    const queueOther = await createQueue(ctx.db, 'X');
+    const queueNoUsers = await createQueue(ctx.db, 'V', ['subscription']);
+    const res = await createUser({ ...NEW_USER, short_name: 'np' });
+    expect(res.statusCode).toBe(200);
+    const userId = res.json().user_id as number;
+    expect(userId).toBeGreaterThan(1000);
+    expect(res.body).toBe(success({ user_id: userId, ignored_parameters_unsupported: ['short_name'] }));
+    const row = await ctx.db.selectFrom('users').selectAll().where('id', '=', userId).executeTakeFirstOrThrow();
+    expect(row).toMatchObject({
+      realm_id: 1, delivery_email: 'New.Person@example.com', full_name: 'New Person', role: 400, is_active: true, bot_type: null,
+      timezone: '', email_address_visibility: 1, can_create_users: false,
+    });
+    const person = {
+      email: 'New.Person@example.com', user_id: userId, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
+      is_bot: false, full_name: 'New Person', timezone: '', is_active: true, date_joined: expect.any(String) as unknown,
+      delivery_email: 'New.Person@example.com', avatar_url: gravatar('New.Person@example.com'), is_imported_stub: false, profile_data: {},
+    };
+    expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
+    expect(await queueEvents(ctx.db, queueG)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
+    expect(await queueEvents(ctx.db, queueOther)).toEqual([]);
+    expect(await queueEvents(ctx.db, queueNoUsers)).toEqual([]);
+    const [event] = await queueEvents(ctx.db, queueU);
+    expect(Object.keys(event!.person as object)).toEqual(Object.keys(person));
+    // The same address again, in another case, is taken.
+    await expectRefused(() => createUser({ ...NEW_USER, email: 'new.person@EXAMPLE.com' }), errorBody('Email is already in use.'));
+    // register shows the new user.
+    const state = (await register(ctx.app, { fetch_event_types: '["realm_user"]' })).json();
+    expect(state.realm_users.map((user: { user_id: number }) => user.user_id)).toContain(userId);
+  });
+
+  it('costs a constant number of statements, whatever the number of queues', async () => {
+    await grantCreateUsers('A');
+    ctx.database.statements.length = 0;
+    expect((await createUser({ ...NEW_USER, email: 'one@example.com' })).statusCode).toBe(200);
+    const one = ctx.database.statements.length;
+    for (const user of ['U', 'V', 'G', 'M', 'O'] as const) await createQueue(ctx.db, user);
+    ctx.database.statements.length = 0;
+    expect((await createUser({ ...NEW_USER, email: 'two@example.com' })).statusCode).toBe(200);
+    expect(ctx.database.statements.length).toBe(one);
+  });
+
+  it("in a restricted organization guests who share no channel with the new user get nothing", async () => {
+    await restrict(ctx.db);
+    await grantCreateUsers('A');
+    const queueG = await createQueue(ctx.db, 'G');
+    const queueM = await createQueue(ctx.db, 'M');
+    expect((await createUser(NEW_USER)).statusCode).toBe(200);
+    expect(await queueEvents(ctx.db, queueG)).toEqual([]);
+    expect(await queueEvents(ctx.db, queueM)).toHaveLength(1);
+  });
+});
+
+describe('DELETE /api/v1/users/{user_id}', () => {
+  it('deactivates, ends the queues and API access of the user at once, and tells everyone else', async () => {
+    const queueV = await createQueue(ctx.db, 'V');
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueO = await createQueue(ctx.db, 'O', ['subscription']);
+    const res = await deactivate(ids.V, 'A', { deactivation_notification_comment: 'bye' });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    expect(await isActive(ids.V)).toBe(false);
+    expect(await ctx.db.selectFrom('event_queues').select('id').where('id', '=', queueV).executeTakeFirst()).toBeUndefined();
+    expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 0 }]);
+    expect(await queueEvents(ctx.db, queueO)).toEqual([]);
+    const asV = await api(ctx.app, { url: '/api/v1/users/me', headers: { authorization: basicAuth('v@example.com', apiKeys.V) } });
+    expect(asV.statusCode).toBe(401);
+    expect(asV.body).toBe(errorBody('Account is deactivated', 'UNAUTHORIZED'));
+    await expectRefused(() => deactivate(ids.V), errorBody('User is deactivated'));
+  });
+
+  it("deactivates the user's active bots first, each with its event", async () => {
+    const queueA = await createQueue(ctx.db, 'A');
+    expect((await deactivate(ids.U)).statusCode).toBe(200);
+    expect(await isActive(ids.B)).toBe(false);
+    expect(await isActive(ids.H)).toBe(false);
+    expect((await queueEvents(ctx.db, queueA)).map((event) => (event.person as { user_id: number }).user_id)).toEqual([ids.B, ids.H, ids.U]);
+  });
+
+  it("refuses with Zulip's messages and changes nothing", async () => {
+    await expectRefused(() => deactivate(ids.B), errorBody('No such user'));
+    await expectRefused(() => deactivate(999999), errorBody('No such user'));
+    await expectRefused(() => deactivate('99999999999'), errorBody('No such user'));
+    await expectRefused(() => deactivate(ids.X), errorBody('No such user'));
+    await expectRefused(() => deactivate(ids.D), errorBody('User is deactivated'));
+    await expectRefused(() => deactivate(ids.V, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => deactivate(ids.V, 'M'), errorBody('Insufficient permission'));
+    await expectRefused(() => deactivate(ids.O, 'A'), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => deactivate(ids.O, 'O'), errorBody('Cannot deactivate the only organization owner'));
+    await expectRefused(() => deactivate(ids.V, 'A', { deactivation_notification_comment: 'x'.repeat(2001) }),
+      errorBody('deactivation_notification_comment is too long (limit: 2000 characters)'));
+  });
+
+  it('a non-numeric path is not this route', async () => {
+    const res = await deactivate('abc');
+    expect(res.statusCode).toBe(405);
+    expect(res.body).toBe(JSON.stringify({ result: 'error', msg: 'Method Not Allowed', allowed_methods: ['GET', 'HEAD', 'PATCH'] }));
+  });
+
+  it('costs a constant number of statements', async () => {
+    ctx.database.statements.length = 0;
+    expect((await deactivate(ids.V)).statusCode).toBe(200);
+    const one = ctx.database.statements.length;
+    ctx.database.statements.length = 0;
+    expect((await deactivate(ids.U)).statusCode).toBe(200);
+    expect(ctx.database.statements.length).toBe(one);
+  });
+});
+
+describe('DELETE /api/v1/users/me', () => {
+  it('the only owner stays', async () => {
+    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' }), JSON.stringify({
+      result: 'error', msg: 'Cannot deactivate the only organization owner.', is_last_owner: true, entity: 'organization owner',
+      code: 'CANNOT_DEACTIVATE_LAST_USER',
+    }));
+  });
+
+  it('the last user stays', async () => {
+    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'X', host: 'other.chat.example.com' }), JSON.stringify({
+      result: 'error', msg: 'Cannot deactivate the only user.', is_last_owner: false, entity: 'user', code: 'CANNOT_DEACTIVATE_LAST_USER',
+    }));
+  });
+
+  it('a member deactivates themselves and their bots; parameters are not reported', async () => {
+    const queueV = await createQueue(ctx.db, 'V');
+    const res = await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'U', form: { foo: '1' } });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    expect(await isActive(ids.U)).toBe(false);
+    expect(await isActive(ids.B)).toBe(false);
+    expect((await queueEvents(ctx.db, queueV)).map((event) => event.person)).toEqual([
+      { user_id: ids.B, is_active: false }, { user_id: ids.H, is_active: false }, { user_id: ids.U, is_active: false },
+    ]);
+  });
+
+  it('an owner may leave when another owner remains', async () => {
+    await ctx.db.updateTable('users').set({ role: 100 }).where('id', '=', ids.A).execute();
+    expect((await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' })).statusCode).toBe(200);
+    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'A' }), JSON.stringify({
+      result: 'error', msg: 'Cannot deactivate the only organization owner.', is_last_owner: true, entity: 'organization owner',
+      code: 'CANNOT_DEACTIVATE_LAST_USER',
+    }));
+  });
+});
+
+describe('POST /api/v1/users/{user_id}/reactivate', () => {
+  it('reactivates and tells everyone', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    const res = await reactivate(ids.D);
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    expect(await isActive(ids.D)).toBe(true);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'update', person: { user_id: ids.D, is_active: true }, id: 0 }]);
+  });
+
+  it('an active user: success, nothing sent', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    const res = await api(ctx.app, { method: 'POST', url: `/api/v1/users/${ids.V}/reactivate`, as: 'A', form: { foo: '1' } });
+    expect(res.body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+  });
+
+  it("refuses with Zulip's messages and changes nothing", async () => {
+    await expectRefused(() => reactivate(ids.D, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => reactivate(999999), errorBody('No such user'));
+    await expectRefused(() => reactivate(ids.X), errorBody('No such user'));
+    await expectRefused(() => reactivate(ids.B), errorBody(
+      'There is already an active bot named "B Bot" in this organization. To reactivate this bot, you must rename or deactivate the other one first.'));
+  });
+
+  it("a bot's owner may reactivate it; a bot of a deactivated owner gets the caller as its owner", async () => {
+    await ctx.db.updateTable('users').set({ is_active: false }).where('id', '=', ids.B).execute();
+    expect((await reactivate(ids.B, 'U')).statusCode).toBe(200);
+    expect(await isActive(ids.B)).toBe(true);
+    expect((await deactivate(ids.U)).statusCode).toBe(200);
+    const queueM = await createQueue(ctx.db, 'M');
+    expect((await reactivate(ids.B, 'A')).statusCode).toBe(200);
+    const bot = await ctx.db.selectFrom('users').select(['is_active', 'bot_owner_id']).where('id', '=', ids.B).executeTakeFirstOrThrow();
+    expect(bot).toEqual({ is_active: true, bot_owner_id: ids.A });
+    expect((await queueEvents(ctx.db, queueM)).map((event) => event.person)).toEqual([
+      { user_id: ids.B, is_active: true }, { user_id: ids.B, bot_owner_id: ids.A },
+    ]);
+  });
+});
+
+describe('PATCH /api/v1/users/{user_id | email}', () => {
+  const patch = (user: number | string, form: Record<string, string>, as: FixtureUser = 'A') =>
+    api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${user}`, as, form });
+  const row = (userId: number) => ctx.db.selectFrom('users').select(['full_name', 'role']).where('id', '=', userId).executeTakeFirstOrThrow();
+  const update = (userId: number, person: object, id: number) => ({ type: 'realm_user', op: 'update', person: { user_id: userId, ...person }, id });
+
+  it('changes the role, and everyone (the user too) gets realm_user/update', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueV = await createQueue(ctx.db, 'V');
+    const res = await patch(ids.V, { role: '200' });
+    expect(res.body).toBe(OK);
+    expect((await row(ids.V)).role).toBe(200);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([update(ids.V, { role: 200 }, 0)]);
+    expect(await queueEvents(ctx.db, queueV)).toEqual([update(ids.V, { role: 200 }, 0)]);
+    // The same role again: nothing.
+    expect((await patch(ids.V, { role: '200' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toHaveLength(1);
+  });
+
+  it("role rules: only owners grant or remove ownership; the only owner stays; parsing comes first", async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    await expectRefused(() => patch(ids.V, { role: '1000' }, 'U'), errorBody('Invalid role: Value error, Not in the list of possible values'));
+    await expectRefused(() => patch(ids.V, { role: '"200"' }), errorBody('role is not an integer'));
+    await expectRefused(() => patch(ids.V, { role: 'x' }), errorBody('role is not valid JSON'));
+    await expectRefused(() => patch(ids.V, { role: '200' }, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => patch(ids.U, { role: '200' }, 'U'), errorBody('Insufficient permission'));
+    await expectRefused(() => patch(ids.V, { role: '100' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.O, { role: '200' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.O, { role: '400' }, 'O'),
+      errorBody('The owner permission cannot be removed from the only organization owner.'));
+    await expectRefused(() => patch(ids.B, { role: '200' }, 'U'), errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(() => patch(ids.X, { full_name: 'x' }), errorBody('No such user'));
+    await expectRefused(() => patch(999999, { full_name: 'x' }), errorBody('No such user'));
+    await expectRefused(() => patch(ids.V, { new_email: 'v2@example.com' }, 'O'), errorBody('User not authorized to change user emails'));
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    // An owner makes another owner, who may then be demoted.
+    expect((await patch(ids.A, { role: '100' }, 'O')).body).toBe(OK);
+    expect((await patch(ids.O, { role: '200' }, 'A')).body).toBe(OK);
+    expect((await row(ids.O)).role).toBe(200);
+  });
+
+  it('full_name: blank or unchanged is ignored; otherwise checked as at creation', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    expect((await patch(ids.V, { full_name: '   ' })).body).toBe(OK);
+    expect((await patch(ids.V, { full_name: 'V Member' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    await expectRefused(() => patch(ids.V, { full_name: 'Opheli*' }), errorBody('Invalid characters in name!'));
+    await expectRefused(() => patch(ids.V, { full_name: 'x'.repeat(101) }), errorBody('Name too long!'));
+    await expectRefused(() => patch(ids.V, { full_name: 'iago|72' }), errorBody('Invalid format!'));
+    expect((await patch('v@example.com', { full_name: ' Vera ', extra: '1' })).body).toBe(success({ ignored_parameters_unsupported: ['extra'] }));
+    expect((await row(ids.V)).full_name).toBe('Vera');
+    // A bot's owner may rename it; a deactivated user may be renamed.
+    expect((await patch(ids.B, { full_name: 'Robo' }, 'U')).body).toBe(OK);
+    expect((await patch(ids.D, { full_name: 'Dee' })).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { full_name: 'Vera' }, 0), update(ids.B, { full_name: 'Robo' }, 1), update(ids.D, { full_name: 'Dee' }, 2),
+    ]);
+  });
+
+  it('profile_data: set, remove, validate by field type; one event per changed field', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":"x"}]' }), errorBody('Field id 9001 not found.'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":null}]' }), errorBody('Field id 9001 not found.'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":3,"value":"bad"}]' }), errorBody("'bad' is not a valid choice for 'Team'."));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":1,"value":"x"},{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    await expectRefused(() => patch(ids.V, { profile_data: '{}' }), errorBody('profile_data is not a list'));
+    await expectRefused(() => patch(ids.V, { profile_data: '[{"value":"x"}]' }), errorBody('profile_data[0]["id"] field is missing: Field required'));
+    const res = await patch(ids.V, { profile_data: '[{"id":1,"value":"**New**"},{"id":4,"value":null},{"id":3,"value":"opt1"}]' });
+    expect(res.body).toBe(OK);
+    const values = await ctx.db.selectFrom('custom_profile_field_values').select(['field_id', 'value', 'rendered_value'])
+      .where('user_id', '=', ids.V).orderBy('field_id').execute();
+    expect(values).toEqual([
+      { field_id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' },
+      { field_id: 2, value: 'line1\nline2 <b>x</b>', rendered_value: expect.any(String) as unknown },
+      { field_id: 3, value: 'opt1', rendered_value: null },
+    ]);
+    // The removal first (Zulip removes before it sets); the unchanged select value sends nothing.
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { custom_profile_field: { id: 4, value: null } }, 0),
+      update(ids.V, { custom_profile_field: { id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' } }, 1),
+    ]);
+  });
+
+  it('costs a constant number of statements, whatever the number of fields and changes', async () => {
+    ctx.database.statements.length = 0;
+    expect((await patch(ids.V, { full_name: 'One', profile_data: '[{"id":1,"value":"a"}]' })).body).toBe(OK);
+    const one = ctx.database.statements.length;
+    ctx.database.statements.length = 0;
+    const many = '[{"id":1,"value":"b"},{"id":2,"value":"c"},{"id":3,"value":"opt1"},{"id":4,"value":null}]';
+    expect((await patch(ids.V, { full_name: 'Two', role: '300', profile_data: many })).body).toBe(OK);
+    expect(ctx.database.statements.length).toBe(one);
+  });
+
+  it('an empty PATCH succeeds and sends nothing; PATCH /users/me is not a route', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    expect((await patch(ids.V, {})).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    expect((await patch('me', { full_name: 'x' })).statusCode).toBe(405);
+  });
+});
