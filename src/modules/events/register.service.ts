@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import { runQuery } from '../../db/reusable-statement.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
 import type { Departure } from '../../http/client-gone.js';
 import { forEachInSlices } from '../../lib/slices.js';
@@ -117,13 +117,17 @@ export async function registerEventQueue(
     lifespanSeconds: queueLifespanSeconds(request, config),
   };
   const read = await transactions.run(caller.id, async (tx) => {
-    // Every statement is issued before the first await (see UserTransactions.run).
+    // Every statement is issued before the first await (see UserTransactions.run). The
+    // organization's membership lock, shared, first: a subscription change's events and this
+    // state agree (REALM_MEMBERSHIP_LOCK_NAMESPACE).
+    const membership = tx.run(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
     const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
     const users = wanted('realm_user')
       ? runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }))
       : undefined;
     const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
     const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
+    await membership;
     await created;
     return { users: await users, subscriptions: await subscriptions, views: await views };
   // Large: it reads the whole organization's users.
