@@ -153,10 +153,14 @@ export const MULTI_USER_EVENT_ARGUMENTS = ['realmId', 'events', 'maxPendingEvent
  * organization's membership lock (src/db/user-transactions.ts) rather than each recipient's.
  */
 export function withEventsForUsers(db: Database, args: MultiUserEventArgs) {
+  // Each event's fields are taken out once (MATERIALIZED), before it meets its recipients: `json`
+  // is text, parsed again by every ->, and an item carries its recipient list (thousands of ids).
   const incoming = sql<IncomingEvent>`(
-    SELECT e.item->'event', e.ord, e.item->'event'->>'type', r.user_id::integer
-    FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(item, ord)
-    CROSS JOIN LATERAL json_array_elements_text(e.item->'users') AS r(user_id))`;
+    WITH item AS MATERIALIZED (
+      SELECT e.item->'event' AS payload, e.ord, e.item->'event'->>'type' AS type, e.item->'users' AS users
+      FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(item, ord))
+    SELECT item.payload, item.ord, item.type, r.user_id::integer
+    FROM item CROSS JOIN LATERAL json_array_elements_text(item.users) AS r(user_id))`;
   return appendEvents(db, { realmId: args.realmId, maxPendingEvents: args.maxPendingEvents, incoming });
 }
 

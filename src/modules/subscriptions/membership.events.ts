@@ -82,16 +82,17 @@ export function peerEvents(op: 'peer_add' | 'peer_remove', changes: PeerChange[]
     if (changed.length === 0) continue;
     const userIds = [...changed].sort(ascending);
     const changedSet = new Set(userIds);
-    const users = [...recipients.peersOf(channel, subscribersAfter)].filter((id) => !changedSet.has(id)).sort(ascending);
+    const peers = () => [...recipients.peersOf(channel, subscribersAfter)].filter((id) => !changedSet.has(id)).sort(ascending);
     const ownEvent = channel.invite_only || (!channel.is_web_public && subscribersAfter.some((id) => recipients.isGuest(id)));
     if (ownEvent) {
-      events.push({ users, event: { type: 'subscription', op, stream_ids: [channel.id], user_ids: userIds } });
+      events.push({ users: peers(), event: { type: 'subscription', op, stream_ids: [channel.id], user_ids: userIds } });
       continue;
     }
+    // The batch's channels have the same peers (every non-guest, or every user): computed once.
     const key = `${channel.is_web_public ? 'web' : 'public'}:${userIds.join(',')}`;
     const batch = batches.get(key);
     if (batch) batch.streamIds.push(channel.id);
-    else batches.set(key, { streamIds: [channel.id], changed: userIds, users });
+    else batches.set(key, { streamIds: [channel.id], changed: userIds, users: peers() });
   }
   for (const batch of batches.values()) {
     events.push({ users: batch.users, event: { type: 'subscription', op, stream_ids: batch.streamIds.sort(ascending), user_ids: batch.changed } });

@@ -61,6 +61,12 @@ export interface MembershipRead {
   /** The organization's active users (ids and roles, in id order): the events' recipients. */
   active_ids: number[];
   active_roles: number[];
+  /**
+   * The users with an event queue: the only recipients whose events are stored. No queue can be
+   * added meanwhile: register creates queues under the organization's membership lock, shared,
+   * which the change holds exclusively.
+   */
+  queue_owners: number[];
   /** Ids for the channels to create (at most one per name that names none). */
   new_ids: number[];
 }
@@ -100,6 +106,7 @@ SELECT
      WHERE sub.user_id IN (SELECT id FROM target) AND sub.active GROUP BY sub.user_id) g) AS used_colors,
   ARRAY(SELECT id FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_ids,
   ARRAY(SELECT role FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_roles,
+  ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
     CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids`;
 

@@ -66,7 +66,7 @@ const noSuchUser = () => badRequest('No such user');
 const insufficientPermission = () => badRequest('Insufficient permission');
 
 /** Runs `work` in the caller's interactive transaction, holding the organization's membership lock. */
-function underMembershipLock<T>(writes: EventWrites, caller: MembershipCaller, work: (tx: StatementRunner) => Promise<T>, departure: Departure | undefined): Promise<T> {
+function underMembershipLock<T>(writes: EventWrites, caller: Pick<MembershipCaller, 'id' | 'realmId'>, work: (tx: StatementRunner) => Promise<T>, departure: Departure | undefined): Promise<T> {
   return writes.transactions.runInteractive(caller.id, async (tx) => {
     await tx.run(REALM_MEMBERSHIP_LOCK, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
     return work(tx);
@@ -191,8 +191,9 @@ export function subscribeUsers(context: MembershipContext, caller: MembershipCal
     const subscribers = subscribingOthers ? resolvePrincipals(principals, read, caller, context.config) : [read.targets.find((user) => user.id === caller.id)!];
     const created = createdChannels(missing, request, read.new_ids, caller);
     const authorized = existing.filter((channel) => !unauthorized.includes(channel));
-    const plan = planSubscriptions(request, [...authorized, ...created], new Set(created.map((channel) => channel.id)), subscribers, read);
-    if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events);
+    const requestedColors = new Map(request.channels.filter((channel) => channel.color !== undefined).map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]));
+    const plan = planSubscriptions(requestedColors, [...authorized, ...created], new Set(created.map((channel) => channel.id)), subscribers, read);
+    if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events, read.queue_owners);
     const newlySubscribedUsers = Object.keys(plan.subscribed).length;
     return {
       subscribed: plan.subscribed,
@@ -223,7 +224,7 @@ interface Addition {
 
 /** Who gets subscribed where (a new row, or an inactive one reactivated with its settings), the answer's maps and the events. */
 function planSubscriptions(
-  request: SubscribeRequest,
+  requestedColors: ReadonlyMap<string, string>,
   channels: ChannelRow[],
   createdIds: Set<number>,
   users: TargetRow[],
@@ -231,7 +232,6 @@ function planSubscriptions(
 ) {
   const index = membershipIndex(read);
   const recipients = new Recipients(read.active_ids, read.active_roles);
-  const colorOf = new Map(request.channels.filter((channel) => channel.color !== undefined).map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]));
   const subscribed: Record<string, string[]> = {};
   const alreadySubscribed: Record<string, string[]> = {};
   const added: Addition[] = [];
@@ -247,7 +247,7 @@ function planSubscriptions(
         continue;
       }
       (subscribed[key] ??= []).push(channel.name);
-      const color = row?.color ?? colorOf.get(channel.name.toLowerCase()) ?? colors.next();
+      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? colors.next();
       added.push({ user_id: user.id, stream_id: channel.id, color });
       const list = addedTo.get(channel.id);
       if (list) list.push(user.id);
@@ -291,24 +291,28 @@ function planSubscriptions(
 
 async function writeMembership(
   tx: StatementRunner,
-  context: MembershipContext,
-  caller: MembershipCaller,
+  context: EventWrites,
+  caller: Pick<MembershipCaller, 'realmId'>,
   created: ChannelRow[],
   added: Addition[],
   removed: { user_id: number; stream_id: number }[],
   events: AddressedEvent[],
+  queueOwners: number[],
 ): Promise<void> {
+  // Only users with a queue can receive (a public channel's peers are the whole organization).
+  const owners = new Set(queueOwners);
+  const stored = events.map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) })).filter((event) => event.users.length > 0);
   const channels: NewChannel[] = created.map((channel) => ({
     id: channel.id, name: channel.name, description: channel.description, rendered_description: channel.rendered_description,
     invite_only: channel.invite_only, is_web_public: channel.is_web_public, history_public_to_subscribers: channel.history_public_to_subscribers,
-    creator_id: caller.id, date_created: new Date(channel.date_created * 1000).toISOString(),
+    creator_id: channel.creator_id!, date_created: new Date(channel.date_created * 1000).toISOString(),
   }));
   await writeMembershipStatement(tx, {
     realmId: caller.realmId,
     channels: JSON.stringify(channels),
     added: JSON.stringify(added),
     removed: JSON.stringify(removed),
-    events: JSON.stringify(events.filter((event) => event.users.length > 0)),
+    events: JSON.stringify(stored),
     maxPendingEvents: context.maxPendingEvents,
   });
 }
@@ -368,8 +372,30 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
       for (const [userId, channels] of lostBy) {
         events.push({ users: [userId], event: { type: 'subscription', op: 'remove', subscriptions: channels.map((channel) => ({ name: channel.name, stream_id: channel.id })) } });
       }
-      await writeMembership(tx, context, caller, [], [], removals, events);
+      await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
     }
     return { removed, not_removed: notRemoved };
   }, departure);
+}
+
+/** The admin command line's `subscribe` names a channel that does not exist. */
+export class ChannelNotFound extends Error {}
+
+/**
+ * The admin command line's `subscribe` (src/cli/operations.ts): subscribes one user to one
+ * existing channel (archived included), as an operator, without the API's permission checks,
+ * through the same lock, read, plan, write and events as POST /users/me/subscriptions. Returns
+ * the subscription's colour (an existing row's, reactivated or active, is kept).
+ */
+export function subscribeAsOperator(writes: EventWrites, realmId: number, userId: number, channelName: string): Promise<{ stream_id: number; color: string }> {
+  return underMembershipLock(writes, { id: userId, realmId }, async (tx) => {
+    const read = await readMembership(tx, { realmId, names: [channelName], targetIds: [userId], targetEmails: [], wantNewIds: false });
+    const { existing } = matchNames([channelName], read);
+    const channel = existing[0];
+    const user = read.targets.find((target) => target.id === userId);
+    if (!channel || !user) throw new ChannelNotFound(channelName);
+    const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
+    if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
+    return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
+  }, undefined);
 }
