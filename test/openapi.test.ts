@@ -88,6 +88,14 @@ const EXPECTED: Record<string, ParameterLists> = {
   },
   'GET /api/v1/events': { query: ['last_event_id', 'queue_id', 'dont_block'], required: ['last_event_id', 'queue_id'] },
   'DELETE /api/v1/events': { body: ['queue_id'], required: ['queue_id'] },
+  // Subscriptions (membership).
+  'POST /api/v1/users/me/subscriptions': {
+    body: ['subscriptions', 'principals', 'authorization_errors_fatal', 'invite_only', 'is_web_public', 'history_public_to_subscribers', 'send_new_subscription_messages'],
+    required: ['subscriptions'],
+  },
+  'DELETE /api/v1/users/me/subscriptions': { body: ['subscriptions', 'principals'], required: ['subscriptions'] },
+  'GET /api/v1/users/{user_id}/subscriptions/{stream_id}': { path: ['user_id', 'stream_id'] },
+  'GET /api/v1/streams/{stream_id}/members': { path: ['stream_id'] },
 };
 
 describe('GET /api/openapi.json', () => {
@@ -173,6 +181,17 @@ describe('GET /api/openapi.json', () => {
       ['DELETE /api/v1/navigation_views/{fragment}', { method: 'DELETE', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U' }],
       ['GET /api/v1/events', { url: `/api/v1/events?last_event_id=-1&queue_id=${queueId}&dont_block=true`, as: 'U' }],
       ['DELETE /api/v1/events', { method: 'DELETE', url: '/api/v1/events', as: 'U', form: { queue_id: queueId } }],
+      // Subscriptions (membership).
+      ['POST /api/v1/users/me/subscriptions', {
+        method: 'POST', url: '/api/v1/users/me/subscriptions', as: 'U',
+        form: {
+          subscriptions: '[{"name":"Q"}]', principals: '[13]', authorization_errors_fatal: 'false', invite_only: 'false', is_web_public: 'false',
+          history_public_to_subscribers: 'false', send_new_subscription_messages: 'true',
+        },
+      }],
+      ['DELETE /api/v1/users/me/subscriptions', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', as: 'U', form: { subscriptions: '["Q"]', principals: '[13]' } }],
+      ['GET /api/v1/users/{user_id}/subscriptions/{stream_id}', { url: '/api/v1/users/13/subscriptions/100', as: 'U' }],
+      ['GET /api/v1/streams/{stream_id}/members', { url: '/api/v1/streams/100/members', as: 'U' }],
     ];
     const documented = Object.fromEntries(operations().map((entry) => [entry.key, documentedParameters(entry.operation)]));
     const registerBody = ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'];
