@@ -23,11 +23,16 @@ export class Recipients {
   private readonly admins: number[];
   private readonly roles = new Map<number, number>();
 
-  constructor(ids: number[], roles: number[]) {
-    this.all = ids;
+  /**
+   * `ids` and `roles`: the organization's active users. `listeners`: those with an event queue,
+   * the only ones events are stored for (the lists of recipients are cut to them at once, so an
+   * organization of thousands costs what its connected users cost).
+   */
+  constructor(ids: number[], roles: number[], listeners: readonly number[]) {
     ids.forEach((id, index) => this.roles.set(id, roles[index]!));
-    this.nonGuests = ids.filter((id) => this.roles.get(id) !== ROLES.guest);
-    this.admins = ids.filter((id) => this.roles.get(id)! <= ROLES.admin);
+    this.all = [...new Set(listeners)].filter((id) => this.roles.has(id)).sort((a, b) => a - b);
+    this.nonGuests = this.all.filter((id) => this.roles.get(id) !== ROLES.guest);
+    this.admins = this.all.filter((id) => this.roles.get(id)! <= ROLES.admin);
   }
 
   isActive(id: number): boolean {

@@ -231,7 +231,7 @@ function planSubscriptions(
   read: MembershipRead,
 ) {
   const index = membershipIndex(read);
-  const recipients = new Recipients(read.active_ids, read.active_roles);
+  const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
   const subscribed: Record<string, string[]> = {};
   const alreadySubscribed: Record<string, string[]> = {};
   const added: Addition[] = [];
@@ -345,7 +345,7 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
     }
     if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
     const index = membershipIndex(read);
-    const recipients = new Recipients(read.active_ids, read.active_roles);
+    const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
     const removed: string[] = [];
     const notRemoved: string[] = [];
     const removals: { user_id: number; stream_id: number }[] = [];
