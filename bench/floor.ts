@@ -214,6 +214,50 @@ app.patch<{ Params: { '*': string }; Body: { is_pinned?: string; name?: string }
   return write(request, reply, 'view_write', VIEW_WRITE, [fragment, isPinned, event, name]);
 });
 
+/**
+ * The membership floor: DELETE and POST /api/v1/users/me/subscriptions naming channels of the
+ * caller's organization, ONE statement each: authentication, the subscriptions deactivated or
+ * upserted by name, and one event to every queue of the organization (the caller's queues the
+ * subscription event, the others peer_remove / peer_add), with their NOTIFYs. No checks of names,
+ * access or principals, no locks, no other reads.
+ */
+// caller has realm_id twice (CALLER_COLUMNS repeats it): `me` names the caller's organization once.
+const MEMBERSHIP_CHANGED = (change: string) => `WITH ${CALLER_CTE}, me AS (
+  SELECT c.id AS user_id, c.realm_id AS realm FROM users c WHERE c.api_key_hash = $1
+), changed AS (
+  ${change}
+  RETURNING s.stream_id
+), ids AS (
+  SELECT coalesce(json_agg(stream_id ORDER BY stream_id), '[]') AS stream_ids FROM changed
+), queued AS (
+  UPDATE event_queues q SET next_event_id = q.next_event_id + 1 FROM me
+  WHERE q.realm_id = me.realm AND EXISTS (SELECT 1 FROM changed)
+  RETURNING q.id, q.realm_id, q.user_id = me.user_id AS own, q.next_event_id - 1 AS event_id
+), inserted AS (
+  INSERT INTO events (queue_id, id, realm_id, payload)
+  SELECT queued.id, event_id, queued.realm_id, CASE WHEN own THEN json_build_object('type', 'subscription', 'op', $3::text, 'stream_ids', ids.stream_ids)
+    ELSE json_build_object('type', 'subscription', 'op', 'peer_' || $3::text, 'stream_ids', ids.stream_ids, 'user_ids', json_build_array(me.user_id)) END
+  FROM queued, ids, me
+  RETURNING queue_id
+)
+${WRITE_RESULT}`;
+const MEMBERSHIP_REMOVE = MEMBERSHIP_CHANGED(`UPDATE subscriptions s SET active = false FROM me, streams c
+  WHERE s.user_id = me.user_id AND c.realm_id = me.realm AND lower(c.name) = ANY ($2::text[]) AND s.stream_id = c.id AND s.active AND $3::text <> ''`);
+const MEMBERSHIP_ADD = MEMBERSHIP_CHANGED(`INSERT INTO subscriptions AS s (realm_id, user_id, stream_id)
+  SELECT me.realm, me.user_id, c.id FROM me JOIN streams c ON c.realm_id = me.realm AND lower(c.name) = ANY ($2::text[])
+  WHERE $3::text <> ''
+  ON CONFLICT (user_id, stream_id) DO UPDATE SET active = true WHERE NOT s.active`);
+
+app.post<{ Body: { subscriptions?: string } }>('/api/v1/users/me/subscriptions', async (request, reply) => {
+  const names = (JSON.parse(request.body.subscriptions ?? '[]') as { name: string }[]).map((entry) => entry.name.toLowerCase());
+  return write(request, reply, 'membership_add', MEMBERSHIP_ADD, [names, 'add']);
+});
+
+app.delete<{ Body: { subscriptions?: string } }>('/api/v1/users/me/subscriptions', async (request, reply) => {
+  const names = (JSON.parse(request.body.subscriptions ?? '[]') as string[]).map((name) => name.toLowerCase());
+  return write(request, reply, 'membership_remove', MEMBERSHIP_REMOVE, [names, 'remove']);
+});
+
 const shutdown = () => {
   void app.close().then(() => pool.end()).then(() => process.exit(0));
 };

@@ -82,6 +82,10 @@ export const bulkName = (size: number, connections?: number) =>
 /** Bulk sizes also measured one request at a time: the cost of a request without queueing. */
 const UNLOADED_BULK_SIZES = [1, 1000] as const;
 const PATCH_NAME = 'PATCH /navigation_views/{fragment}';
+export const MEMBERSHIP_FLOOR = 'DELETE then POST /users/me/subscriptions, 100 channels, 1 connection — write floor';
+export const MEMBERSHIP = 'DELETE then POST /users/me/subscriptions, 100 channels, 1 connection';
+/** Channels one membership request names. */
+const MEMBERSHIP_CHANNELS = 100;
 
 /** Entry i of a bulk update: a mix of properties, `flip` alternates the values. */
 function bulkEntry(streamId: number, i: number, flip: boolean) {
@@ -207,6 +211,29 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
     productionScenario(PRODUCTION_PATCH_METRICS, 'ours-production-metrics', writers, patchView),
   ];
 
+  // One user leaves, then joins again, 100 public channels it is subscribed to (private ones
+  // could not be joined again); one connection: one user's writes wait for each other anyway.
+  const membershipNames = async () =>
+    (await db.selectFrom('streams').select('name').where('id', 'in', seeded.callerStreamIds).where('invite_only', '=', false)
+      .where('deactivated', '=', false).orderBy('id').limit(MEMBERSHIP_CHANNELS).execute()).map((row) => row.name);
+  const membershipRequests = (names: string[]): autocannon.Request[] => [
+    { method: 'DELETE', path: '/api/v1/users/me/subscriptions', headers: FORM, body: formBody({ subscriptions: JSON.stringify(names) }) },
+    { method: 'POST', path: '/api/v1/users/me/subscriptions', headers: FORM, body: formBody({ subscriptions: JSON.stringify(names.map((name) => ({ name }))) }) },
+  ];
+  const membershipScenario = (name: string, server: ServerKind): Scenario => ({
+    name,
+    server,
+    account: seeded.caller,
+    connections: 1,
+    prepare: async () => ({ requests: membershipRequests(await membershipNames()) }),
+    ...(server === 'ours' && {
+      probe: async () => {
+        const [, subscribe] = membershipRequests(await membershipNames());
+        return { method: 'POST', url: subscribe!.path!, body: subscribe!.body as string };
+      },
+    }),
+  });
+
   let nextQueue = 0;
   const eventsPath = (queueId: string) => `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=true`;
 
@@ -239,6 +266,8 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
       prepare: staticLoad([{ method: 'GET', path: `${userPath}?include_custom_profile_fields=true` }]),
       probe: async () => ({ method: 'GET', url: `${userPath}?include_custom_profile_fields=true` }),
     },
+    membershipScenario(MEMBERSHIP_FLOOR, 'floor'),
+    membershipScenario(MEMBERSHIP, 'ours'),
     ...BULK_SIZES.map((size) => bulkScenario(size)),
     ...UNLOADED_BULK_SIZES.map((size) => bulkScenario(size, 1)),
     {

@@ -250,7 +250,9 @@ interface SimUser {
   nextViewNumber: number;
 }
 
-async function seed(db: DatabaseHandle['db']): Promise<{ users: SimUser[]; realmUserIds: number[] }> {
+async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; realmUserIds: number[] }> {
+  const { db } = handle;
+  const writes = { db, transactions: handle.transactions, maxPendingEvents: 10_000 };
   await ops.createRealm(db, { subdomain: '', name: 'Soak', description: 'Soak **test**' });
   await ops.createRealm(db, { subdomain: 'other', name: 'Other' });
   const channels: Record<string, number> = {};
@@ -272,7 +274,7 @@ async function seed(db: DatabaseHandle['db']): Promise<{ users: SimUser[]; realm
   const outsider = await ops.createUser(db, { realm: 'other', email: 'outsider@soak.example', fullName: 'Other Org User' });
   accounts.push({ realm: 'other', label: 'outsider', account: outsider, streams: ['elsewhere'] });
   for (const { realm, account, streams } of accounts) {
-    for (const stream of streams) await ops.subscribe(db, { realm, email: account.email, stream });
+    for (const stream of streams) await ops.subscribe(writes, { realm, email: account.email, stream });
   }
   await ops.archiveStream(db, '', 'old');
   const users: SimUser[] = [];
@@ -833,7 +835,7 @@ async function main(): Promise<number> {
   cleanups.push(() => handle.close());
   checker = handle.db;
   await migrateToLatest(handle.db);
-  const { users, realmUserIds } = await seed(handle.db);
+  const { users, realmUserIds } = await seed(handle);
   const server = await startServer(embedded.url);
   cleanups.push(() => server.stop());
   log(`PostgreSQL and the server (port ${server.port}) are up after ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -59,7 +59,7 @@ async function main(): Promise<void> {
   connectionErrors.logTo(app.log);
 
   if (embedded) {
-    const demo = await createDemoOrganization(handle.db, config);
+    const demo = await createDemoOrganization(handle, config);
     if (demo) console.log(describeDemo(demo, config));
     forgetServer = await recordRunningServer(config.dataDir, embedded.url);
   }

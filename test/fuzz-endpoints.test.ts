@@ -276,6 +276,35 @@ const ROUTES: RouteShape[] = [
       fc.tuple(field('property', fc.constant('color')), field('value', fc.constantFrom('#abc', '#12345f'))),
     ),
   },
+  {
+    label: '/users/me/subscriptions (membership)',
+    methods: ['POST', 'DELETE'],
+    path: pick('/api/v1/users/me/subscriptions'),
+    params: ['subscriptions', 'principals', 'authorization_errors_fatal', 'invite_only'],
+    valid: fc.oneof(
+      fc.tuple(field('subscriptions', fc.constantFrom('[{"name":"P"}]', '[{"name":"fuzz"},{"name":"Q"}]', '[{"name":"S"}]', '["P","Q"]', '["fuzz"]'))),
+      fc.tuple(
+        field('subscriptions', fc.constantFrom('[{"name":"Q"}]', '["Q"]', '[{"name":"W","color":"#abc"}]', '["W"]')),
+        field('principals', fc.constantFrom('[13]', '[14,16]', '["v@example.com"]', '[18]', '[30]', '[]')),
+      ),
+    ),
+  },
+  {
+    label: '/users/{user_id}/subscriptions/{stream_id}',
+    methods: ['GET'],
+    path: fc.tuple(
+      fc.oneof({ arbitrary: pick('13', '14', '16', '18', '30', '0', '99999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
+      fc.oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
+    ).map(([user, stream]) => `/api/v1/users/${user}/subscriptions/${stream}`),
+    params: [],
+  },
+  {
+    label: '/streams/{stream_id}/members',
+    methods: ['GET'],
+    path: fc.oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
+      .map((stream) => `/api/v1/streams/${stream}/members`),
+    params: [],
+  },
   { label: '/users', methods: ['GET'], path: pick('/api/v1/users'), params: ['client_gravatar', 'include_custom_profile_fields', 'user_ids'] },
   {
     label: '/users/{user_id|email}',

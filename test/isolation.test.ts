@@ -638,3 +638,48 @@ describe('API keys are stored only hashed and compared in constant time', () => 
     }
   });
 });
+
+describe('membership is isolated: X (realm 2) against realm 1', () => {
+  let s: Seeded;
+  beforeAll(async () => {
+    s = await seeded();
+  });
+  afterAll(() => s.ctx.close());
+
+  const realm1 = { realm: ids.R };
+  const xAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, realm1, () => send(s.ctx, 'X', request));
+  const uAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, { realm: ids.R2 }, () => send(s.ctx, 'U', request));
+
+  it('membership: X subscribes, unsubscribes and reads in its own organization only, and never names realm-1 users', async () => {
+    const subscribeAs = (as: FixtureUser, form: Record<string, string>) => send(s.ctx, as, { method: 'POST', url: '/api/v1/users/me/subscriptions', form });
+    const eventsOfU = (await queueEvents(s.ctx.db, s.queueU)).length;
+    const created = await leavesUntouched(s.ctx, realm1, () => subscribeAs('X', { subscriptions: '[{"name":"p"},{"name":"S"}]' }));
+    expect(created.body).toBe(success({ subscribed: { [ids.X]: ['p', 'S'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
+    for (const principal of [`[${ids.U}]`, '["u@example.com"]', `["user${ids.U}@other.chat.example.com"]`]) {
+      expect((await xAlone({ method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"C2"}]', principals: principal } })).body)
+        .toBe(errorBody('No such user'));
+      expect((await xAlone({ method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '["C2"]', principals: principal } })).body)
+        .toBe(errorBody('No such user'));
+    }
+    expect((await xAlone({ method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '["Q"]' } })).body)
+      .toBe(errorBody('Channel(s) (Q) do not exist'));
+    expect((await xAlone({ url: `/api/v1/users/${ids.U}/subscriptions/${ids.C2}` })).body).toBe(errorBody('No such user'));
+    expect((await xAlone({ url: `/api/v1/users/${ids.X}/subscriptions/${ids.P}` })).body).toBe(errorBody('Invalid channel ID'));
+    expect((await xAlone({ url: `/api/v1/streams/${ids.P}/members` })).body).toBe(errorBody('Invalid channel ID'));
+    expect((await uAlone({ url: `/api/v1/streams/${ids.C2}/members` })).body).toBe(errorBody('Invalid channel ID'));
+    expect((await uAlone({ method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"P"}]', principals: `[${ids.X}]` } })).body)
+      .toBe(errorBody('No such user'));
+    // Realm 1's queues got nothing of X's channels.
+    expect(await queueEvents(s.ctx.db, s.queueU)).toHaveLength(eventsOfU);
+  });
+
+  it('membership: SQL metacharacters in channel names and principals are taken literally', async () => {
+    const name = "x'); DROP TABLE streams; --";
+    const res = await send(s.ctx, 'X', { method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: JSON.stringify([{ name }]) } });
+    expect(res.body).toBe(success({ subscribed: { [ids.X]: [name] }, already_subscribed: {}, new_subscription_messages_sent: true }));
+    expect((await send(s.ctx, 'X', { method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"Q"}]', principals: '["\' OR 1=1 --"]' } })).body)
+      .toBe(errorBody('No such user'));
+    expect((await send(s.ctx, 'X', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: JSON.stringify([name]) } })).body)
+      .toBe(success({ removed: [name], not_removed: [] }));
+  });
+});

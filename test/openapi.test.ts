@@ -94,6 +94,14 @@ const EXPECTED: Record<string, ParameterLists> = {
   },
   'GET /api/v1/events': { query: ['last_event_id', 'queue_id', 'dont_block'], required: ['last_event_id', 'queue_id'] },
   'DELETE /api/v1/events': { body: ['queue_id'], required: ['queue_id'] },
+  // Subscriptions (membership).
+  'POST /api/v1/users/me/subscriptions': {
+    body: ['subscriptions', 'principals', 'authorization_errors_fatal', 'invite_only', 'is_web_public', 'history_public_to_subscribers', 'send_new_subscription_messages'],
+    required: ['subscriptions'],
+  },
+  'DELETE /api/v1/users/me/subscriptions': { body: ['subscriptions', 'principals'], required: ['subscriptions'] },
+  'GET /api/v1/users/{user_id}/subscriptions/{stream_id}': { path: ['user_id', 'stream_id'] },
+  'GET /api/v1/streams/{stream_id}/members': { path: ['stream_id'] },
 };
 
 describe('GET /api/openapi.json', () => {
@@ -189,6 +197,17 @@ describe('GET /api/openapi.json', () => {
         form: { full_name: 'V Renamed', role: '300', profile_data: '[{"id":1,"value":"x"}]', new_email: 'v2@example.com' },
       }],
       ['DELETE /api/v1/users/me', { method: 'DELETE', url: '/api/v1/users/me', as: 'M' }],
+      // Subscriptions (membership).
+      ['POST /api/v1/users/me/subscriptions', {
+        method: 'POST', url: '/api/v1/users/me/subscriptions', as: 'U',
+        form: {
+          subscriptions: '[{"name":"Q"}]', principals: '[13]', authorization_errors_fatal: 'false', invite_only: 'false', is_web_public: 'false',
+          history_public_to_subscribers: 'false', send_new_subscription_messages: 'true',
+        },
+      }],
+      ['DELETE /api/v1/users/me/subscriptions', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', as: 'U', form: { subscriptions: '["Q"]', principals: '[13]' } }],
+      ['GET /api/v1/users/{user_id}/subscriptions/{stream_id}', { url: '/api/v1/users/13/subscriptions/100', as: 'U' }],
+      ['GET /api/v1/streams/{stream_id}/members', { url: '/api/v1/streams/100/members', as: 'U' }],
     ];
     const refusedAsDocumented: Record<string, string> = { 'PATCH /api/v1/users/{user}': 'User not authorized to change user emails' };
     await ctx.db.updateTable('users').set({ can_create_users: true }).where('id', '=', 11).execute();

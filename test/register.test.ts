@@ -293,8 +293,8 @@ describe('POST /api/v1/register', () => {
     ctx.database.statements.length = 0;
     await registered();
     const all = ctx.database.statements.length;
-    // Two round trips: authentication; then lock, the organization's user-management lock (shared),
-    // queue, users, subscriptions and views, one implicit transaction.
+    // Two round trips: authentication; then the user's lock, the organization's membership lock
+    // (shared), queue, users, subscriptions and views, one implicit transaction.
     expect(all).toBe(7);
     ctx.database.statements.length = 0;
     await registered({ fetch_event_types: '[]' });

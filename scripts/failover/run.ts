@@ -29,7 +29,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ensureBuilt } from '../../bench/processes.js';
 import * as ops from '../../src/cli/operations.js';
-import { createDatabase, type Database } from '../../src/db/database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/db/database.js';
 import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
 import { baseEnvironment, logLines } from '../../test/helpers/server-process.js';
@@ -61,7 +61,9 @@ async function keepLogs(): Promise<void> {
   log(`logs kept in ${workDirectory}`);
 }
 
-async function seed(db: Database): Promise<LoadUser[]> {
+async function seed(handle: DatabaseHandle): Promise<LoadUser[]> {
+  const { db } = handle;
+  const writes = { db, transactions: handle.transactions, maxPendingEvents: 10_000 };
   await ops.createRealm(db, { subdomain: '', name: 'Failover test' });
   const channels = ['general', 'random', 'design', 'ops'];
   for (const name of channels) await ops.createStream(db, { realm: '', name });
@@ -69,7 +71,7 @@ async function seed(db: Database): Promise<LoadUser[]> {
   for (let index = 0; index < USERS; index++) {
     const account = await ops.createUser(db, { realm: '', email: `user${index}@failover.example`, fullName: `Failover User ${index}` });
     const streamIds: number[] = [];
-    for (const stream of channels) streamIds.push((await ops.subscribe(db, { realm: '', email: account.email, stream })).stream_id);
+    for (const stream of channels) streamIds.push((await ops.subscribe(writes, { realm: '', email: account.email, stream })).stream_id);
     const authorization = `Basic ${Buffer.from(`${account.email}:${account.api_key}`).toString('base64')}`;
     users.push({ index, id: account.user_id, authorization, streamIds });
   }
@@ -99,7 +101,7 @@ async function main(): Promise<string[]> {
   const handle = createDatabase(databaseUrl);
   onCleanup(() => handle.close());
   await migrateToLatest(handle.db);
-  const users = await seed(handle.db);
+  const users = await seed(handle);
 
   const ports = { lb: await freePort(), app1: await freePort(), app2: await freePort() };
   const env = {

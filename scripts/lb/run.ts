@@ -23,7 +23,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { ensureBuilt } from '../../bench/processes.js';
 import * as ops from '../../src/cli/operations.js';
 import { loadConfig } from '../../src/config.js';
-import { createDatabase, type Database } from '../../src/db/database.js';
+import { createDatabase, type DatabaseHandle } from '../../src/db/database.js';
 import { startEmbeddedPostgres } from '../../src/db/embedded.js';
 import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
@@ -53,7 +53,9 @@ async function keepLogs(): Promise<void> {
   log(`logs kept in ${workDirectory}`);
 }
 
-async function seed(db: Database): Promise<LoadUser[]> {
+async function seed(handle: DatabaseHandle): Promise<LoadUser[]> {
+  const { db } = handle;
+  const writes = { db, transactions: handle.transactions, maxPendingEvents: 10_000 };
   await ops.createRealm(db, { subdomain: '', name: 'Load balancer test' });
   await ops.createRealm(db, { subdomain: 'other', name: 'Other' });
   const channels = ['general', 'random', 'design', 'ops'];
@@ -62,7 +64,7 @@ async function seed(db: Database): Promise<LoadUser[]> {
   for (let index = 0; index < USERS; index++) {
     const account = await ops.createUser(db, { realm: '', email: `user${index}@lb.example`, fullName: `LB User ${index}` });
     const streamIds: number[] = [];
-    for (const stream of channels) streamIds.push((await ops.subscribe(db, { realm: '', email: account.email, stream })).stream_id);
+    for (const stream of channels) streamIds.push((await ops.subscribe(writes, { realm: '', email: account.email, stream })).stream_id);
     const authorization = `Basic ${Buffer.from(`${account.email}:${account.api_key}`).toString('base64')}`;
     users.push({ index, id: account.user_id, authorization, streamIds });
   }
@@ -92,7 +94,7 @@ async function main(): Promise<string[]> {
   const handle = createDatabase(embedded.url);
   onCleanup(() => handle.close());
   await migrateToLatest(handle.db);
-  const users = await seed(handle.db);
+  const users = await seed(handle);
 
   const ports = { lb: await freePort(), app1: await freePort(), app2: await freePort() };
   const observedFile = join(work, 'headers.jsonl');

@@ -2,7 +2,7 @@
 // stderr and a non-zero exit on failure.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.js';
-import type { Database } from '../db/database.js';
+import type { Database, DatabaseHandle } from '../db/database.js';
 import { EmbeddedDatabaseInUse } from '../db/embedded.js';
 import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../zulip.js';
 import { connectForCli } from './connect.js';
@@ -49,7 +49,7 @@ function integer(text: string, option: string): number {
   return Number(text);
 }
 
-type Command = (db: Database, values: Values, config: ReturnType<typeof loadConfig>) => Promise<object>;
+type Command = (db: Database, values: Values, config: ReturnType<typeof loadConfig>, handle: DatabaseHandle) => Promise<object>;
 
 const COMMANDS: Record<string, Command> = {
   'realm create': (db, v) =>
@@ -72,7 +72,8 @@ const COMMANDS: Record<string, Command> = {
   'stream create': (db, v) =>
     ops.createStream(db, { realm: need(v, 'realm'), name: need(v, 'name'), private: v.private, webPublic: v['web-public'], description: v.description }),
   'stream archive': (db, v) => ops.archiveStream(db, need(v, 'realm'), need(v, 'name')),
-  subscribe: (db, v) => ops.subscribe(db, { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') }),
+  subscribe: (db, v, config, handle) =>
+    ops.subscribe({ db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents }, { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') }),
   'profile-field create': (db, v) => ops.createProfileField(db, { realm: need(v, 'realm'), name: need(v, 'name'), type: need(v, 'type') }),
   'profile-field set': (db, v) =>
     ops.setProfileFieldValue(db, { realm: need(v, 'realm'), email: need(v, 'email'), fieldId: integer(need(v, 'field'), 'field'), value: need(v, 'value') }),
@@ -97,7 +98,7 @@ async function main(argv: string[]): Promise<void> {
   const config = loadConfig();
   const handle = await connectForCli(config);
   try {
-    console.log(JSON.stringify(await command(handle.db, values, config)));
+    console.log(JSON.stringify(await command(handle.db, values, config, handle)));
   } finally {
     await handle.close();
   }

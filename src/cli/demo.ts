@@ -1,5 +1,5 @@
 import type { Config } from '../config.js';
-import type { Database } from '../db/database.js';
+import type { DatabaseHandle } from '../db/database.js';
 import { organizationHost } from '../lib/hosts.js';
 import * as ops from './operations.js';
 
@@ -15,10 +15,11 @@ export interface DemoAccount {
  * a bot, three channels with subscriptions and a custom profile field. Returns the accounts (their
  * keys can be shown only now), or undefined when an organization already exists.
  */
-export async function createDemoOrganization(db: Database, config: Config): Promise<DemoAccount[] | undefined> {
+export async function createDemoOrganization(handle: Pick<DatabaseHandle, 'db' | 'transactions'>, config: Config): Promise<DemoAccount[] | undefined> {
+  const { db } = handle;
   const existing = await db.selectFrom('realms').select('id').limit(1).executeTakeFirst();
   if (existing) return undefined;
-  return db.transaction().execute(async (trx) => {
+  const accounts = await db.transaction().execute(async (trx) => {
     await ops.createRealm(trx, { subdomain: '', name: 'Demo organization', description: 'A **demo** organization.' });
     const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' }, config);
     const member = await ops.createUser(trx, { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' }, config);
@@ -27,14 +28,6 @@ export async function createDemoOrganization(db: Database, config: Config): Prom
     await ops.createStream(trx, { realm: '', name: 'general', description: 'Everything else' });
     await ops.createStream(trx, { realm: '', name: 'random', description: 'Off topic' });
     await ops.createStream(trx, { realm: '', name: 'staff', private: true, description: 'Private to staff' });
-    for (const [email, streams] of [
-      [owner.email, ['general', 'random', 'staff']],
-      [member.email, ['general', 'random']],
-      [guest.email, ['general']],
-      [bot.email, ['general']],
-    ] as const) {
-      for (const stream of streams) await ops.subscribe(trx, { realm: '', email, stream });
-    }
     const field = await ops.createProfileField(trx, { realm: '', name: 'Role', type: 'short_text' });
     await ops.setProfileFieldValue(trx, { realm: '', email: member.email, fieldId: field.field_id, value: '**Demo** engineer' });
     return [
@@ -44,6 +37,18 @@ export async function createDemoOrganization(db: Database, config: Config): Prom
       { role: 'bot', ...bot },
     ];
   });
+  // Through the subscription service, after the organization is committed (its own transactions).
+  const writes = { db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents };
+  const [owner, member, guest, bot] = accounts;
+  for (const [email, streams] of [
+    [owner!.email, ['general', 'random', 'staff']],
+    [member!.email, ['general', 'random']],
+    [guest!.email, ['general']],
+    [bot!.email, ['general']],
+  ] as const) {
+    for (const stream of streams) await ops.subscribe(writes, { realm: '', email, stream });
+  }
+  return accounts;
 }
 
 export function describeDemo(accounts: DemoAccount[], config: Config): string {

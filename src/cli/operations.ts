@@ -13,6 +13,8 @@ import {
 } from '../modules/users/users-management.service.js';
 import type { UserObjectConfig } from '../modules/users/users.serializers.js';
 import { REFUSALS } from '../modules/users/users.writes.js';
+import type { EventWrites } from '../modules/events/events.repository.js';
+import { ChannelNotFound, subscribeAsOperator } from '../modules/subscriptions/membership.service.js';
 import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../zulip.js';
 
 /**
@@ -21,13 +23,6 @@ import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_T
  */
 
 export class AdminError extends Error {}
-
-// Zulip's palette for new subscriptions, in its order.
-const STREAM_COLORS = [
-  '#76ce90', '#fae589', '#a6c7e5', '#e79ab5', '#bfd56f', '#f4ae55', '#b0a5fd', '#addfe5', '#f5ce6e', '#c2726a',
-  '#94c849', '#bd86e5', '#ee7e4a', '#a6dcbf', '#95a5fd', '#53a063', '#9987e1', '#e4523d', '#c2c2c2', '#4f8de4',
-  '#c6a8ad', '#e7cc4d', '#c8bebf', '#a47462',
-];
 
 type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
 
@@ -298,24 +293,24 @@ export async function archiveStream(db: Database, realm: string, name: string): 
   return { stream_id: stream.id, is_archived: true };
 }
 
-/** Subscribes (or re-subscribes, keeping the old settings) a user to a channel. */
+/**
+ * Subscribes (or re-subscribes, keeping the old settings) a user to a channel: a client of the
+ * API's subscription service (src/modules/subscriptions/membership.service.ts), so the same
+ * write, colours and events, without the API's permission checks.
+ */
 export async function subscribe(
-  db: Database,
+  target: { db: Database } & EventWrites,
   options: { realm: string; email: string; stream: string },
 ): Promise<{ user_id: number; stream_id: number; color: string }> {
-  const realm = await findRealm(db, options.realm);
-  const user = await findUser(db, realm.id, options.email);
-  const stream = await findStream(db, realm.id, options.stream);
-  const used = await db.selectFrom('subscriptions').select('color').where('user_id', '=', user.id).execute();
-  const usedColors = new Set(used.map((row) => row.color));
-  const color = STREAM_COLORS.find((candidate) => !usedColors.has(candidate)) ?? STREAM_COLORS[used.length % STREAM_COLORS.length]!;
-  const row = await db
-    .insertInto('subscriptions')
-    .values({ realm_id: realm.id, user_id: user.id, stream_id: stream.id, color })
-    .onConflict((oc) => oc.columns(['user_id', 'stream_id']).doUpdateSet({ active: true }))
-    .returning('color')
-    .executeTakeFirstOrThrow();
-  return { user_id: user.id, stream_id: stream.id, color: row.color };
+  const realm = await findRealm(target.db, options.realm);
+  const user = await findUser(target.db, realm.id, options.email);
+  try {
+    const { stream_id, color } = await subscribeAsOperator(target, realm.id, user.id, options.stream);
+    return { user_id: user.id, stream_id, color };
+  } catch (error) {
+    if (error instanceof ChannelNotFound) throw new AdminError(`No channel named "${options.stream}" in this organization`);
+    throw error;
+  }
 }
 
 export async function createProfileField(

@@ -42,6 +42,21 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
 /** Names the advisory lock of a user's event-producing writes: pg_advisory_xact_lock(namespace, user id). */
 export const USER_EVENT_LOCK_NAMESPACE = 7001;
 
+/**
+ * Names the advisory lock of an organization's channel memberships:
+ * pg_advisory_xact_lock(namespace, realm id). A change of who is subscribed where (subscribe,
+ * unsubscribe) sends events to many users (peer_add to every member of the organization, say),
+ * and register's initial state must agree with each of their queues. Rather than every
+ * recipient's user lock (thousands, in an unknown order that could deadlock), the change holds
+ * this lock exclusively, taken after its caller's user lock, and register holds it shared after
+ * its own user lock: registers never wait for each other, and a register and a membership change
+ * of the same organization are serialized (the order user lock → organization lock is the same
+ * everywhere, so they cannot deadlock).
+ */
+export const REALM_MEMBERSHIP_LOCK_NAMESPACE = 7002;
+export const REALM_MEMBERSHIP_LOCK = { name: 'realm_membership_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
+export const REALM_MEMBERSHIP_LOCK_SHARED = { name: 'realm_membership_lock_shared', text: 'SELECT pg_advisory_xact_lock_shared($1, $2)' };
+
 const LOCK = { name: 'user_transaction_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 /** The lock of a small transaction, on a shared connection: refused at once (ZU002) rather than waited for. */
 const LOCK_NOW = { name: 'user_transaction_lock_now', text: 'SELECT user_lock_now($1, $2)' };
@@ -106,6 +121,55 @@ export class UserTransactions {
       if (issued.threw || issued.statements.length === 1) return issued.result;
       const sent = size === 'small' ? this.small(userId, issued.statements, departure) : this.onOwnConnection(issued.statements, departure);
       return finish(sent, issued);
+    });
+  }
+
+  /**
+   * Runs `work` in a transaction of the user's on a pooled connection of its own, where, unlike
+   * run(), `work` may await a statement's rows before it issues the next: for writes whose
+   * statements depend on what an earlier one read (subscribing other users: the channels, the
+   * users and the recipients of the events are read under the locks, then written). BEGIN, the
+   * user's lock (waited for), the work's statements, COMMIT; a failure rolls it all back. It
+   * waits its turn with the user's other transactions of this process, as run() does, and its
+   * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
+   * in `onStatement`, BEGIN and COMMIT included.
+   */
+  runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure): Promise<T> {
+    return this.turns.run(userId, async () => {
+      if (departure?.gone) throw new ClientGone();
+      const { failedClients, onStatement } = this.options;
+      const client = await connectOrUnavailable(this.options.pool);
+      let cancelled = false;
+      const stopListening = departure?.onGone(() => {
+        cancelled = true;
+        const pid = (client as { processID?: number }).processID;
+        if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
+      });
+      const query = async <R>(statement: Statement, values: readonly unknown[]): Promise<R[]> => {
+        try {
+          const result = await client.query<R & pg.QueryResultRow>({ ...statement, values: values as unknown[] });
+          return result.rows;
+        } catch (error) {
+          throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
+        } finally {
+          onStatement?.(statement.text);
+        }
+      };
+      let open = false;
+      try {
+        await query({ text: 'BEGIN' }, []);
+        open = true;
+        await query(LOCK, [USER_EVENT_LOCK_NAMESPACE, userId]);
+        const result = await work({ run: query });
+        open = false;
+        await query({ text: 'COMMIT' }, []);
+        return result;
+      } finally {
+        stopListening?.();
+        if (open && !cancelled && !failedClients.has(client)) await client.query('ROLLBACK').then(() => undefined, () => (cancelled = true));
+        // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
+        client.release(cancelled || failedClients.has(client) ? true : undefined);
+      }
     });
   }
 

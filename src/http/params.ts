@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest, FastifySchema, HookHandlerDoneFunction } from 'fastify';
 import Type, { type TSchema } from 'typebox';
+import { ROLES } from '../zulip.js';
 import { badRequest, missingArgument } from './errors.js';
 
 /**
@@ -287,8 +288,18 @@ export function compareCodePoints(a: string, b: string): number {
   return left.length - right.length;
 }
 
+const NON_GUESTS_ONLY = Symbol('refuses guests before its parameters');
+
+/**
+ * A route schema whose endpoint refuses guests before reading any parameter, as Zulip's
+ * require_non_guest_user decorator does: `Not allowed for guest users`.
+ */
+export const nonGuestsOnly = <S extends object>(schema: S): S => ({ ...schema, [NON_GUESTS_ONLY]: true });
+
 /** preHandler, after authentication and the rate limit: the route's parameters, decoded. A callback hook. */
 export function decodeRequestParameters(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
+  const schema = request.routeOptions.schema as { [NON_GUESTS_ONLY]?: true } | undefined;
+  if (schema?.[NON_GUESTS_ONLY] && request.caller?.role === ROLES.guest) return done(badRequest('Not allowed for guest users'));
   try {
     request.routeOptions.config.beforeParameters?.(request);
     const { values, ignored } = decodeParameters(request.routeOptions.schema, request.parameterSources, request.params as Record<string, string>);

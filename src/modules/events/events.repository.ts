@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 
@@ -49,22 +49,42 @@ export interface EventWrites {
  * most maxPendingEvents rows per queue, and a queue whose client stops polling stops growing.
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
+  // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).
+  const incoming = sql<IncomingEvent>`(
+    SELECT e.payload, e.ord, e.payload->>'type', ${args.userId}::integer
+    FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(payload, ord))`;
+  return appendEvents(db, { ...args, incoming, onlyUserId: args.userId });
+}
+
+interface IncomingEvent {
+  payload: unknown;
+  ord: number;
+  type: string;
+  user_id: number;
+}
+
+/**
+ * The CTEs of withEventAppend and withEventsForUsers: `incoming` lists the events, in order, each
+ * once per recipient. `onlyUserId`: they all go to that user, whose queues are then found by
+ * their index (the planner cannot tell how few rows the CTEs hold).
+ */
+function appendEvents(db: Database, args: { realmId: number; maxPendingEvents: number; incoming: RawBuilder<IncomingEvent>; onlyUserId?: number }) {
+  const single = args.onlyUserId;
   return db
-    // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).
-    .with('incoming_event(payload, ord, type)', () => sql<{ payload: unknown; ord: number; type: string }>`(
-      SELECT e.payload, e.ord, e.payload->>'type' FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(payload, ord))`)
-    // Which of the incoming types each of the user's queues accepts (a queue's types never change).
+    .with('incoming_event(payload, ord, type, user_id)', () => args.incoming)
+    // Which of the incoming types each recipient's queues accept (a queue's types never change).
     .with('accepting', (db) =>
       db
         .selectFrom('event_queues as q')
-        .innerJoin((eb) => eb.selectFrom('incoming_event').select('type').distinct().as('t'), (join) =>
-          join.on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`))
-        .select(['q.id as queue_id', 't.type'])
-        .where('q.user_id', '=', args.userId))
+        .innerJoin((eb) => eb.selectFrom('incoming_event').select(['user_id', 'type']).distinct().as('t'), (join) =>
+          join.onRef('q.user_id', '=', 't.user_id').on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`))
+        .select(['q.id as queue_id', 't.type', 't.user_id'])
+        .$if(single !== undefined, (qb) => qb.where('q.user_id', '=', single!))
+        .$if(single === undefined, (qb) => qb.where('q.realm_id', '=', args.realmId)))
     .with('event_count', (db) =>
       db
         .selectFrom('accepting as a')
-        .innerJoin('incoming_event as i', 'i.type', 'a.type')
+        .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
         .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
         .groupBy('a.queue_id'))
     .with('bumped_queue', (db) =>
@@ -72,8 +92,7 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
         .updateTable('event_queues as eq')
         .from('event_count as c')
         .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('c.n')) }))
-        // The user's queues by index (the planner cannot tell how few rows event_count holds).
-        .where('eq.user_id', '=', args.userId)
+        .$if(single !== undefined, (qb) => qb.where('eq.user_id', '=', single!))
         .whereRef('eq.id', '=', 'c.queue_id')
         // Pending afterwards: the ids after the acknowledged one. Checked on the row's latest
         // version, like the numbering (a poll may have acknowledged meanwhile).
@@ -91,7 +110,7 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
       db
         // Not aliased: Kysely cannot type an aliased DELETE inside a CTE.
         .deleteFrom('event_queues')
-        .where('event_queues.user_id', '=', args.userId)
+        .$if(single !== undefined, (qb) => qb.where('event_queues.user_id', '=', single!))
         .where('event_queues.id', 'in', (eb) => eb.selectFrom('event_count').select('queue_id'))
         .where('event_queues.id', 'not in', (eb) => eb.selectFrom('bumped_queue').select('id'))
         .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, event_queues.id::text)`.as('notified')))
@@ -103,7 +122,7 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
           eb
             .selectFrom('bumped_queue as b')
             .innerJoin('accepting as a', 'a.queue_id', 'b.id')
-            .innerJoin('incoming_event as i', 'i.type', 'a.type')
+            .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
             .select((eb) => [
               'b.id as queue_id',
               eb(eb('b.first_id', '-', sql.lit(1)), '+', eb.fn.agg<number>('row_number').over((over) => over.partitionBy('b.id').orderBy('i.ord'))).as('id'),
@@ -113,6 +132,37 @@ export function withEventAppend(db: Database, args: EventAppendArgs) {
 }
 
 export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events', 'maxPendingEvents'] as const;
+
+// --- Events with recipients of their own (subscription membership changes) ---
+
+/** The arguments of a statement that appends events to several users' queues (see withEventsForUsers). */
+export interface MultiUserEventArgs extends Record<string, unknown> {
+  realmId: number;
+  /** `[{"users":[ids…],"event":{…}}…]` as one JSON array, in order ('[]': none). */
+  events: string;
+  maxPendingEvents: number;
+}
+
+export const MULTI_USER_EVENT_ARGUMENTS = ['realmId', 'events', 'maxPendingEvents'] as const;
+
+/**
+ * withEventAppend for events each sent to its own list of users: every queue of each recipient
+ * that accepts the event's type gets it, numbered per queue in the array's order, and the same
+ * cap applies (a queue left with more than maxPendingEvents pending is deleted instead). For the
+ * writes that change what several users see (subscribe, unsubscribe), which hold their
+ * organization's membership lock (src/db/user-transactions.ts) rather than each recipient's.
+ */
+export function withEventsForUsers(db: Database, args: MultiUserEventArgs) {
+  // Each event's fields are taken out once (MATERIALIZED), before it meets its recipients: `json`
+  // is text, parsed again by every ->, and an item carries its recipient list (thousands of ids).
+  const incoming = sql<IncomingEvent>`(
+    WITH item AS MATERIALIZED (
+      SELECT e.item->'event' AS payload, e.ord, e.item->'event'->>'type' AS type, e.item->'users' AS users
+      FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(item, ord))
+    SELECT item.payload, item.ord, item.type, r.user_id::integer
+    FROM item CROSS JOIN LATERAL json_array_elements_text(item.users) AS r(user_id))`;
+  return appendEvents(db, { realmId: args.realmId, maxPendingEvents: args.maxPendingEvents, incoming });
+}
 
 export interface NewEventQueue {
   id: string;

@@ -55,6 +55,53 @@ const idleQueueTimeout = jsonTextKind(Type.Union([Type.Integer({ minimum: 1 }), 
 const event = (description: string, fields: TProperties) =>
   Type.Object({ ...fields, id: Type.Integer({ description: 'Consecutive per queue, from 0.' }) }, { description });
 
+// --- Membership events (docs/management-api.md, "Subscriptions") ---
+
+/** The channel as stream events carry it. */
+const StreamEventObject = Type.Object({
+  is_archived: Type.Boolean(),
+  creator_id: Type.Union([Type.Integer(), Type.Null()]),
+  date_created: Type.Integer({ description: 'Unix seconds.' }),
+  description: Type.String(),
+  first_message_id: Type.Null(),
+  history_public_to_subscribers: Type.Boolean(),
+  invite_only: Type.Boolean(),
+  is_web_public: Type.Boolean(),
+  message_retention_days: Type.Union([Type.Integer(), Type.Null()]),
+  name: Type.String(),
+  rendered_description: Type.String(),
+  stream_id: Type.Integer(),
+  stream_weekly_traffic: Type.Null(),
+});
+
+const peerEvent = (op: 'peer_add' | 'peer_remove', description: string) =>
+  event(description, {
+    type: Type.Literal('subscription'),
+    op: Type.Literal(op),
+    stream_ids: Type.Array(Type.Integer(), { description: 'Ascending.' }),
+    user_ids: Type.Array(Type.Integer(), { description: 'Ascending.' }),
+  });
+
+const MEMBERSHIP_EVENTS = [
+  event('Channels became visible to the user (created, or newly subscribed to one it could not see).', {
+    type: Type.Literal('stream'),
+    op: Type.Literal('create'),
+    streams: Type.Array(StreamEventObject),
+  }),
+  event('The user was subscribed to channels.', {
+    type: Type.Literal('subscription'),
+    op: Type.Literal('add'),
+    subscriptions: Type.Array(SubscriptionObject),
+  }),
+  event('The user was unsubscribed from channels.', {
+    type: Type.Literal('subscription'),
+    op: Type.Literal('remove'),
+    subscriptions: Type.Array(Type.Object({ name: Type.String(), stream_id: Type.Integer() })),
+  }),
+  peerEvent('peer_add', 'Other users were subscribed to channels whose subscribers the user sees.'),
+  peerEvent('peer_remove', 'Other users were unsubscribed from channels whose subscribers the user sees.'),
+];
+
 const EventObject = Type.Union(
   [
     event('A subscription setting changed.', {
@@ -104,6 +151,7 @@ const EventObject = Type.Union(
     }),
     // --- End of user management. ---
     event('Sent to a long poll that waited 45 to 55 s without events.', { type: Type.Literal('heartbeat') }),
+    ...MEMBERSHIP_EVENTS,
   ],
   { description: 'An event of the queue.' },
 );

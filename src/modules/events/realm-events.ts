@@ -13,7 +13,8 @@ import { EVENTS_CHANNEL, type ApiEvent } from './events.repository.js';
  * `guests` narrows it further for restricted organizations (spec §2.4).
  *
  * Consistency with register (src/modules/events/register.service.ts): every statement using these
- * CTEs runs behind the organization's user-management lock (REALM_USERS_LOCK_NAMESPACE), which
+ * CTEs runs behind the organization's membership lock (REALM_MEMBERSHIP_LOCK_NAMESPACE in
+ * src/db/user-transactions.ts; user management and subscription changes exclusive), which
  * register takes shared before it creates its queue and reads the users: a change commits either
  * before a register reads (the state has it) or after its queue exists (the queue gets the event).
  *
@@ -22,12 +23,6 @@ import { EVENTS_CHANNEL, type ApiEvent } from './events.repository.js';
  * events (QUEUE_MAX_PENDING_EVENTS) applies as in withEventAppend: a queue it would overflow is
  * deleted and its poll woken.
  */
-
-/** pg_advisory_xact_lock(namespace, realm id): user-management writes exclusive, register shared. */
-export const REALM_USERS_LOCK_NAMESPACE = 7002;
-
-export const REALM_USERS_LOCK = { name: 'realm_users_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
-export const REALM_USERS_LOCK_SHARED = { name: 'realm_users_lock_shared', text: 'SELECT pg_advisory_xact_lock_shared($1, $2)' };
 
 /** Which guests of the organization get an event (the others' audience is the role range alone). */
 export type GuestAudience =

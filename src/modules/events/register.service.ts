@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import { runQuery } from '../../db/reusable-statement.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
 import type { AuthLookup, Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { largeReadTurns } from '../../lib/large-read-turns.js';
@@ -16,7 +16,6 @@ import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from '../user
 import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
 import { createEventQueue } from './events.repository.js';
-import { REALM_USERS_LOCK_NAMESPACE, REALM_USERS_LOCK_SHARED } from './realm-events.js';
 
 /** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
 
@@ -128,8 +127,9 @@ export async function registerEventQueue(
   const readState = async () => {
     const read = await transactions.run(caller.id, async (tx) => {
       // Every statement is issued before the first await (see UserTransactions.run).
-      // Shared: no user-management write of the organization commits between the queue and the reads (realm-events.ts).
-      const realmLocked = tx.run(REALM_USERS_LOCK_SHARED, [REALM_USERS_LOCK_NAMESPACE, caller.realmId]);
+      // The organization's membership lock, shared: no user-management or subscription change of
+      // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
+      const realmLocked = tx.run(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
       const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
       const users = !wanted('realm_user') || usersInSql
         ? undefined

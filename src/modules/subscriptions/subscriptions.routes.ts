@@ -12,6 +12,9 @@ import {
 } from './subscriptions.schemas.js';
 import { applySubscriptionChanges, listSubscriptions } from './subscriptions.service.js';
 import { checkSettingChange } from './subscriptions.validation.js';
+import { channelMembersSchema, subscribeSchema, subscriptionStatusSchema, unsubscribeSchema } from './membership.schemas.js';
+import { channelMembers, isSubscribed } from './membership.reads.js';
+import { subscribeUsers, unsubscribeUsers } from './membership.service.js';
 
 /** Subscription settings (spec §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
@@ -39,4 +42,35 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
   const singlePath = '/api/v1/users/me/subscriptions/:stream_id(^\\d+$)';
   app.patch(singlePath, { schema: updateSettingSchema }, updateOneSetting);
   app.post(singlePath, { schema: updateSettingByPostSchema }, updateOneSetting);
+
+  // Membership (docs/management-api.md, "Subscriptions").
+  const membership = { ...writes, config };
+  app.post('/api/v1/users/me/subscriptions', { schema: subscribeSchema }, async (request, reply) => {
+    const values = parametersOf(request, subscribeSchema);
+    const result = await subscribeUsers(membership, callerOf(request), {
+      channels: values.subscriptions,
+      principals: values.principals,
+      authorizationErrorsFatal: values.authorization_errors_fatal,
+      inviteOnly: values.invite_only,
+      isWebPublic: values.is_web_public,
+      historyPublicToSubscribers: values.history_public_to_subscribers,
+      sendNewSubscriptionMessages: values.send_new_subscription_messages,
+    }, clientGone(reply));
+    return success(request, result);
+  });
+
+  app.delete('/api/v1/users/me/subscriptions', { schema: unsubscribeSchema }, async (request, reply) => {
+    const { subscriptions, principals } = parametersOf(request, unsubscribeSchema);
+    return success(request, await unsubscribeUsers(membership, callerOf(request), { names: subscriptions, principals }, clientGone(reply)));
+  });
+
+  app.get('/api/v1/users/:user_id(^\\d+$)/subscriptions/:stream_id(^\\d+$)', { schema: subscriptionStatusSchema }, async (request) => {
+    const { user_id, stream_id } = parametersOf(request, subscriptionStatusSchema);
+    return success(request, { is_subscribed: await isSubscribed(db, callerOf(request), user_id, stream_id) });
+  });
+
+  app.get('/api/v1/streams/:stream_id(^\\d+$)/members', { schema: channelMembersSchema }, async (request) => {
+    const { stream_id } = parametersOf(request, channelMembersSchema);
+    return success(request, { subscribers: await channelMembers(db, callerOf(request), stream_id) });
+  });
 };

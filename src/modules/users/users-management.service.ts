@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
 import type { Statement } from '../../db/reusable-statement.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type UserTransactions } from '../../db/user-transactions.js';
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
@@ -11,8 +11,6 @@ import {
   audienceEventsJson,
   EVERY_ROLE,
   type GuestAudience,
-  REALM_USERS_LOCK,
-  REALM_USERS_LOCK_NAMESPACE,
 } from '../events/realm-events.js';
 import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord } from './users.serializers.js';
@@ -54,12 +52,12 @@ export class ManagementRefusal extends Error {
 /** Runs `statement` behind the organization's user-management lock, in one transaction. */
 async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
   const { transactions, realm } = context;
-  const lock = [REALM_USERS_LOCK_NAMESPACE, realm.id];
+  const lock = [REALM_MEMBERSHIP_LOCK_NAMESPACE, realm.id];
   try {
     if (transactions) {
       await transactions.run.run(transactions.actingUserId, (tx) => {
         // Every statement is issued before the first await (see UserTransactions.run).
-        const locked = tx.run(REALM_USERS_LOCK, lock);
+        const locked = tx.run(REALM_MEMBERSHIP_LOCK, lock);
         const written = tx.run(statement, values);
         return Promise.all([locked, written]);
       }, transactions.departure, 'large');
@@ -67,7 +65,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
     }
     const work = async (db: Database) => {
       const tx = kyselyRunner(db);
-      await tx.run(REALM_USERS_LOCK, lock);
+      await tx.run(REALM_MEMBERSHIP_LOCK, lock);
       await tx.run(statement, values);
     };
     await (context.db.isTransaction ? work(context.db) : context.db.transaction().execute(work));

@@ -1,0 +1,177 @@
+import { sql } from 'kysely';
+import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
+import type { SubscriptionRow } from './subscriptions.serializers.js';
+import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
+
+/**
+ * The statements of subscribing and unsubscribing (docs/management-api.md, "Subscriptions"): one
+ * read of everything the checks and the events need, then one write of the channels, the
+ * subscriptions and the events, whatever the number of channels and users.
+ */
+
+/** A channel named by the request, as the read returns it. */
+export interface ChannelRow {
+  id: number;
+  name: string;
+  description: string;
+  rendered_description: string;
+  invite_only: boolean;
+  is_web_public: boolean;
+  history_public_to_subscribers: boolean;
+  creator_id: number | null;
+  /** Unix seconds. */
+  date_created: number;
+  deactivated: boolean;
+  message_retention_days: number | null;
+}
+
+/** A user named by `principals` (or the caller), in the caller's organization. */
+export interface TargetRow {
+  id: number;
+  delivery_email: string;
+  email_address_visibility: number;
+  bot_type: number | null;
+  bot_owner_id: number | null;
+  role: number;
+  is_active: boolean;
+}
+
+/** The settings of a subscription row, as the subscription object serializes them. */
+type SubscriptionSettings = Pick<SubscriptionRow, 'color' | 'is_muted' | 'pin_to_top' | 'desktop_notifications' | 'audible_notifications'
+  | 'push_notifications' | 'email_notifications' | 'wildcard_mentions_notify'>;
+
+/** A subscription row on a named channel: every active one, and the inactive ones of the targets. */
+export interface MembershipRow extends SubscriptionSettings {
+  user_id: number;
+  stream_id: number;
+  active: boolean;
+  /** The subscriber's role and whether the subscriber is active. */
+  role: number;
+  user_active: boolean;
+}
+
+export interface MembershipRead {
+  /** Per requested name (in order, 1-based `ord`), the channel it names, if any. */
+  named: { ord: number; stream_id: number | null }[];
+  channels: ChannelRow[];
+  targets: TargetRow[];
+  memberships: MembershipRow[];
+  /** The colours of each target's active subscriptions (for the palette). */
+  used_colors: { user_id: number; colors: string[] }[];
+  /** The organization's active users (ids and roles, in id order): the events' recipients. */
+  active_ids: number[];
+  active_roles: number[];
+  /**
+   * The users with an event queue: the only recipients whose events are stored. No queue can be
+   * added meanwhile: register creates queues under the organization's membership lock, shared,
+   * which the change holds exclusively.
+   */
+  queue_owners: number[];
+  /** Ids for the channels to create (at most one per name that names none). */
+  new_ids: number[];
+}
+
+/**
+ * Parameters: $1 realm, $2 the requested names (text[]), $3 target ids (integer[]), $4 target
+ * delivery emails, lowercased (text[]), $5 whether ids for new channels are wanted.
+ */
+const READ_TEXT = `
+WITH requested AS (
+  SELECT n.ord::integer AS ord, n.name FROM unnest($2::text[]) WITH ORDINALITY AS n(name, ord)
+), named AS (
+  SELECT r.ord, s.id AS stream_id FROM requested r LEFT JOIN streams s ON s.realm_id = $1 AND lower(s.name) = lower(r.name)
+), channel AS (
+  SELECT s.id, s.name, s.description, s.rendered_description, s.invite_only, s.is_web_public,
+         s.history_public_to_subscribers, s.creator_id, floor(extract(epoch FROM s.date_created))::bigint AS date_created,
+         s.deactivated, s.message_retention_days
+  FROM streams s WHERE s.id IN (SELECT stream_id FROM named)
+), target AS (
+  SELECT u.id, u.delivery_email, u.email_address_visibility, u.bot_type, u.bot_owner_id, u.role, u.is_active
+  FROM users u WHERE u.realm_id = $1 AND (u.id = ANY ($3::integer[]) OR lower(u.delivery_email) = ANY ($4::text[]))
+)
+SELECT
+  (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
+  (SELECT coalesce(json_agg(c ORDER BY c.id), '[]') FROM channel c) AS channels,
+  (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
+  (SELECT coalesce(json_agg(json_build_object(
+      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
+      'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top,
+      'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications,
+      'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications,
+      'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
+   FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+   WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
+  (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (
+     SELECT sub.user_id, array_agg(sub.color) AS colors FROM subscriptions sub
+     WHERE sub.user_id IN (SELECT id FROM target) AND sub.active GROUP BY sub.user_id) g) AS used_colors,
+  ARRAY(SELECT id FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_ids,
+  ARRAY(SELECT role FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_roles,
+  ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
+  ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
+    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids`;
+
+const READ = { name: 'membership_read', text: READ_TEXT };
+
+export async function readMembership(
+  tx: StatementRunner,
+  args: { realmId: number; names: string[]; targetIds: number[]; targetEmails: string[]; wantNewIds: boolean },
+): Promise<MembershipRead> {
+  const [row] = await tx.run<MembershipRead>(READ, [args.realmId, args.names, args.targetIds, args.targetEmails, args.wantNewIds]);
+  return row!;
+}
+
+/** A channel to create, with the id the read reserved and its creation time (ISO). */
+export type NewChannel = Omit<ChannelRow, 'date_created' | 'deactivated' | 'message_retention_days' | 'creator_id'> & { creator_id: number; date_created: string };
+
+interface MembershipWriteArgs extends MultiUserEventArgs {
+  /** NewChannel objects, as JSON. */
+  channels: string;
+  /** `{user_id, stream_id, color}` objects to subscribe, as JSON (an inactive row is reactivated and keeps its colour). */
+  added: string;
+  /** `{user_id, stream_id}` objects to unsubscribe, as JSON. */
+  removed: string;
+}
+
+/**
+ * Creates the channels, subscribes and unsubscribes, and appends the events to each recipient's
+ * queues: one statement. The checks were made by the caller on what readMembership returned,
+ * under the organization's membership lock, so nothing here can fail on them.
+ */
+export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, { channels: number; added: number; removed: number }>(
+  [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed'],
+  (db, args) =>
+    withEventsForUsers(db, args)
+      .with('new_channel', (db) =>
+        db
+          .insertInto('streams')
+          .columns(['id', 'realm_id', 'name', 'description', 'rendered_description', 'invite_only', 'is_web_public', 'history_public_to_subscribers', 'creator_id', 'date_created'])
+          .expression(() => sql`(
+            SELECT c.id, ${args.realmId}::integer, c.name, c.description, c.rendered_description, c.invite_only, c.is_web_public,
+                   c.history_public_to_subscribers, c.creator_id, c.date_created
+            FROM json_to_recordset(${args.channels}::json) AS c(
+              id integer, name text, description text, rendered_description text, invite_only boolean, is_web_public boolean,
+              history_public_to_subscribers boolean, creator_id integer, date_created timestamptz))`)
+          .returning('id'))
+      .with('added_subscription', (db) =>
+        db
+          .insertInto('subscriptions')
+          .columns(['realm_id', 'user_id', 'stream_id', 'color'])
+          .expression(() => sql`(
+            SELECT ${args.realmId}::integer, a.user_id, a.stream_id, a.color
+            FROM json_to_recordset(${args.added}::json) AS a(user_id integer, stream_id integer, color text))`)
+          .onConflict((oc) => oc.columns(['user_id', 'stream_id']).doUpdateSet({ active: true }))
+          .returning('user_id'))
+      .with('removed_subscription', (db) =>
+        db
+          .updateTable('subscriptions as sub')
+          .set({ active: false })
+          .where(sql<boolean>`(sub.user_id, sub.stream_id) IN (
+            SELECT r.user_id, r.stream_id FROM json_to_recordset(${args.removed}::json) AS r(user_id integer, stream_id integer))`)
+          .where('sub.realm_id', '=', args.realmId)
+          .returning('sub.user_id'))
+      .selectNoFrom((eb) => [
+        eb.selectFrom('new_channel').select((eb) => eb.fn.countAll<number>().as('n')).as('channels'),
+        eb.selectFrom('added_subscription').select((eb) => eb.fn.countAll<number>().as('n')).as('added'),
+        eb.selectFrom('removed_subscription').select((eb) => eb.fn.countAll<number>().as('n')).as('removed'),
+      ]),
+);

@@ -1,0 +1,401 @@
+import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE } from '../../db/user-transactions.js';
+import type { StatementRunner } from '../../db/reusable-statement.js';
+import type { Caller } from '../../http/auth.js';
+import type { Departure } from '../../lib/departure.js';
+import { badRequest } from '../../http/errors.js';
+import { fakeEmailDomain } from '../../lib/hosts.js';
+import { renderMarkdown } from '../../lib/markdown.js';
+import { isStorableText } from '../../lib/text.js';
+import { isIdInRange, ROLES } from '../../zulip.js';
+import type { EventWrites } from '../events/events.repository.js';
+import { effectiveVisibility } from '../users/users.access.js';
+import { dummyAddressDigits } from '../users/users.service.js';
+import { ColorPicker } from './colors.js';
+import { type AddressedEvent, peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
+import {
+  type ChannelRow,
+  type MembershipRead,
+  type MembershipRow,
+  type NewChannel,
+  readMembership,
+  type TargetRow,
+  writeMembershipStatement,
+} from './membership.repository.js';
+import { type ChannelRequest, checkChannelName, type Principals, stripName } from './membership.validation.js';
+import { serializeSubscription } from './subscriptions.serializers.js';
+
+/**
+ * Subscribing and unsubscribing (POST and DELETE /users/me/subscriptions), Zulip's checks in
+ * Zulip's order (zerver/views/streams.py add_subscriptions_backend, remove_subscriptions_backend;
+ * docs/management-api.md, "Subscriptions"), all or nothing.
+ *
+ * Locking: such a change alters several users' state (the principals' subscriptions) and sends
+ * events to many more (peer_add to every member for a public channel). It runs as an interactive
+ * transaction of the caller's (UserTransactions.runInteractive: the caller's turn and user lock),
+ * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE),
+ * which register takes shared: every register of the organization sees the change either in its
+ * state or among its queue's events, and two membership changes of an organization never
+ * interleave, so what the read statement found still holds when the write runs. The principals'
+ * own user locks are not taken: a user's settings writes change only rows of that user's active
+ * subscriptions, row by row, and take no organization lock, so neither waits for the other's
+ * locks in a cycle. Statements: BEGIN, the user's lock, the organization's lock, one read, one
+ * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
+ */
+
+export type MembershipCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'realmSubdomain'>;
+type HostConfig = Parameters<typeof fakeEmailDomain>[1];
+
+export interface MembershipContext extends EventWrites {
+  config: HostConfig;
+}
+
+export interface SubscribeRequest {
+  channels: ChannelRequest[];
+  principals: Principals | undefined;
+  authorizationErrorsFatal: boolean;
+  inviteOnly: boolean;
+  isWebPublic: boolean;
+  historyPublicToSubscribers: boolean | undefined;
+  sendNewSubscriptionMessages: boolean;
+}
+
+/** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES: new_subscription_messages_sent is whether at most this many users were newly subscribed. */
+const MAX_BULK_NEW_SUBSCRIPTION_MESSAGES = 100;
+
+const noSuchUser = () => badRequest('No such user');
+const insufficientPermission = () => badRequest('Insufficient permission');
+
+/** Runs `work` in the caller's interactive transaction, holding the organization's membership lock. */
+function underMembershipLock<T>(writes: EventWrites, caller: Pick<MembershipCaller, 'id' | 'realmId'>, work: (tx: StatementRunner) => Promise<T>, departure: Departure | undefined): Promise<T> {
+  return writes.transactions.runInteractive(caller.id, async (tx) => {
+    await tx.run(REALM_MEMBERSHIP_LOCK, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
+    return work(tx);
+  }, departure);
+}
+
+/** The ids and delivery emails to look up for `principals` (a dummy address names its id). */
+function principalKeys(principals: Principals | undefined, caller: MembershipCaller, config: HostConfig) {
+  const ids = new Set<number>([caller.id]);
+  const emails = new Set<string>();
+  if (principals && 'ids' in principals) for (const id of principals.ids) if (isIdInRange(id)) ids.add(id);
+  if (principals && 'emails' in principals) {
+    const domain = fakeEmailDomain(caller.realmSubdomain, config).toLowerCase();
+    for (const email of principals.emails) {
+      const wanted = email.trim().toLowerCase();
+      if (!isStorableText(wanted)) continue;
+      const digits = dummyAddressDigits(wanted, domain);
+      if (digits !== undefined && isIdInRange(Number(digits))) ids.add(Number(digits));
+      else emails.add(wanted);
+    }
+  }
+  return { targetIds: [...ids], targetEmails: [...emails] };
+}
+
+/** The user's API email (Zulip's UserProfile.email): the real one only when everyone may see it. */
+function apiEmail(user: TargetRow, caller: MembershipCaller, config: HostConfig): string {
+  return effectiveVisibility({ botType: user.bot_type, emailAddressVisibility: user.email_address_visibility }) === 1
+    ? user.delivery_email
+    : `user${user.id}@${fakeEmailDomain(caller.realmSubdomain, config)}`;
+}
+
+/**
+ * Zulip's bulk_principals_to_user_profiles: every principal must name a user of the caller's
+ * organization (else `No such user`), then none may be deactivated (`User is deactivated`). In
+ * principal order, each user once.
+ */
+function resolvePrincipals(principals: Principals, read: MembershipRead, caller: MembershipCaller, config: HostConfig): TargetRow[] {
+  const byId = new Map(read.targets.map((user) => [user.id, user]));
+  const found: TargetRow[] = [];
+  if ('ids' in principals) {
+    for (const id of principals.ids) {
+      const user = byId.get(id);
+      if (!user) throw noSuchUser();
+      found.push(user);
+    }
+  } else {
+    const byEmail = new Map(read.targets.map((user) => [apiEmail(user, caller, config).toLowerCase(), user]));
+    for (const email of principals.emails) {
+      const user = byEmail.get(email.trim().toLowerCase());
+      if (!user) throw noSuchUser();
+      found.push(user);
+    }
+  }
+  if (found.some((user) => !user.is_active)) throw badRequest('User is deactivated');
+  return [...new Map(found.map((user) => [user.id, user])).values()];
+}
+
+/** The requested names, stripped, checked and without repeats (a name and its case variants count once). */
+function checkedNames(names: string[]): string[] {
+  const distinct = new Map<string, string>();
+  for (const name of names.map(stripName)) {
+    checkChannelName(name);
+    if (!distinct.has(name.toLowerCase())) distinct.set(name.toLowerCase(), name);
+  }
+  return [...distinct.values()];
+}
+
+/** The channels the names found, in request order, each once; and the names that found none. */
+function matchNames(names: string[], read: MembershipRead) {
+  const channelsById = new Map(read.channels.map((channel) => [channel.id, channel]));
+  const existing = new Map<number, ChannelRow>();
+  const missing: string[] = [];
+  for (const { ord, stream_id } of read.named) {
+    if (stream_id === null) missing.push(names[ord - 1]!);
+    else existing.set(stream_id, channelsById.get(stream_id)!);
+  }
+  return { existing: [...existing.values()], missing };
+}
+
+/** Active subscribers (active users only) per channel, and each user's subscription row per channel. */
+function membershipIndex(read: MembershipRead) {
+  const subscribers = new Map<number, number[]>();
+  const rows = new Map<string, MembershipRow>();
+  for (const row of read.memberships) {
+    rows.set(`${row.user_id}:${row.stream_id}`, row);
+    if (row.active && row.user_active) {
+      const list = subscribers.get(row.stream_id);
+      if (list) list.push(row.user_id);
+      else subscribers.set(row.stream_id, [row.user_id]);
+    }
+  }
+  return {
+    subscribersOf: (streamId: number) => subscribers.get(streamId) ?? [],
+    rowOf: (userId: number, streamId: number) => rows.get(`${userId}:${streamId}`),
+  };
+}
+
+/** Zulip's user_has_content_access for a caller who is not a guest (guests cannot subscribe). */
+const hasContentAccess = (channel: ChannelRow, subscribed: boolean) => channel.is_web_public || subscribed || !channel.invite_only;
+
+/** Zulip's get_default_value_for_history_public_to_subscribers. */
+const historyPublic = (request: SubscribeRequest) => (request.inviteOnly ? (request.historyPublicToSubscribers ?? false) : true);
+
+export type SubscribeResult = Record<string, unknown>;
+
+/** POST /users/me/subscriptions after the guest check and parsing. */
+export function subscribeUsers(context: MembershipContext, caller: MembershipCaller, request: SubscribeRequest, departure?: Departure): Promise<SubscribeResult> {
+  const names = checkedNames(request.channels.map((channel) => channel.name));
+  const principals = request.principals;
+  const subscribingOthers = principals !== undefined && ('emails' in principals ? principals.emails.length > 0 : principals.ids.some((id) => id !== caller.id));
+  return underMembershipLock(context, caller, async (tx) => {
+    const keys = principalKeys(subscribingOthers ? principals : undefined, caller, context.config);
+    const read = await readMembership(tx, { realmId: caller.realmId, names, ...keys, wantNewIds: true });
+    const { existing, missing } = matchNames(names, read);
+    // Zulip's check_channel_creation_permissions: every non-guest may create public and private
+    // channels here (no group settings); web-public ones need spectator access, which no
+    // organization of this server enables.
+    if (missing.length > 0 && request.isWebPublic) throw badRequest('Web-public channels are not enabled.');
+    const index = membershipIndex(read);
+    const unauthorized = existing.filter((channel) => !hasContentAccess(channel, index.rowOf(caller.id, channel.id)?.active === true));
+    if (unauthorized.length > 0 && request.authorizationErrorsFatal) throw badRequest(`Unable to access channel (${unauthorized[0]!.name}).`);
+    const subscribers = subscribingOthers ? resolvePrincipals(principals, read, caller, context.config) : [read.targets.find((user) => user.id === caller.id)!];
+    const created = createdChannels(missing, request, read.new_ids, caller);
+    const authorized = existing.filter((channel) => !unauthorized.includes(channel));
+    const requestedColors = new Map(request.channels.filter((channel) => channel.color !== undefined).map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]));
+    const plan = planSubscriptions(requestedColors, [...authorized, ...created], new Set(created.map((channel) => channel.id)), subscribers, read);
+    if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events, read.queue_owners);
+    const newlySubscribedUsers = Object.keys(plan.subscribed).length;
+    return {
+      subscribed: plan.subscribed,
+      already_subscribed: plan.alreadySubscribed,
+      ...(request.sendNewSubscriptionMessages && { new_subscription_messages_sent: newlySubscribedUsers <= MAX_BULK_NEW_SUBSCRIPTION_MESSAGES }),
+      ...(!request.authorizationErrorsFatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
+    };
+  }, departure);
+}
+
+function createdChannels(missing: string[], request: SubscribeRequest, ids: number[], caller: MembershipCaller): ChannelRow[] {
+  const now = Math.floor(Date.now() / 1000);
+  return missing.map((name, index) => {
+    const description = (request.channels.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? '').replaceAll('\n', ' ');
+    return {
+      id: ids[index]!, name, description, rendered_description: description === '' ? '' : renderMarkdown(description),
+      invite_only: request.inviteOnly, is_web_public: false, history_public_to_subscribers: historyPublic(request),
+      creator_id: caller.id, date_created: now, deactivated: false, message_retention_days: null,
+    };
+  });
+}
+
+interface Addition {
+  user_id: number;
+  stream_id: number;
+  color: string;
+}
+
+/** Who gets subscribed where (a new row, or an inactive one reactivated with its settings), the answer's maps and the events. */
+function planSubscriptions(
+  requestedColors: ReadonlyMap<string, string>,
+  channels: ChannelRow[],
+  createdIds: Set<number>,
+  users: TargetRow[],
+  read: MembershipRead,
+) {
+  const index = membershipIndex(read);
+  const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
+  const subscribed: Record<string, string[]> = {};
+  const alreadySubscribed: Record<string, string[]> = {};
+  const added: Addition[] = [];
+  const addedTo = new Map<number, number[]>();
+  const perUser = new Map<number, { channel: ChannelRow; row: MembershipRow | undefined; color: string }[]>();
+  for (const user of [...users].sort((a, b) => a.id - b.id)) {
+    const colors = new ColorPicker(read.used_colors.find((used) => used.user_id === user.id)?.colors ?? []);
+    for (const channel of channels) {
+      const row = index.rowOf(user.id, channel.id);
+      const key = String(user.id);
+      if (row?.active) {
+        (alreadySubscribed[key] ??= []).push(channel.name);
+        continue;
+      }
+      (subscribed[key] ??= []).push(channel.name);
+      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? colors.next();
+      added.push({ user_id: user.id, stream_id: channel.id, color });
+      const list = addedTo.get(channel.id);
+      if (list) list.push(user.id);
+      else addedTo.set(channel.id, [user.id]);
+      const own = perUser.get(user.id);
+      const entry = { channel, row, color };
+      if (own) own.push(entry);
+      else perUser.set(user.id, [entry]);
+    }
+  }
+  const subscribersAfter = (channel: ChannelRow) => [...index.subscribersOf(channel.id), ...(addedTo.get(channel.id) ?? [])].sort((a, b) => a - b);
+  const events: AddressedEvent[] = [];
+  // stream/create: a created channel to whoever sees it, then to each new subscriber the channels it could not see before.
+  for (const channel of channels.filter((channel) => createdIds.has(channel.id))) {
+    events.push({ users: recipients.creationAudience(channel), event: { type: 'stream', op: 'create', streams: [streamObject(channel)] } });
+  }
+  for (const [userId, entries] of perUser) {
+    const unseen = entries.filter(({ channel }) => !recipients.seesWithoutSubscription(channel, userId));
+    if (unseen.length > 0) events.push({ users: [userId], event: { type: 'stream', op: 'create', streams: unseen.map(({ channel }) => streamObject(channel)) } });
+  }
+  for (const [userId, entries] of perUser) {
+    const subscriptions = entries.map(({ channel, row, color }) => ({
+      ...serializeSubscription({
+        stream_id: channel.id, name: channel.name, description: channel.description, rendered_description: channel.rendered_description,
+        creator_id: channel.creator_id, date_created: new Date(Number(channel.date_created) * 1000), invite_only: channel.invite_only,
+        is_web_public: channel.is_web_public, history_public_to_subscribers: channel.history_public_to_subscribers,
+        message_retention_days: channel.message_retention_days, color,
+        is_muted: row?.is_muted ?? false, pin_to_top: row?.pin_to_top ?? false,
+        desktop_notifications: row?.desktop_notifications ?? null, audible_notifications: row?.audible_notifications ?? null,
+        push_notifications: row?.push_notifications ?? null, email_notifications: row?.email_notifications ?? null,
+        wildcard_mentions_notify: row?.wildcard_mentions_notify ?? null, subscribers: subscribersAfter(channel),
+      }),
+      is_archived: channel.deactivated,
+    }));
+    events.push({ users: [userId], event: { type: 'subscription', op: 'add', subscriptions } });
+  }
+  const changes: PeerChange[] = channels.map((channel) => ({ channel, changed: addedTo.get(channel.id) ?? [], subscribersAfter: subscribersAfter(channel) }));
+  events.push(...peerEvents('peer_add', changes, recipients));
+  return { subscribed, alreadySubscribed, added, events };
+}
+
+async function writeMembership(
+  tx: StatementRunner,
+  context: EventWrites,
+  caller: Pick<MembershipCaller, 'realmId'>,
+  created: ChannelRow[],
+  added: Addition[],
+  removed: { user_id: number; stream_id: number }[],
+  events: AddressedEvent[],
+  queueOwners: number[],
+): Promise<void> {
+  // Only users with a queue can receive (a public channel's peers are the whole organization).
+  const owners = new Set(queueOwners);
+  const stored = events.map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) })).filter((event) => event.users.length > 0);
+  const channels: NewChannel[] = created.map((channel) => ({
+    id: channel.id, name: channel.name, description: channel.description, rendered_description: channel.rendered_description,
+    invite_only: channel.invite_only, is_web_public: channel.is_web_public, history_public_to_subscribers: channel.history_public_to_subscribers,
+    creator_id: channel.creator_id!, date_created: new Date(channel.date_created * 1000).toISOString(),
+  }));
+  await writeMembershipStatement(tx, {
+    realmId: caller.realmId,
+    channels: JSON.stringify(channels),
+    added: JSON.stringify(added),
+    removed: JSON.stringify(removed),
+    events: JSON.stringify(stored),
+    maxPendingEvents: context.maxPendingEvents,
+  });
+}
+
+export interface UnsubscribeRequest {
+  names: string[];
+  principals: Principals | undefined;
+}
+
+/** Zulip's user_directly_controls_user: oneself, or a bot one owns. */
+const controls = (caller: MembershipCaller, target: TargetRow) => target.id === caller.id || (target.bot_type !== null && target.bot_owner_id === caller.id);
+
+/** DELETE /users/me/subscriptions after parsing. */
+export function unsubscribeUsers(context: MembershipContext, caller: MembershipCaller, request: UnsubscribeRequest, departure?: Departure) {
+  const principals = request.principals;
+  const named = principals !== undefined && ('ids' in principals ? principals.ids.length > 0 : principals.emails.length > 0);
+  return underMembershipLock(context, caller, async (tx) => {
+    const strippedNames = request.names.map(stripName);
+    // A name PostgreSQL text cannot hold (NUL) fails its checks below, after the principals'.
+    const distinctNames = [...new Map(strippedNames.filter(isStorableText).map((name) => [name.toLowerCase(), name])).values()];
+    const read = await readMembership(tx, { realmId: caller.realmId, names: distinctNames, ...principalKeys(named ? principals : undefined, caller, context.config), wantNewIds: false });
+    const users = named ? resolvePrincipals(principals, read, caller, context.config) : [read.targets.find((user) => user.id === caller.id)!];
+    const unsubscribingOthers = users.some((user) => !controls(caller, user));
+    for (const name of strippedNames) checkChannelName(name);
+    const { existing, missing } = matchNames(distinctNames, read);
+    // Zulip's bulk_can_remove_subscribers_from_streams: administrators may; guests may not; others
+    // only from channels they administer (by default: created).
+    if (unsubscribingOthers && caller.role > ROLES.admin) {
+      if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id)) throw insufficientPermission();
+    }
+    if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
+    const index = membershipIndex(read);
+    const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
+    const removed: string[] = [];
+    const notRemoved: string[] = [];
+    const removals: { user_id: number; stream_id: number }[] = [];
+    const removedFrom = new Map<number, number[]>();
+    const lostBy = new Map<number, ChannelRow[]>();
+    for (const user of users) {
+      for (const channel of existing) {
+        if (index.rowOf(user.id, channel.id)?.active !== true) {
+          notRemoved.push(channel.name);
+          continue;
+        }
+        removed.push(channel.name);
+        removals.push({ user_id: user.id, stream_id: channel.id });
+        removedFrom.set(channel.id, [...(removedFrom.get(channel.id) ?? []), user.id]);
+        lostBy.set(user.id, [...(lostBy.get(user.id) ?? []), channel]);
+      }
+    }
+    if (removals.length > 0) {
+      const changes: PeerChange[] = existing.map((channel) => {
+        const gone = new Set(removedFrom.get(channel.id) ?? []);
+        return { channel, changed: [...gone], subscribersAfter: index.subscribersOf(channel.id).filter((id) => !gone.has(id)) };
+      });
+      const events = peerEvents('peer_remove', changes, recipients);
+      for (const [userId, channels] of lostBy) {
+        events.push({ users: [userId], event: { type: 'subscription', op: 'remove', subscriptions: channels.map((channel) => ({ name: channel.name, stream_id: channel.id })) } });
+      }
+      await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
+    }
+    return { removed, not_removed: notRemoved };
+  }, departure);
+}
+
+/** The admin command line's `subscribe` names a channel that does not exist. */
+export class ChannelNotFound extends Error {}
+
+/**
+ * The admin command line's `subscribe` (src/cli/operations.ts): subscribes one user to one
+ * existing channel (archived included), as an operator, without the API's permission checks,
+ * through the same lock, read, plan, write and events as POST /users/me/subscriptions. Returns
+ * the subscription's colour (an existing row's, reactivated or active, is kept).
+ */
+export function subscribeAsOperator(writes: EventWrites, realmId: number, userId: number, channelName: string): Promise<{ stream_id: number; color: string }> {
+  return underMembershipLock(writes, { id: userId, realmId }, async (tx) => {
+    const read = await readMembership(tx, { realmId, names: [channelName], targetIds: [userId], targetEmails: [], wantNewIds: false });
+    const { existing } = matchNames([channelName], read);
+    const channel = existing[0];
+    const user = read.targets.find((target) => target.id === userId);
+    if (!channel || !user) throw new ChannelNotFound(channelName);
+    const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
+    if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
+    return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
+  }, undefined);
+}
