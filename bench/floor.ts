@@ -34,7 +34,10 @@ const app = Fastify({ logger: LOG_FILE ? { level: 'info', file: LOG_FILE } : fal
 await app.register(formbody);
 if (LOG_FILE) {
   app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ method: request.method, path: request.url.split('?', 1)[0], statusCode: reply.statusCode, responseTimeMs: reply.elapsedTime }, 'request completed');
+    request.log.info(
+      { method: request.method, path: request.url.split('?', 1)[0], statusCode: reply.statusCode, responseTimeMs: reply.elapsedTime },
+      'request completed',
+    );
     done();
   });
 }
@@ -85,7 +88,9 @@ function credentials(header: string | undefined): { email: string; keyHash: stri
   const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
   const colon = decoded.indexOf(':');
   if (colon < 0) return undefined;
-  const keyHash = createHash('sha256').update(decoded.slice(colon + 1).trim(), 'utf8').digest('hex');
+  const keyHash = createHash('sha256')
+    .update(decoded.slice(colon + 1).trim(), 'utf8')
+    .digest('hex');
   return { email: decoded.slice(0, colon).trim(), keyHash };
 }
 
@@ -201,18 +206,33 @@ async function write(request: FastifyRequest, reply: FastifyReply, name: string,
 
 app.post<{ Body: { subscription_data?: string } }>('/api/v1/users/me/subscriptions/properties', async (request, reply) => {
   const [entry] = JSON.parse(request.body.subscription_data ?? '[]') as { stream_id: number; property: string; value: boolean }[];
-  if (!entry || entry.property !== 'pin_to_top') return reply.code(400).send({ result: 'error', msg: 'pin_to_top only', code: 'BAD_REQUEST' });
-  const event = JSON.stringify({ type: 'subscription', op: 'update', property: 'pin_to_top', value: entry.value, stream_id: entry.stream_id });
+  if (!entry || entry.property !== 'pin_to_top')
+    return reply.code(400).send({ result: 'error', msg: 'pin_to_top only', code: 'BAD_REQUEST' });
+  const event = JSON.stringify({
+    type: 'subscription',
+    op: 'update',
+    property: 'pin_to_top',
+    value: entry.value,
+    stream_id: entry.stream_id,
+  });
   return write(request, reply, 'setting_write', SETTING_WRITE, [entry.stream_id, entry.value, event]);
 });
 
-app.patch<{ Params: { '*': string }; Body: { is_pinned?: string; name?: string } }>('/api/v1/navigation_views/*', async (request, reply) => {
-  const fragment = request.params['*'];
-  const isPinned = request.body.is_pinned === 'true';
-  const name = request.body.name ?? null;
-  const event = JSON.stringify({ type: 'navigation_view', op: 'update', fragment, data: { ...(name !== null && { name }), is_pinned: isPinned } });
-  return write(request, reply, 'view_write', VIEW_WRITE, [fragment, isPinned, event, name]);
-});
+app.patch<{ Params: { '*': string }; Body: { is_pinned?: string; name?: string } }>(
+  '/api/v1/navigation_views/*',
+  async (request, reply) => {
+    const fragment = request.params['*'];
+    const isPinned = request.body.is_pinned === 'true';
+    const name = request.body.name ?? null;
+    const event = JSON.stringify({
+      type: 'navigation_view',
+      op: 'update',
+      fragment,
+      data: { ...(name !== null && { name }), is_pinned: isPinned },
+    });
+    return write(request, reply, 'view_write', VIEW_WRITE, [fragment, isPinned, event, name]);
+  },
+);
 
 /**
  * The membership floor: DELETE and POST /api/v1/users/me/subscriptions naming channels of the
@@ -259,7 +279,10 @@ app.delete<{ Body: { subscriptions?: string } }>('/api/v1/users/me/subscriptions
 });
 
 const shutdown = () => {
-  void app.close().then(() => pool.end()).then(() => process.exit(0));
+  void app
+    .close()
+    .then(() => pool.end())
+    .then(() => process.exit(0));
 };
 process.once('SIGTERM', shutdown);
 process.once('SIGINT', shutdown);

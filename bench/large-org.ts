@@ -26,7 +26,14 @@ interface Answer {
   encoding: string | undefined;
 }
 
-function send(server: RunningProcess, host: string, authorization: string, method: 'GET' | 'POST', path: string, gzip: boolean): Promise<Answer> {
+function send(
+  server: RunningProcess,
+  host: string,
+  authorization: string,
+  method: 'GET' | 'POST',
+  path: string,
+  gzip: boolean,
+): Promise<Answer> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { host, authorization, ...(gzip && { 'accept-encoding': 'gzip' }) };
@@ -62,13 +69,21 @@ async function seedOrganization(db: Database, users: number): Promise<{ host: st
     FROM generate_series(1, ${users - 1}) AS g
   `.execute(db);
   await sql`ANALYZE users`.execute(db);
-  return { host: `${subdomain}.localhost:9991`, authorization: `Basic ${Buffer.from(`${caller.email}:${caller.api_key}`).toString('base64')}` };
+  return {
+    host: `${subdomain}.localhost:9991`,
+    authorization: `Basic ${Buffer.from(`${caller.email}:${caller.api_key}`).toString('base64')}`,
+  };
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
 
-export async function measureLargeOrganizations(options: { db: Database; server: RunningProcess; requests: number; log: (line: string) => void }): Promise<string> {
+export async function measureLargeOrganizations(options: {
+  db: Database;
+  server: RunningProcess;
+  requests: number;
+  log: (line: string) => void;
+}): Promise<string> {
   const { db, server, requests, log } = options;
   const lines = [
     '| users | request | Accept-Encoding | ms/request (median, one at a time) | bytes on the wire | JSON bytes | server CPU ms/request |',
@@ -79,7 +94,10 @@ export async function measureLargeOrganizations(options: { db: Database; server:
     const started = Date.now();
     const organization = await seedOrganization(db, users);
     log(`large organization of ${users} users seeded in ${Date.now() - started} ms`);
-    for (const [method, path, label] of [['GET', '/api/v1/users', 'GET /users'], ['POST', '/api/v1/register', 'POST /register']] as const) {
+    for (const [method, path, label] of [
+      ['GET', '/api/v1/users', 'GET /users'],
+      ['POST', '/api/v1/register', 'POST /register'],
+    ] as const) {
       for (const gzip of [false, true]) {
         const run = () => send(server, organization.host, organization.authorization, method, path, gzip);
         await run(); // warm-up
@@ -88,12 +106,14 @@ export async function measureLargeOrganizations(options: { db: Database; server:
         for (let i = 0; i < requests; i++) answers.push(await run());
         const cpuAfter = cpuSeconds(server.pid);
         const last = answers.at(-1)!;
-        if (answers.some((answer) => answer.status !== 200)) throw new Error(`${label} at ${users} users answered ${answers.map((a) => a.status).join(', ')}`);
+        if (answers.some((answer) => answer.status !== 200))
+          throw new Error(`${label} at ${users} users answered ${answers.map((a) => a.status).join(', ')}`);
         if ((last.encoding === 'gzip') !== gzip) throw new Error(`${label} at ${users} users: content-encoding ${String(last.encoding)}`);
         const json = gzip ? gunzipSync(last.wire) : last.wire;
         if (!gzip && method === 'POST' && users === SIZES.at(-1)) largest = json;
         const cpu = cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1000) / requests : undefined;
-        const row = `| ${users.toLocaleString('en')} | ${label} | ${gzip ? 'gzip' : '—'} | ${median(answers.map((a) => a.ms)).toFixed(0)} | ` +
+        const row =
+          `| ${users.toLocaleString('en')} | ${label} | ${gzip ? 'gzip' : '—'} | ${median(answers.map((a) => a.ms)).toFixed(0)} | ` +
           `${last.wire.length.toLocaleString('en')} (${kb(last.wire.length)}) | ${json.length.toLocaleString('en')} | ${cpu === undefined ? '—' : cpu.toFixed(0)} |`;
         log(row);
         lines.push(row);
@@ -109,9 +129,12 @@ export async function measureLargeOrganizations(options: { db: Database; server:
     };
     const gzip = cost((input) => gzipSync(input));
     const brotli = cost((input) => brotliCompressSync(input, { params: { [constants.BROTLI_PARAM_QUALITY]: 4 } }));
-    lines.push('', `register at ${SIZES.at(-1)!.toLocaleString('en')} users, ${largest.length.toLocaleString('en')} JSON bytes compressed in this process: ` +
-      `gzip (level 6) ${gzip.bytes.toLocaleString('en')} bytes in ${gzip.ms.toFixed(0)} ms of CPU; ` +
-      `brotli (quality 4) ${brotli.bytes.toLocaleString('en')} bytes in ${brotli.ms.toFixed(0)} ms of CPU.`);
+    lines.push(
+      '',
+      `register at ${SIZES.at(-1)!.toLocaleString('en')} users, ${largest.length.toLocaleString('en')} JSON bytes compressed in this process: ` +
+        `gzip (level 6) ${gzip.bytes.toLocaleString('en')} bytes in ${gzip.ms.toFixed(0)} ms of CPU; ` +
+        `brotli (quality 4) ${brotli.bytes.toLocaleString('en')} bytes in ${brotli.ms.toFixed(0)} ms of CPU.`,
+    );
   }
   return lines.join('\n');
 }

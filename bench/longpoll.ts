@@ -153,10 +153,11 @@ function connectClient(server: RunningProcess, agent: Agent, account: Account, q
     }
   })();
   return {
-    nextDelivery: () => new Promise<void>((resolve, reject) => {
-      delivered = resolve;
-      failed = reject;
-    }),
+    nextDelivery: () =>
+      new Promise<void>((resolve, reject) => {
+        delivered = resolve;
+        failed = reject;
+      }),
     heartbeats: () => heartbeats,
     serverErrors: () => retried,
     stop: () => {
@@ -169,12 +170,14 @@ function connectClient(server: RunningProcess, agent: Agent, account: Account, q
 async function mapConcurrently<T, R>(items: readonly T[], concurrency: number, task: (item: T) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < items.length) {
-      const index = next++;
-      results[index] = await task(items[index]!);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < items.length) {
+        const index = next++;
+        results[index] = await task(items[index]!);
+      }
+    }),
+  );
   return results;
 }
 
@@ -206,8 +209,18 @@ export async function measureLongPolls(options: {
     const steady = await measureSteadyState({ ...options, queueIds });
     const none = Number.NaN;
     return {
-      polls: accounts.length, idleSeconds: 0, transactionsPerSecond: none, cpuPercent: none, memoryPerPollKb: none,
-      rssBeforeMb, rssAfterMb: none, heartbeats: 0, deliveries: 0, deliveryP50Ms: none, deliveryP99Ms: none, steady,
+      polls: accounts.length,
+      idleSeconds: 0,
+      transactionsPerSecond: none,
+      cpuPercent: none,
+      memoryPerPollKb: none,
+      rssBeforeMb,
+      rssAfterMb: none,
+      heartbeats: 0,
+      deliveries: 0,
+      deliveryP50Ms: none,
+      deliveryP99Ms: none,
+      steady,
     };
   }
 
@@ -394,7 +407,9 @@ async function measureSteadyState(options: {
   clearInterval(rssSampler);
   const rssEndMb = rssMb(b.pid);
   const loadAfter = loadAverage();
-  log(`long polls, steady state: delivery latencies in order (the first one a warm-up): ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`);
+  log(
+    `long polls, steady state: delivery latencies in order (the first one a warm-up): ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`,
+  );
   for (const client of clients) client.stop();
   agent.destroy();
   latencies.shift();
@@ -419,7 +434,10 @@ async function measureSteadyState(options: {
 export function formatLongPolls(figures: LongPollFigures): string {
   const f = figures;
   if (f.idleSeconds === 0 && f.steady) {
-    return [`Long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults), B at ${f.rssBeforeMb.toFixed(0)} MB before them`, ...formatSteady(f.steady)].join('\n');
+    return [
+      `Long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults), B at ${f.rssBeforeMb.toFixed(0)} MB before them`,
+      ...formatSteady(f.steady),
+    ].join('\n');
   }
   return [
     `Idle long polls: ${f.polls} polls registered on instance A, held on instance B (production defaults)`,

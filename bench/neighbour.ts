@@ -53,16 +53,18 @@ export async function measureNeighbour(options: {
 }): Promise<NeighbourFigures> {
   const { a, b, seeded, warmupSeconds, durationSeconds, quiet, log } = options;
   const writers = seeded.rotating.slice(0, options.writers);
-  const victims = (seconds: number) => runLoad({
-    url: a.url,
-    connections: VICTIM_CONNECTIONS,
-    durationSeconds: seconds,
-    headers: { authorization: basicAuth(writers[0]!.email, writers[0]!.apiKey) },
-    requests: [rotating(writers, updateSetting)],
-  });
+  const victims = (seconds: number) =>
+    runLoad({
+      url: a.url,
+      connections: VICTIM_CONNECTIONS,
+      durationSeconds: seconds,
+      headers: { authorization: basicAuth(writers[0]!.email, writers[0]!.apiKey) },
+      requests: [rotating(writers, updateSetting)],
+    });
   const path = '/api/v1/users/me/subscriptions/properties';
   const neighbour = { authorization: basicAuth(seeded.caller.email, seeded.caller.apiKey) };
-  const writesOf = (size: number) => [true, false].map((flip) => ({ method: 'POST' as const, path, headers: FORM, body: bulkBody(seeded.callerStreamIds, size, flip) }));
+  const writesOf = (size: number) =>
+    [true, false].map((flip) => ({ method: 'POST' as const, path, headers: FORM, body: bulkBody(seeded.callerStreamIds, size, flip) }));
   const runs = { alone: [] as Measurement[], attacked: [] as Measurement[], large: [] as Measurement[], small: [] as Measurement[] };
   for (let round = 0; round < options.rounds; round++) {
     await quiet();
@@ -79,8 +81,10 @@ export async function measureNeighbour(options: {
     runs.attacked.push(await victims(durationSeconds));
     runs.large.push(await large);
     runs.small.push(await small);
-    log(`${NEIGHBOUR}, round ${round + 1}: victims with the neighbour p99 ${runs.attacked.at(-1)!.p99.toFixed(1)} ms ` +
-      `(neighbour: ${runs.large.at(-1)!.total} large writes on B, ${runs.small.at(-1)!.total} small ones on A)`);
+    log(
+      `${NEIGHBOUR}, round ${round + 1}: victims with the neighbour p99 ${runs.attacked.at(-1)!.p99.toFixed(1)} ms ` +
+        `(neighbour: ${runs.large.at(-1)!.total} large writes on B, ${runs.small.at(-1)!.total} small ones on A)`,
+    );
   }
   return {
     alone: mergeMeasurements(runs.alone),
@@ -94,7 +98,8 @@ export async function measureNeighbour(options: {
 export function formatNeighbour(figures: NeighbourFigures, writers: number, largePerSecond: number): string {
   const { alone, attacked, large, small, rounds } = figures;
   const ratios = rounds.map((round) => round.attacked / round.alone).sort((x, y) => x - y);
-  const ratio = ratios.length % 2 === 1 ? ratios[(ratios.length - 1) / 2]! : (ratios[ratios.length / 2 - 1]! + ratios[ratios.length / 2]!) / 2;
+  const ratio =
+    ratios.length % 2 === 1 ? ratios[(ratios.length - 1) / 2]! : (ratios[ratios.length / 2 - 1]! + ratios[ratios.length / 2]!) / 2;
   const line = (m: Measurement) =>
     `${m.requestsPerSecond.toFixed(0)} req/s, p50 ${m.p50.toFixed(1)} ms, p99 ${m.p99.toFixed(1)} ms, status ${JSON.stringify(m.statusCodes)}, errors ${m.errors}`;
   return [

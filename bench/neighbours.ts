@@ -14,7 +14,7 @@ import type { SteadyLoadSpec } from './steady-load.js';
  * ["realm_user"]). The ratio of B's two medians is the figure.
  */
 
-export const NEIGHBOURS = 'large reads: another organization\'s GET /users/{id}';
+export const NEIGHBOURS = "large reads: another organization's GET /users/{id}";
 
 const NEIGHBOUR_SUBDOMAIN = 'neighbour';
 /**
@@ -84,20 +84,23 @@ export async function measureNeighbours(options: {
     register: await bodyBytes(server, attacker, 'POST', '/api/v1/register'),
   };
   log(`large reads: GET /users ${largeReadBytes.users} bytes, register ${largeReadBytes.register} bytes`);
-  const victimLoad = (seconds = durationSeconds) => steadyLoad({
-    url: `${server.url}/api/v1/users/${neighbour.targetUserId}`,
-    ratePerSecond: VICTIM_RATE,
-    durationSeconds: seconds,
-    headers: { authorization: basicAuth(neighbour.caller.email, neighbour.caller.apiKey), host: `${NEIGHBOUR_SUBDOMAIN}.localhost:9991` },
-  });
+  const victimLoad = (seconds = durationSeconds) =>
+    steadyLoad({
+      url: `${server.url}/api/v1/users/${neighbour.targetUserId}`,
+      ratePerSecond: VICTIM_RATE,
+      durationSeconds: seconds,
+      headers: { authorization: basicAuth(neighbour.caller.email, neighbour.caller.apiKey), host: `${NEIGHBOUR_SUBDOMAIN}.localhost:9991` },
+    });
   // Warm-up (connections, prepared statements, JIT) of both sides, not measured.
   await Promise.all([victimLoad(2), attackerLoad(server, attacker, 2)]);
   const rounds: NeighbourRound[] = [];
   for (let round = 0; round < options.rounds; round++) {
     const alone = await victimLoad();
     const [underLargeReads, largeReads] = await Promise.all([victimLoad(), attackerLoad(server, attacker, durationSeconds)]);
-    log(`${NEIGHBOURS}: p50 alone ${alone.p50.toFixed(1)} ms, while A reads its users ${underLargeReads.p50.toFixed(1)} ms ` +
-      `(p99 ${alone.p99.toFixed(1)} / ${underLargeReads.p99.toFixed(1)} ms); A: ${largeReads.total} large reads, p50 ${largeReads.p50.toFixed(0)} ms`);
+    log(
+      `${NEIGHBOURS}: p50 alone ${alone.p50.toFixed(1)} ms, while A reads its users ${underLargeReads.p50.toFixed(1)} ms ` +
+        `(p99 ${alone.p99.toFixed(1)} / ${underLargeReads.p99.toFixed(1)} ms); A: ${largeReads.total} large reads, p50 ${largeReads.p50.toFixed(0)} ms`,
+    );
     rounds.push({ alone, underLargeReads, largeReads });
   }
   return { rounds, largeReadBytes };

@@ -48,7 +48,9 @@ for (const node of profile.nodes) {
   const micros = selfMicros.get(node.id) ?? 0;
   if (micros === 0) continue;
   const { functionName, url, lineNumber } = node.callFrame;
-  const location = url ? `${place(url) === 'our code (dist/)' ? relative(root, url.replace(/^file:\/\//, '')) : place(url)}:${lineNumber + 1}` : '';
+  const location = url
+    ? `${place(url) === 'our code (dist/)' ? relative(root, url.replace(/^file:\/\//, '')) : place(url)}:${lineNumber + 1}`
+    : '';
   const key = `${functionName || '(anonymous)'} ${location}`.trim();
   byFunction.set(key, (byFunction.get(key) ?? 0) + micros);
   byPlace.set(place(url), (byPlace.get(place(url)) ?? 0) + micros);
@@ -81,6 +83,8 @@ for (const [name, micros] of sorted(byFunction).slice(0, top)) console.log(`${pe
 console.log('\nSelf time by origin:');
 for (const [name, micros] of sorted(byPlace).slice(0, 20)) console.log(`${percent(micros)}  ${name}`);
 console.log(`\nInclusive time of our code and the libraries' entry points (top ${top}):`);
-for (const [name, micros] of sorted(inclusive).filter(([name]) => !/^\((root|program|idle|garbage collector)\)/.test(name)).slice(0, top)) {
+for (const [name, micros] of sorted(inclusive)
+  .filter(([name]) => !/^\((root|program|idle|garbage collector)\)/.test(name))
+  .slice(0, top)) {
   console.log(`${percent(micros)}  ${name}`);
 }

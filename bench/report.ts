@@ -1,8 +1,19 @@
 import type { Measurement } from './load.js';
 import {
-  bulkName, PRODUCTION_PATCH, PRODUCTION_PATCH_FLOOR, PRODUCTION_PATCH_METRICS, PRODUCTION_SETTING, PRODUCTION_SETTING_FLOOR,
-  PRODUCTION_SETTING_METRICS, PRODUCTION_USERS, PRODUCTION_USERS_FLOOR, PRODUCTION_USERS_METRICS, USERS_FLOOR, USERS_FLOOR_PLAIN,
-  USERS_FLOOR_TWO_QUERIES, USERS_OURS,
+  bulkName,
+  PRODUCTION_PATCH,
+  PRODUCTION_PATCH_FLOOR,
+  PRODUCTION_PATCH_METRICS,
+  PRODUCTION_SETTING,
+  PRODUCTION_SETTING_FLOOR,
+  PRODUCTION_SETTING_METRICS,
+  PRODUCTION_USERS,
+  PRODUCTION_USERS_FLOOR,
+  PRODUCTION_USERS_METRICS,
+  USERS_FLOOR,
+  USERS_FLOOR_PLAIN,
+  USERS_FLOOR_TWO_QUERIES,
+  USERS_OURS,
 } from './scenarios.js';
 
 /** The production-default targets of the issue tracker's #16: ours / floor, requests per second. */
@@ -72,14 +83,18 @@ export function formatReport(rows: Row[], meta: { machine: string; settings: str
     const floor = byName.get(floorName);
     if (!ours || !floor) continue;
     const ratio = roundRatio(ours, floor);
-    lines.push(`Production defaults, ${label}: ours/floor = ${describeRatio(ours, floor)}; target ≥ ${fixed(target, 2)}: ${ratio >= target ? 'met' : 'MISSED'}`);
+    lines.push(
+      `Production defaults, ${label}: ours/floor = ${describeRatio(ours, floor)}; target ≥ ${fixed(target, 2)}: ${ratio >= target ? 'met' : 'MISSED'}`,
+    );
   }
   for (const { on: onName, off: offName, label } of METRICS_TARGETS) {
     const on = byName.get(onName);
     const off = byName.get(offName);
     if (!on || !off) continue;
     const ratio = roundRatio(on, off);
-    lines.push(`Production defaults, ${label}: metrics on/off = ${describeRatio(on, off)}; target ≥ ${fixed(METRICS_TARGET, 2)}: ${ratio >= METRICS_TARGET ? 'met' : 'MISSED'}`);
+    lines.push(
+      `Production defaults, ${label}: metrics on/off = ${describeRatio(on, off)}; target ≥ ${fixed(METRICS_TARGET, 2)}: ${ratio >= METRICS_TARGET ? 'met' : 'MISSED'}`,
+    );
   }
   const ours = byName.get(USERS_OURS);
   const floor = byName.get(USERS_FLOOR);

@@ -12,7 +12,12 @@ import { LARGE_ORGANIZATIONS, measureLargeOrganizations } from './large-org.js';
 import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import {
-  formatNeighbours, measureNeighbours, neighbourMeasurements, type NeighbourFigures as OrganizationNeighbourFigures, NEIGHBOURS, seedNeighbour,
+  formatNeighbours,
+  measureNeighbours,
+  neighbourMeasurements,
+  type NeighbourFigures as OrganizationNeighbourFigures,
+  NEIGHBOURS,
+  seedNeighbour,
 } from './neighbours.js';
 import { freePort } from '../src/lib/free-port.js';
 import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
@@ -62,7 +67,9 @@ const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
 // Alone, then with the neighbour, this many times (the p99 reported is the worst round's).
 const NEIGHBOUR_ROUNDS = positiveInteger('BENCH_NEIGHBOUR_ROUNDS', 3);
-const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND ? positiveInteger('BENCH_NEIGHBOUR_LARGE_PER_SECOND', 1) : 0;
+const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND
+  ? positiveInteger('BENCH_NEIGHBOUR_LARGE_PER_SECOND', 1)
+  : 0;
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 const SERVER_ARGS = (process.env.BENCH_SERVER ?? 'dist/server.js').split(' ');
 const LONG_POLLS = 'long polls';
@@ -72,7 +79,14 @@ const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
 const LONG_POLL_IDLE_SECONDS = process.env.BENCH_LONG_POLL_IDLE_SECONDS === '0' ? 0 : positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
 // The steady state after it (issue 27): heartbeats and re-polls; 0 skips it.
 const LONG_POLL_STEADY_SECONDS = Number(process.env.BENCH_LONG_POLL_STEADY_SECONDS ?? 120);
-const SIZES = { users: 1000, channels: 1200, callerSubscriptions: 1100, subscriptionsPerUser: 25, rotatingCallers: 20_000, writers: WRITERS };
+const SIZES = {
+  users: 1000,
+  channels: 1200,
+  callerSubscriptions: 1100,
+  subscriptionsPerUser: 25,
+  rotatingCallers: 20_000,
+  writers: WRITERS,
+};
 const SERVER_ENV = {
   AVATAR_SALT: 'bench-salt',
   LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'silent',
@@ -106,7 +120,10 @@ function cleanup(): Promise<void> {
 }
 // `on`, not `once`: Ctrl-C reaches this process both from the terminal and relayed by npm/tsx, and
 // a second signal without a listener would end the process before the cleanup is done.
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
   process.on(signal, () => {
     if (cleaning) return;
     log(`${signal}: stopping everything`);
@@ -193,7 +210,11 @@ async function measure(
 }
 
 async function main(): Promise<number> {
-  log(`${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  log(
+    `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, load ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
   log(`${DURATION} s per scenario after ${WARMUP} s warm-up, ${CONNECTIONS} connections`);
   if (SERVER_ARGS.join(' ') === 'dist/server.js') ensureBuilt(log);
 
@@ -233,7 +254,12 @@ async function main(): Promise<number> {
   const oursProduction = await startServer({
     name: 'server (production defaults)',
     args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production')}`] : []), ...SERVER_ARGS],
-    env: { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, HOST: SERVER_ENV.HOST, QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS, DATABASE_URL: embedded.url },
+    env: {
+      AVATAR_SALT: SERVER_ENV.AVATAR_SALT,
+      HOST: SERVER_ENV.HOST,
+      QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
+      DATABASE_URL: embedded.url,
+    },
     port: await freePort(),
     readyPath: '/ready',
     logFile: join(workDir, 'server.log'),
@@ -245,29 +271,50 @@ async function main(): Promise<number> {
     name: 'server (production defaults, metrics on)',
     args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-metrics')}`] : []), ...SERVER_ARGS],
     env: {
-      AVATAR_SALT: SERVER_ENV.AVATAR_SALT, HOST: SERVER_ENV.HOST, QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
-      DATABASE_URL: embedded.url, METRICS_PORT: String(metricsPort),
+      AVATAR_SALT: SERVER_ENV.AVATAR_SALT,
+      HOST: SERVER_ENV.HOST,
+      QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
+      DATABASE_URL: embedded.url,
+      METRICS_PORT: String(metricsPort),
     },
     port: await freePort(),
     readyPath: '/ready',
     logFile: join(workDir, 'server-metrics.log'),
   });
   cleanups.push(() => oursProductionMetrics.stop());
-  const scraper = setInterval(() => void fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((response) => response.text(), () => undefined), 15_000);
+  const scraper = setInterval(
+    () =>
+      void fetch(`http://127.0.0.1:${metricsPort}/metrics`).then(
+        (response) => response.text(),
+        () => undefined,
+      ),
+    15_000,
+  );
   cleanups.push(async () => clearInterval(scraper));
   const floorProduction = await startServer({
     name: 'floor (request log)',
-    args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-floor')}`] : []), '--import', 'tsx', 'bench/floor.ts'],
+    args: [
+      ...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'production-floor')}`] : []),
+      '--import',
+      'tsx',
+      'bench/floor.ts',
+    ],
     env: { DATABASE_URL: embedded.url, FLOOR_LOG_FILE: join(workDir, 'floor.log') },
     port: await freePort(),
     readyPath: '/health',
   });
   cleanups.push(() => floorProduction.stop());
   const servers: Record<ServerKind, RunningProcess> = {
-    ours, floor, 'ours-production': oursProduction, 'ours-production-metrics': oursProductionMetrics, 'floor-production': floorProduction,
+    ours,
+    floor,
+    'ours-production': oursProduction,
+    'ours-production-metrics': oursProductionMetrics,
+    'floor-production': floorProduction,
   };
-  log(`server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}; with production defaults: ` +
-    `server pid ${oursProduction.pid}, floor pid ${floorProduction.pid}`);
+  log(
+    `server pid ${ours.pid} at ${ours.url}, floor pid ${floor.pid} at ${floor.url}; with production defaults: ` +
+      `server pid ${oursProduction.pid}, floor pid ${floorProduction.pid}`,
+  );
 
   const [ourJson, floorJson] = [await fetchUserJson(ours, seeded), await fetchUserJson(floor, seeded)];
   log(`GET /users/{id} body: ours ${ourJson.length} bytes, floor ${floorJson.length} bytes`);
@@ -285,9 +332,17 @@ async function main(): Promise<number> {
   const scenarios = buildScenarios({ db: handle.db, seeded, connections: CONNECTIONS, pollerQueues })
     .filter((scenario) => ONLY.test(scenario.name))
     .filter((scenario) => pollerQueues.length > 0 || !scenario.name.startsWith('GET /events'));
-  const statements = await countStatements(embedded.url, SERVER_ENV, scenarios.filter((scenario) => scenario.server === 'ours'));
+  const statements = await countStatements(
+    embedded.url,
+    SERVER_ENV,
+    scenarios.filter((scenario) => scenario.server === 'ours'),
+  );
   const productionEnv = { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, LOG_LEVEL: 'silent' };
-  for (const [name, count] of await countStatements(embedded.url, productionEnv, scenarios.filter((scenario) => scenario.server.startsWith('ours-production')))) {
+  for (const [name, count] of await countStatements(
+    embedded.url,
+    productionEnv,
+    scenarios.filter((scenario) => scenario.server.startsWith('ours-production')),
+  )) {
     statements.set(name, count);
   }
 
@@ -300,7 +355,8 @@ async function main(): Promise<number> {
     if (group.length === 0) continue;
     const runs = new Map<string, Measurement[]>(group.map((scenario) => [scenario.name, []]));
     for (let round = 0; round < ROUNDS; round++) {
-      for (const scenario of group) runs.get(scenario.name)!.push(await measure(scenario, servers[scenario.server], history, handle.db, cpu));
+      for (const scenario of group)
+        runs.get(scenario.name)!.push(await measure(scenario, servers[scenario.server], history, handle.db, cpu));
     }
     for (const [name, measurements] of runs) history.set(name, mergeMeasurements(measurements));
   }
@@ -317,7 +373,14 @@ async function main(): Promise<number> {
     // The attacker is a rotating member that neither writes nor long-polls: its queues (one per
     // register, the oldest deleted past QUEUE_MAX_PER_USER) touch no other scenario.
     const attacker = seeded.rotating.at(-1)!;
-    neighbours = await measureNeighbours({ server: ours, neighbour: neighbourOrganization, attacker, durationSeconds: DURATION, rounds: ROUNDS, log });
+    neighbours = await measureNeighbours({
+      server: ours,
+      neighbour: neighbourOrganization,
+      attacker,
+      durationSeconds: DURATION,
+      rounds: ROUNDS,
+      log,
+    });
   }
   let largeOrganizations: string | undefined;
   if (ONLY.test(LARGE_ORGANIZATIONS)) {
@@ -332,10 +395,12 @@ async function main(): Promise<number> {
     measurement: history.get(scenario.name)!,
     statements: statements.get(scenario.name),
   }));
-  console.log(formatReport(rows, {
-    machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
-    settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
-  }));
+  console.log(
+    formatReport(rows, {
+      machine: `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}, PostgreSQL ${postgresVersion}`,
+      settings: `${DURATION} s per scenario (after ${WARMUP} s warm-up), ${CONNECTIONS} connections; GET /users/{id} and the floors: ${ROUNDS} alternating rounds`,
+    }),
+  );
   if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
   if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
   if (largeOrganizations) console.log(`\n${LARGE_ORGANIZATIONS}, production defaults:\n\n${largeOrganizations}`);
@@ -360,8 +425,16 @@ async function runNeighbour(ours: RunningProcess, url: string, db: Database, see
   cleanups.push(() => b.stop());
   try {
     return await measureNeighbour({
-      a: ours, b, seeded, writers: WRITERS, warmupSeconds: WARMUP, durationSeconds: DURATION,
-      rounds: NEIGHBOUR_ROUNDS, largePerSecond: NEIGHBOUR_LARGE_PER_SECOND, quiet: () => waitForQuietDatabase(db), log,
+      a: ours,
+      b,
+      seeded,
+      writers: WRITERS,
+      warmupSeconds: WARMUP,
+      durationSeconds: DURATION,
+      rounds: NEIGHBOUR_ROUNDS,
+      largePerSecond: NEIGHBOUR_LARGE_PER_SECOND,
+      quiet: () => waitForQuietDatabase(db),
+      log,
     });
   } finally {
     await b.stop();
@@ -386,8 +459,14 @@ async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: 
   const b = await instance('long-poll-b');
   try {
     return await measureLongPolls({
-      db, a, b, accounts: seeded.rotating.slice(0, LONG_POLL_COUNT), idleSeconds: LONG_POLL_IDLE_SECONDS, deliveries: 50,
-      steadySeconds: LONG_POLL_STEADY_SECONDS, log,
+      db,
+      a,
+      b,
+      accounts: seeded.rotating.slice(0, LONG_POLL_COUNT),
+      idleSeconds: LONG_POLL_IDLE_SECONDS,
+      deliveries: 50,
+      steadySeconds: LONG_POLL_STEADY_SECONDS,
+      log,
     });
   } finally {
     await a.stop();

@@ -112,7 +112,10 @@ const viewPath = (fragment: string) => `/api/v1/navigation_views/${encodeURIComp
  * One request shape sent by `callers` in turn, each with its own credentials: per-caller state
  * such as the rate-limit window is spread as it is on a busy server, and no caller is refused.
  */
-export function rotating(callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): autocannon.Request {
+export function rotating(
+  callers: RotatingCaller[],
+  request: (caller: RotatingCaller, turn: number) => autocannon.Request,
+): autocannon.Request {
   const authorizations = callers.map((caller) => basicAuth(caller.email, caller.apiKey));
   let turn = 0;
   const first = request(callers[0]!, 0);
@@ -130,8 +133,12 @@ const settingBody = (caller: RotatingCaller, turn: number) =>
   formBody({ subscription_data: JSON.stringify([{ stream_id: caller.streamId, property: 'pin_to_top', value: turn % 2 === 0 }]) });
 
 /** A writer's 1-entry settings update (the production write scenario's request). */
-export const updateSetting = (caller: RotatingCaller, turn: number): autocannon.Request =>
-  ({ method: 'POST', path: '/api/v1/users/me/subscriptions/properties', headers: FORM, body: settingBody(caller, turn) });
+export const updateSetting = (caller: RotatingCaller, turn: number): autocannon.Request => ({
+  method: 'POST',
+  path: '/api/v1/users/me/subscriptions/properties',
+  headers: FORM,
+  body: settingBody(caller, turn),
+});
 
 export function buildScenarios(context: ScenarioContext): Scenario[] {
   const { db, seeded } = context;
@@ -157,11 +164,13 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
     let deleted = 0;
     return {
       amount: count,
-      requests: [{
-        method: 'DELETE',
-        path: viewPath(`${prefix}1`),
-        setupRequest: (request) => ({ ...request, path: viewPath(`${prefix}${++deleted}`) }),
-      }],
+      requests: [
+        {
+          method: 'DELETE',
+          path: viewPath(`${prefix}1`),
+          setupRequest: (request) => ({ ...request, path: viewPath(`${prefix}${++deleted}`) }),
+        },
+      ],
     };
   };
 
@@ -172,7 +181,9 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
       server: 'ours',
       account: seeded.caller,
       ...(connections !== undefined && { connections }),
-      prepare: staticLoad([true, false].map((flip) => ({ method: 'POST', path, headers: FORM, body: bulkBody(seeded.callerStreamIds, size, flip) }))),
+      prepare: staticLoad(
+        [true, false].map((flip) => ({ method: 'POST', path, headers: FORM, body: bulkBody(seeded.callerStreamIds, size, flip) })),
+      ),
       probe: async () => ({ method: 'POST', url: path, body: bulkBody(seeded.callerStreamIds, size, true) }),
     };
   };
@@ -180,7 +191,12 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
   const writers = seeded.rotating.slice(0, WRITERS);
   // Every PATCH of a writer's view sets a name it has not had (its own current name would clash).
   let viewRenames = 0;
-  const productionScenario = (name: string, server: ServerKind, callers: RotatingCaller[], request: (caller: RotatingCaller, turn: number) => autocannon.Request): Scenario => ({
+  const productionScenario = (
+    name: string,
+    server: ServerKind,
+    callers: RotatingCaller[],
+    request: (caller: RotatingCaller, turn: number) => autocannon.Request,
+  ): Scenario => ({
     name,
     server,
     account: callers[0]!,
@@ -214,11 +230,25 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
   // One user leaves, then joins again, 100 public channels it is subscribed to (private ones
   // could not be joined again); one connection: one user's writes wait for each other anyway.
   const membershipNames = async () =>
-    (await db.selectFrom('streams').select('name').where('id', 'in', seeded.callerStreamIds).where('invite_only', '=', false)
-      .where('deactivated', '=', false).orderBy('id').limit(MEMBERSHIP_CHANNELS).execute()).map((row) => row.name);
+    (
+      await db
+        .selectFrom('streams')
+        .select('name')
+        .where('id', 'in', seeded.callerStreamIds)
+        .where('invite_only', '=', false)
+        .where('deactivated', '=', false)
+        .orderBy('id')
+        .limit(MEMBERSHIP_CHANNELS)
+        .execute()
+    ).map((row) => row.name);
   const membershipRequests = (names: string[]): autocannon.Request[] => [
     { method: 'DELETE', path: '/api/v1/users/me/subscriptions', headers: FORM, body: formBody({ subscriptions: JSON.stringify(names) }) },
-    { method: 'POST', path: '/api/v1/users/me/subscriptions', headers: FORM, body: formBody({ subscriptions: JSON.stringify(names.map((name) => ({ name }))) }) },
+    {
+      method: 'POST',
+      path: '/api/v1/users/me/subscriptions',
+      headers: FORM,
+      body: formBody({ subscriptions: JSON.stringify(names.map((name) => ({ name }))) }),
+    },
   ];
   const membershipScenario = (name: string, server: ServerKind): Scenario => ({
     name,
@@ -300,15 +330,17 @@ export function buildScenarios(context: ScenarioContext): Scenario[] {
       server: 'ours',
       account: seeded.poller,
       // Each connection polls its own queue, as each client would.
-      prepare: staticLoad([{
-        method: 'GET',
-        path: eventsPath(context.pollerQueues[0]!),
-        setupRequest: (request, connection) => {
-          const state = connection as { queueId?: string };
-          state.queueId ??= context.pollerQueues[nextQueue++ % context.pollerQueues.length]!;
-          return { ...request, path: eventsPath(state.queueId) };
+      prepare: staticLoad([
+        {
+          method: 'GET',
+          path: eventsPath(context.pollerQueues[0]!),
+          setupRequest: (request, connection) => {
+            const state = connection as { queueId?: string };
+            state.queueId ??= context.pollerQueues[nextQueue++ % context.pollerQueues.length]!;
+            return { ...request, path: eventsPath(state.queueId) };
+          },
         },
-      }]),
+      ]),
       probe: async () => ({ method: 'GET', url: eventsPath(context.pollerQueues[0]!) }),
     },
   ];

@@ -68,11 +68,17 @@ export async function seedOrganization(db: Database, sizes: SeedSizes): Promise<
   await ops.createRealm(db, { subdomain: REALM, name: 'Benchmark organization', description: 'Load test **data**.' });
   const owner = await ops.createUser(db, { realm: REALM, email: 'owner@bench.example', fullName: 'Olga Owner', role: 'owner' });
   const caller = await ops.createUser(db, {
-    realm: REALM, email: 'caller@bench.example', fullName: 'Carla Caller', timezone: 'Europe/Berlin',
+    realm: REALM,
+    email: 'caller@bench.example',
+    fullName: 'Carla Caller',
+    timezone: 'Europe/Berlin',
   });
   const poller = await ops.createUser(db, { realm: REALM, email: 'poller@bench.example', fullName: 'Paul Poller' });
   const target = await ops.createUser(db, {
-    realm: REALM, email: 'target@bench.example', fullName: 'Tara Target', timezone: 'America/New_York',
+    realm: REALM,
+    email: 'target@bench.example',
+    fullName: 'Tara Target',
+    timezone: 'America/New_York',
   });
   const realm = await db.selectFrom('realms').select('id').where('subdomain', '=', REALM).executeTakeFirstOrThrow();
   const realmId = realm.id;
@@ -178,8 +184,12 @@ export async function seedOrganization(db: Database, sizes: SeedSizes): Promise<
            encode(sha256(convert_to('r' || lpad(g::text, 31, '0'), 'UTF8')), 'hex')
     FROM generate_series(1, ${sizes.rotatingCallers}) AS g
   `.execute(db);
-  const rotatingRows = await db.selectFrom('users').select(['id', 'delivery_email'])
-    .where('delivery_email', 'like', 'rotating%@bench.example').orderBy('id').execute();
+  const rotatingRows = await db
+    .selectFrom('users')
+    .select(['id', 'delivery_email'])
+    .where('delivery_email', 'like', 'rotating%@bench.example')
+    .orderBy('id')
+    .execute();
   const liveStreamIds = streams.slice(0, archivedFrom).map((stream) => stream.id);
   const rotating = rotatingRows.map((row, i) => ({
     id: row.id,

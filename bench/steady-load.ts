@@ -25,23 +25,24 @@ async function steadyLoad({ url, ratePerSecond, durationSeconds, headers }: Stea
   const latencies: number[] = [];
   const statusCodes: Record<string, number> = {};
   let errors = 0;
-  const one = () => new Promise<void>((resolve) => {
-    const sent = performance.now();
-    const outgoing = request(url, { agent, headers, timeout: 30_000 }, (response) => {
-      response.resume();
-      response.on('end', () => {
-        const code = String(response.statusCode);
-        statusCodes[code] = (statusCodes[code] ?? 0) + 1;
-        if (code === '200') latencies.push(performance.now() - sent);
+  const one = () =>
+    new Promise<void>((resolve) => {
+      const sent = performance.now();
+      const outgoing = request(url, { agent, headers, timeout: 30_000 }, (response) => {
+        response.resume();
+        response.on('end', () => {
+          const code = String(response.statusCode);
+          statusCodes[code] = (statusCodes[code] ?? 0) + 1;
+          if (code === '200') latencies.push(performance.now() - sent);
+          resolve();
+        });
+      });
+      outgoing.on('error', () => {
+        errors++;
         resolve();
       });
+      outgoing.end();
     });
-    outgoing.on('error', () => {
-      errors++;
-      resolve();
-    });
-    outgoing.end();
-  });
   const inFlight: Promise<void>[] = [];
   const started = performance.now();
   for (let i = 0; i < durationSeconds * ratePerSecond; i++) {
@@ -57,8 +58,16 @@ async function steadyLoad({ url, ratePerSecond, durationSeconds, headers }: Stea
   const at = (fraction: number) => latencies[Math.min(latencies.length - 1, Math.ceil(fraction * latencies.length) - 1)] ?? 0;
   const total = Object.values(statusCodes).reduce((sum, count) => sum + count, 0);
   return {
-    requestsPerSecond: total / seconds, p50: at(0.5), p99: at(0.99), total, non2xx: total - latencies.length, errors,
-    timeouts: 0, statusCodes, durationSeconds: seconds, load: loadavg()[0]!,
+    requestsPerSecond: total / seconds,
+    p50: at(0.5),
+    p99: at(0.99),
+    total,
+    non2xx: total - latencies.length,
+    errors,
+    timeouts: 0,
+    statusCodes,
+    durationSeconds: seconds,
+    load: loadavg()[0]!,
   };
 }
 

@@ -21,8 +21,19 @@ try {
   const typeMapping = JSON.stringify({ int8: 'ColumnType<number, number | bigint | string, number | bigint | string>' });
   execFileSync(
     'npx',
-    ['kysely-codegen', '--dialect', 'postgres', '--url', embedded.url, '--out-file', out,
-      '--exclude-pattern', 'kysely_*', '--type-mapping', typeMapping],
+    [
+      'kysely-codegen',
+      '--dialect',
+      'postgres',
+      '--url',
+      embedded.url,
+      '--out-file',
+      out,
+      '--exclude-pattern',
+      'kysely_*',
+      '--type-mapping',
+      typeMapping,
+    ],
     { stdio: ['ignore', 'ignore', 'inherit'] },
   );
   if (check && readFileSync(out, 'utf8') !== readFileSync(TYPES_FILE, 'utf8')) {

@@ -25,17 +25,38 @@ const HOST = 'metrics.example';
 
 /** The families the issue asks for and the README lists (histograms by their base name). */
 const EXPECTED_FAMILIES = [
-  'zulip_http_requests_total', 'zulip_http_request_duration_seconds', 'zulip_http_requests_in_flight',
-  'zulip_http_rate_limited_total', 'zulip_http_body_refused_total',
-  'zulip_db_pool_connections', 'zulip_db_pool_idle_connections', 'zulip_db_pool_waiting_clients',
-  'zulip_db_lane_statements_in_flight', 'zulip_db_errors_total', 'zulip_db_unavailable_total', 'zulip_db_auth_batch_size',
-  'zulip_db_statement_duration_seconds', 'zulip_db_statement_timeouts_total', 'zulip_db_connections_opened_total',
-  'zulip_db_connections_lost_total', 'zulip_db_commit_group_size',
-  'zulip_events_polls_waiting', 'zulip_events_queues_registered_total', 'zulip_events_queues_expired_total',
-  'zulip_events_heartbeats_total', 'zulip_events_notifications_total', 'zulip_events_listen_reconnects_total',
-  'zulip_events_poll_rechecks_total', 'zulip_events_delivery_seconds', 'zulip_sweep_deleted_rows_total',
-  'nodejs_eventloop_lag_p99_seconds', 'nodejs_eventloop_utilization_ratio', 'nodejs_heap_size_used_bytes',
-  'nodejs_gc_duration_seconds', 'nodejs_active_handles', 'process_cpu_seconds_total',
+  'zulip_http_requests_total',
+  'zulip_http_request_duration_seconds',
+  'zulip_http_requests_in_flight',
+  'zulip_http_rate_limited_total',
+  'zulip_http_body_refused_total',
+  'zulip_db_pool_connections',
+  'zulip_db_pool_idle_connections',
+  'zulip_db_pool_waiting_clients',
+  'zulip_db_lane_statements_in_flight',
+  'zulip_db_errors_total',
+  'zulip_db_unavailable_total',
+  'zulip_db_auth_batch_size',
+  'zulip_db_statement_duration_seconds',
+  'zulip_db_statement_timeouts_total',
+  'zulip_db_connections_opened_total',
+  'zulip_db_connections_lost_total',
+  'zulip_db_commit_group_size',
+  'zulip_events_polls_waiting',
+  'zulip_events_queues_registered_total',
+  'zulip_events_queues_expired_total',
+  'zulip_events_heartbeats_total',
+  'zulip_events_notifications_total',
+  'zulip_events_listen_reconnects_total',
+  'zulip_events_poll_rechecks_total',
+  'zulip_events_delivery_seconds',
+  'zulip_sweep_deleted_rows_total',
+  'nodejs_eventloop_lag_p99_seconds',
+  'nodejs_eventloop_utilization_ratio',
+  'nodejs_heap_size_used_bytes',
+  'nodejs_gc_duration_seconds',
+  'nodejs_active_handles',
+  'process_cpu_seconds_total',
 ];
 
 const problems: string[] = [];
@@ -55,22 +76,36 @@ async function main(): Promise<void> {
     await ops.createStream(handle.db, { realm: '', name: 'general' });
     const user = await ops.createUser(handle.db, { realm: '', email: 'user@metrics.example', fullName: 'Metrics User' });
     const other = await ops.createUser(handle.db, { realm: '', email: 'other@metrics.example', fullName: 'Other User' });
-    const { stream_id: streamId } = await ops.subscribe({ db: handle.db, transactions: handle.transactions, maxPendingEvents: 10_000 }, { realm: '', email: user.email, stream: 'general' });
+    const { stream_id: streamId } = await ops.subscribe(
+      { db: handle.db, transactions: handle.transactions, maxPendingEvents: 10_000 },
+      { realm: '', email: user.email, stream: 'general' },
+    );
     await handle.close();
 
     const metricsPort = await freePort();
     const server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
-        ...baseEnvironment(), DATABASE_URL: embedded.url, AVATAR_SALT: 'metrics-check', EXTERNAL_HOST: HOST,
-        PORT: '0', HOST: '127.0.0.1', METRICS_PORT: String(metricsPort), LOG_LEVEL: 'info',
+        ...baseEnvironment(),
+        DATABASE_URL: embedded.url,
+        AVATAR_SALT: 'metrics-check',
+        EXTERNAL_HOST: HOST,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        METRICS_PORT: String(metricsPort),
+        LOG_LEVEL: 'info',
       },
     });
     cleanups.push(async () => {
       server.child.kill('SIGINT');
       await server.exited;
     });
-    const sent = await sendRequests(server.url, `Basic ${Buffer.from(`${user.email}:${user.api_key}`).toString('base64')}`, other.user_id, streamId);
+    const sent = await sendRequests(
+      server.url,
+      `Basic ${Buffer.from(`${user.email}:${user.api_key}`).toString('base64')}`,
+      other.user_id,
+      streamId,
+    );
 
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     check(scrape.status === 200, `GET /metrics answered ${scrape.status}`);
@@ -106,7 +141,9 @@ async function sendRequests(base: string, authorization: string, otherId: number
   await request('GET', '/api/v1/users/999999', '/api/v1/users/:user');
   await request('GET', '/api/v1/users', '/api/v1/users', { auth: false });
   await request('GET', '/api/v1/no/such/thing', 'unmatched');
-  const { queue_id: queueId } = await request('POST', '/api/v1/register', '/api/v1/register', { form: { event_types: '["subscription"]' } });
+  const { queue_id: queueId } = await request('POST', '/api/v1/register', '/api/v1/register', {
+    form: { event_types: '["subscription"]' },
+  });
   // A long poll woken by a write: the delivery histogram and the notifications move.
   const poll = request('GET', `/api/v1/events?queue_id=${String(queueId)}&last_event_id=-1`, '/api/v1/events');
   await new Promise((resolve) => setTimeout(resolve, 300));
@@ -118,15 +155,24 @@ async function sendRequests(base: string, authorization: string, otherId: number
   return sent;
 }
 
-interface Sample { name: string; labels: Record<string, string>; value: number }
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
 
 function samplesOf(text: string): Sample[] {
-  return text.split('\n').filter((line) => line !== '' && !line.startsWith('#')).map((line) => {
-    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!match) throw new Error(`not a sample line: ${line}`);
-    const labels = Object.fromEntries([...(match[2] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g)].map((pair) => [pair[1]!, pair[2]!]));
-    return { name: match[1]!, labels, value: Number(match[3]) };
-  });
+  return text
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('#'))
+    .map((line) => {
+      const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+      if (!match) throw new Error(`not a sample line: ${line}`);
+      const labels = Object.fromEntries(
+        [...(match[2] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g)].map((pair) => [pair[1]!, pair[2]!]),
+      );
+      return { name: match[1]!, labels, value: Number(match[3]) };
+    });
 }
 
 function checkFamilies(text: string): void {
@@ -150,8 +196,11 @@ function checkCounts(text: string, sent: Map<string, number>): void {
 
 /** Every metric name the alert rules and the dashboard use is exported (a renamed metric would leave them silent). */
 async function checkDeployReferences(text: string): Promise<void> {
-  const exported = new Set([...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].flatMap(([, name, type]) =>
-    type === 'histogram' ? [`${name!}_bucket`, `${name!}_sum`, `${name!}_count`] : [name!]));
+  const exported = new Set(
+    [...text.matchAll(/^# TYPE (\S+) (\S+)/gm)].flatMap(([, name, type]) =>
+      type === 'histogram' ? [`${name!}_bucket`, `${name!}_sum`, `${name!}_count`] : [name!],
+    ),
+  );
   for (const file of ['deploy/alerts.yml', 'deploy/grafana/dashboards/zulip.json']) {
     const content = await readFile(join(REPO_ROOT, file), 'utf8');
     for (const [name] of content.matchAll(/\b(?:zulip|nodejs|process)_[a-z0-9_]+/g)) {
@@ -162,8 +211,12 @@ async function checkDeployReferences(text: string): Promise<void> {
 
 /** The dashboard's queries parse as PromQL: promtool checks them as recording rules. */
 async function checkDashboardQueries(work: string): Promise<void> {
-  const dashboard = JSON.parse(await readFile(join(REPO_ROOT, 'deploy/grafana/dashboards/zulip.json'), 'utf8')) as { panels: { targets: { expr: string }[] }[] };
-  const rules = dashboard.panels.flatMap((panel, p) => panel.targets.map((target, t) => `      - record: dashboard:panel${p}_${t}\n        expr: ${JSON.stringify(target.expr)}`));
+  const dashboard = JSON.parse(await readFile(join(REPO_ROOT, 'deploy/grafana/dashboards/zulip.json'), 'utf8')) as {
+    panels: { targets: { expr: string }[] }[];
+  };
+  const rules = dashboard.panels.flatMap((panel, p) =>
+    panel.targets.map((target, t) => `      - record: dashboard:panel${p}_${t}\n        expr: ${JSON.stringify(target.expr)}`),
+  );
   const file = join(work, 'dashboard-rules.yml');
   await writeFile(file, `groups:\n  - name: dashboard\n    rules:\n${rules.join('\n')}\n`);
   const result = spawnSync('promtool', ['check', 'rules', file], { encoding: 'utf8' });

@@ -72,7 +72,6 @@ async function runCleanups(): Promise<void> {
   }
 }
 
-
 interface ServerProcess {
   port: number;
   output(): string;
@@ -113,10 +112,12 @@ async function startServer(databaseUrl: string): Promise<ServerProcess> {
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
   let running = true;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => {
-    running = false;
-    resolve();
-  }));
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      running = false;
+      resolve();
+    }),
+  );
   const stop = async () => {
     if (!running) return;
     child.kill('SIGTERM');
@@ -201,14 +202,39 @@ function call(request: Call): Promise<Answer> {
 
 // --- The seed: two organizations, channels of every kind, users subscribed to some of them. ---
 
-const COLUMNS = ['color', 'is_muted', 'pin_to_top', 'desktop_notifications', 'audible_notifications', 'push_notifications',
-  'email_notifications', 'wildcard_mentions_notify'] as const;
+const COLUMNS = [
+  'color',
+  'is_muted',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
+] as const;
 type Column = (typeof COLUMNS)[number];
 type Settings = Record<Column, string | boolean | null>;
-const BOOLEAN_PROPERTIES = ['is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
-  'push_notifications', 'email_notifications', 'wildcard_mentions_notify'];
-const BUILT_INS = ['inbox', 'recent', 'feed', 'drafts', 'narrow/has/reaction/sender/me', 'narrow/is/mentioned', 'narrow/is/starred',
-  'scheduled', 'reminders'];
+const BOOLEAN_PROPERTIES = [
+  'is_muted',
+  'in_home_view',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
+];
+const BUILT_INS = [
+  'inbox',
+  'recent',
+  'feed',
+  'drafts',
+  'narrow/has/reaction/sender/me',
+  'narrow/is/mentioned',
+  'narrow/is/starred',
+  'scheduled',
+  'reminders',
+];
 
 interface View {
   fragment: string;
@@ -257,7 +283,13 @@ async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; realmUs
   await ops.createRealm(db, { subdomain: 'other', name: 'Other' });
   const channels: Record<string, number> = {};
   for (const [name, options] of [
-    ['general', {}], ['random', {}], ['design', {}], ['ops', {}], ['unjoined', {}], ['secret', { private: true }], ['old', {}],
+    ['general', {}],
+    ['random', {}],
+    ['design', {}],
+    ['ops', {}],
+    ['unjoined', {}],
+    ['secret', { private: true }],
+    ['old', {}],
     ['web', { webPublic: true }],
   ] as const) {
     channels[name] = (await ops.createStream(db, { realm: '', name, ...options })).stream_id;
@@ -266,7 +298,10 @@ async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; realmUs
   const accounts: { realm: string; label: string; account: { user_id: number; email: string; api_key: string }; streams: string[] }[] = [];
   for (let i = 0; i < USER_COUNT; i++) {
     const account = await ops.createUser(db, {
-      realm: '', email: `user${i}@soak.example`, fullName: `Soak User ${i}`, role: i === 0 ? 'owner' : 'member',
+      realm: '',
+      email: `user${i}@soak.example`,
+      fullName: `Soak User ${i}`,
+      role: i === 0 ? 'owner' : 'member',
     });
     const streams = ['general', 'random', 'design', 'ops', 'old', ...(i % 2 === 0 ? ['secret'] : []), ...(i % 3 === 0 ? ['web'] : [])];
     accounts.push({ realm: '', label: `user${i}`, account, streams });
@@ -291,7 +326,8 @@ async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; realmUs
       streams: new Map(active.map((name) => [name === 'elsewhere' ? foreignChannel : channels[name]!, name])),
       refusedStreams: [
         ...ids(['unjoined', 'secret', 'old', 'web', 'general', 'elsewhere'].filter((name) => !active.includes(name))),
-        999_999, 0,
+        999_999,
+        0,
       ],
       settings: new Map(rows.map((row) => [row.stream_id, Object.fromEntries(COLUMNS.map((column) => [column, row[column]])) as Settings])),
       views: [],
@@ -369,15 +405,21 @@ async function appliedDespiteFailure(user: SimUser, operation: string, newEvents
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline && !interrupted) {
     try {
-      const { count: stored } = await checker!.selectFrom('events').select((eb) => eb.fn.countAll<string>().as('count'))
-        .where('queue_id', '=', user.queues.untouched).executeTakeFirstOrThrow();
+      const { count: stored } = await checker!
+        .selectFrom('events')
+        .select((eb) => eb.fn.countAll<string>().as('count'))
+        .where('queue_id', '=', user.queues.untouched)
+        .executeTakeFirstOrThrow();
       const events = Number(stored);
       count(operationCounts, `${status} resolved as ${events === user.events.length ? 'not applied' : 'applied'}`);
       if (events === user.events.length + newEvents) {
         if (status === 503) violation(`${user.label} ${operation} answered 503, which promises nothing was applied, and was applied`);
         return true;
       }
-      if (events !== user.events.length) violation(`${user.label} ${operation} answered ${status}: ${events} events stored, model has ${user.events.length} (+${newEvents})`);
+      if (events !== user.events.length)
+        violation(
+          `${user.label} ${operation} answered ${status}: ${events} events stored, model has ${user.events.length} (+${newEvents})`,
+        );
       return false;
     } catch {
       await sleep(250);
@@ -388,7 +430,14 @@ async function appliedDespiteFailure(user: SimUser, operation: string, newEvents
 }
 
 /** An accepted write (200), or one answered 503/504 that the database shows was applied. */
-async function writeApplied(user: SimUser, operation: string, answer: Answer | undefined, expected: number, detail: string, newEvents: number): Promise<boolean> {
+async function writeApplied(
+  user: SimUser,
+  operation: string,
+  answer: Answer | undefined,
+  expected: number,
+  detail: string,
+  newEvents: number,
+): Promise<boolean> {
   if (unavailable(answer)) return expected === 200 && appliedDespiteFailure(user, operation, newEvents, answer!.status);
   return expectStatus(user, operation, answer, expected, detail);
 }
@@ -425,8 +474,13 @@ function applyEntry(user: SimUser, entry: Entry): void {
   const stored = entry.property === 'in_home_view' ? !entry.value : entry.value;
   user.audit.push({ stream_id: entry.stream_id, property: column, old_value: settings[column], new_value: stored });
   settings[column] = stored;
-  const event = (property: string, value: string | boolean): ApiEvent =>
-    ({ type: 'subscription', op: 'update', property, value, stream_id: entry.stream_id });
+  const event = (property: string, value: string | boolean): ApiEvent => ({
+    type: 'subscription',
+    op: 'update',
+    property,
+    value,
+    stream_id: entry.stream_id,
+  });
   if (entry.property === 'is_muted') user.events.push(event('in_home_view', !entry.value), event('is_muted', entry.value));
   else if (entry.property === 'in_home_view') user.events.push(event('in_home_view', entry.value), event('is_muted', !entry.value));
   else user.events.push(event(entry.property, entry.value));
@@ -435,10 +489,14 @@ function applyEntry(user: SimUser, entry: Entry): void {
 /** An entry that must be refused, with the reason for the report. */
 function refusedEntry(user: SimUser): Entry {
   switch (randomInt(4)) {
-    case 0: return { stream_id: pickOne(user.refusedStreams), property: 'pin_to_top', value: true };
-    case 1: return { stream_id: pickOne([...user.streams.keys()]), property: 'color', value: pickOne(['red', '#12345g', '#1234567', '#fff\n']) };
-    case 2: return { stream_id: pickOne([...user.streams.keys()]), property: 'is_muted', value: pickOne(['true', 'yes']) };
-    default: return { stream_id: pickOne([...user.streams.keys()]), property: pickOne(['muted', "' OR 1=1 --", 'color%']), value: true };
+    case 0:
+      return { stream_id: pickOne(user.refusedStreams), property: 'pin_to_top', value: true };
+    case 1:
+      return { stream_id: pickOne([...user.streams.keys()]), property: 'color', value: pickOne(['red', '#12345g', '#1234567', '#fff\n']) };
+    case 2:
+      return { stream_id: pickOne([...user.streams.keys()]), property: 'is_muted', value: pickOne(['true', 'yes']) };
+    default:
+      return { stream_id: pickOne([...user.streams.keys()]), property: pickOne(['muted', "' OR 1=1 --", 'color%']), value: true };
   }
 }
 
@@ -447,7 +505,9 @@ async function bulkUpdate(port: number, user: SimUser): Promise<void> {
   const refused = coin(0.2);
   if (refused) entries.splice(randomInt(entries.length + 1), 0, refusedEntry(user));
   const answer = await send(port, user, 'bulk update', {
-    method: 'POST', path: '/api/v1/users/me/subscriptions/properties', form: { subscription_data: JSON.stringify(entries) },
+    method: 'POST',
+    path: '/api/v1/users/me/subscriptions/properties',
+    form: { subscription_data: JSON.stringify(entries) },
   });
   const newEvents = entries.reduce((sum, entry) => sum + eventsOf(entry), 0);
   if (await writeApplied(user, 'bulk update', answer, refused ? 400 : 200, JSON.stringify(entries), newEvents)) {
@@ -459,13 +519,15 @@ async function singleUpdate(port: number, user: SimUser): Promise<void> {
   const refused = coin(0.15);
   const entry = refused ? refusedEntry(user) : randomEntry(user);
   const answer = await send(port, user, 'single update', {
-    method: pickOne(['PATCH', 'POST']), path: `/api/v1/users/me/subscriptions/${entry.stream_id}`,
+    method: pickOne(['PATCH', 'POST']),
+    path: `/api/v1/users/me/subscriptions/${entry.stream_id}`,
     form: { property: entry.property, value: typeof entry.value === 'string' ? entry.value : String(entry.value) },
   });
   // A string value "true"/"yes" for is_muted is sent as the raw text: "true" is then the boolean true.
   const accepted = !refused || (entry.property === 'is_muted' && entry.value === 'true');
   if (refused && accepted) entry.value = true;
-  if (await writeApplied(user, 'single update', answer, accepted ? 200 : 400, JSON.stringify(entry), eventsOf(entry))) applyEntry(user, entry);
+  if (await writeApplied(user, 'single update', answer, accepted ? 200 : 400, JSON.stringify(entry), eventsOf(entry)))
+    applyEntry(user, entry);
 }
 
 // --- Navigation views: the rules of spec §3.9–§3.11. ---
@@ -474,21 +536,33 @@ async function addView(port: number, user: SimUser): Promise<void> {
   let fragment: string;
   let name: string | undefined;
   switch (randomInt(5)) {
-    case 0: fragment = pickOne(BUILT_INS); break;
-    case 1: fragment = pickOne(BUILT_INS); name = 'Named built-in'; break;
-    case 2: fragment = user.views.length > 0 ? pickOne(user.views).fragment : 'narrow/none'; name = `Copy ${user.nextViewNumber++}`; break;
+    case 0:
+      fragment = pickOne(BUILT_INS);
+      break;
+    case 1:
+      fragment = pickOne(BUILT_INS);
+      name = 'Named built-in';
+      break;
+    case 2:
+      fragment = user.views.length > 0 ? pickOne(user.views).fragment : 'narrow/none';
+      name = `Copy ${user.nextViewNumber++}`;
+      break;
     case 3:
       fragment = `narrow/soak/${user.label}/${user.nextViewNumber++}`;
       name = user.views.find((view) => view.name)?.name ?? `Same ${user.nextViewNumber}`;
       break;
-    default: fragment = `narrow/soak/${user.label}/${user.nextViewNumber}`; name = `View ${user.nextViewNumber++} '%_`; break;
+    default:
+      fragment = `narrow/soak/${user.label}/${user.nextViewNumber}`;
+      name = `View ${user.nextViewNumber++} '%_`;
+      break;
   }
   const isPinned = coin();
   const builtIn = BUILT_INS.includes(fragment);
   const clash = user.views.some((view) => view.fragment === fragment || (name !== undefined && view.name === name));
   const accepted = !(builtIn && name !== undefined) && !(!builtIn && name === undefined) && !clash;
   const answer = await send(port, user, 'add view', {
-    method: 'POST', path: '/api/v1/navigation_views',
+    method: 'POST',
+    path: '/api/v1/navigation_views',
     // Surrounding spaces are trimmed by the server.
     form: { fragment: ` ${fragment} `, is_pinned: String(isPinned), ...(name !== undefined && { name: `${name}  ` }) },
   });
@@ -505,11 +579,17 @@ async function updateView(port: number, user: SimUser): Promise<void> {
   let name: string | undefined;
   if (coin(0.4)) name = coin(0.7) ? `Renamed ${user.nextViewNumber++}` : (user.views.find((view) => view.name)?.name ?? 'Unused');
   const existing = user.views.find((view) => view.fragment === target);
-  const expected = BUILT_INS.includes(target) && name !== undefined ? 400
-    : name !== undefined && user.views.some((view) => view.name === name) ? 400
-    : existing === undefined ? 404 : 200;
+  const expected =
+    BUILT_INS.includes(target) && name !== undefined
+      ? 400
+      : name !== undefined && user.views.some((view) => view.name === name)
+        ? 400
+        : existing === undefined
+          ? 404
+          : 200;
   const answer = await send(port, user, 'update view', {
-    method: 'PATCH', path: `/api/v1/navigation_views/${coin() ? encodeURIComponent(target) : target}`,
+    method: 'PATCH',
+    path: `/api/v1/navigation_views/${coin() ? encodeURIComponent(target) : target}`,
     form: { ...(isPinned !== undefined && { is_pinned: String(isPinned) }), ...(name !== undefined && { name }) },
   });
   if (await writeApplied(user, 'update view', answer, expected, `${target} / ${name} / ${isPinned}`, 1)) {
@@ -522,7 +602,10 @@ async function updateView(port: number, user: SimUser): Promise<void> {
 async function removeView(port: number, user: SimUser): Promise<void> {
   const target = user.views.length > 0 && coin(0.85) ? pickOne(user.views).fragment : `narrow/missing/${randomInt(1000)}`;
   const index = user.views.findIndex((view) => view.fragment === target);
-  const answer = await send(port, user, 'remove view', { method: 'DELETE', path: `/api/v1/navigation_views/${encodeURIComponent(target)}` });
+  const answer = await send(port, user, 'remove view', {
+    method: 'DELETE',
+    path: `/api/v1/navigation_views/${encodeURIComponent(target)}`,
+  });
   if (await writeApplied(user, 'remove view', answer, index >= 0 ? 200 : 404, target, 1)) {
     user.views.splice(index, 1);
     user.events.push({ type: 'navigation_view', op: 'remove', fragment: target });
@@ -532,10 +615,12 @@ async function removeView(port: number, user: SimUser): Promise<void> {
 // --- Reads, checked against the model (read-your-writes: only this user changes this data). ---
 
 function modelSubscriptions(user: SimUser) {
-  return [...user.streams].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([streamId]) => {
-    const settings = user.settings.get(streamId)!;
-    return { stream_id: streamId, ...settings, in_home_view: !settings.is_muted };
-  });
+  return [...user.streams]
+    .sort((a, b) => (a[1] < b[1] ? -1 : 1))
+    .map(([streamId]) => {
+      const settings = user.settings.get(streamId)!;
+      return { stream_id: streamId, ...settings, in_home_view: !settings.is_muted };
+    });
 }
 
 function servedSubscriptions(list: unknown): unknown {
@@ -551,7 +636,8 @@ async function readSubscriptions(port: number, user: SimUser): Promise<void> {
   if (!expectStatus(user, 'get subscriptions', answer, 200, '')) return;
   const served = servedSubscriptions(answer!.json!.subscriptions);
   const model = modelSubscriptions(user);
-  if (!isDeepStrictEqual(served, model)) violation(`${user.label} get subscriptions: ${JSON.stringify(served)} ≠ model ${JSON.stringify(model)}`);
+  if (!isDeepStrictEqual(served, model))
+    violation(`${user.label} get subscriptions: ${JSON.stringify(served)} ≠ model ${JSON.stringify(model)}`);
 }
 
 async function readViews(port: number, user: SimUser): Promise<void> {
@@ -565,7 +651,8 @@ async function readViews(port: number, user: SimUser): Promise<void> {
 /** A register's state matches the model; its queue is then deleted again. */
 async function registerAndDelete(port: number, user: SimUser): Promise<void> {
   const answer = await send(port, user, 'register', {
-    method: 'POST', path: '/api/v1/register',
+    method: 'POST',
+    path: '/api/v1/register',
     form: { fetch_event_types: '["subscription","navigation_views"]', client_capabilities: '{"notification_settings_null":true}' },
   });
   if (unavailable(answer)) return forgetOrphanQueues(user);
@@ -576,7 +663,9 @@ async function registerAndDelete(port: number, user: SimUser): Promise<void> {
     violation(`${user.label} register state differs from the model: ${answer!.body.slice(0, 300)}`);
   }
   const removed = await send(port, user, 'delete queue', {
-    method: 'DELETE', path: '/api/v1/events', form: { queue_id: String(body.queue_id) },
+    method: 'DELETE',
+    path: '/api/v1/events',
+    form: { queue_id: String(body.queue_id) },
   });
   if (unavailable(removed)) return forgetOrphanQueues(user);
   expectStatus(user, 'delete queue', removed, 200, '');
@@ -631,14 +720,17 @@ async function readOthers(port: number, user: SimUser, realmUserIds: number[]): 
     }
     case 4: {
       const answer = await send(port, user, 'poll unknown queue', {
-        method: 'GET', path: `/api/v1/events?queue_id=${randomUUID()}&last_event_id=-1&dont_block=true`,
+        method: 'GET',
+        path: `/api/v1/events?queue_id=${randomUUID()}&last_event_id=-1&dont_block=true`,
       });
       expectStatus(user, 'poll unknown queue', answer, 400, '');
       return;
     }
     default: {
       const answer = await send(port, undefined, 'bad credentials', {
-        method: 'GET', path: '/api/v1/users', host: user.host,
+        method: 'GET',
+        path: '/api/v1/users',
+        host: user.host,
         authorization: `Basic ${Buffer.from(`${user.email}:${'x'.repeat(32)}`).toString('base64')}`,
       });
       if (answer?.status !== 401 && !unavailable(answer)) violation(`${user.label} bad credentials → ${answer?.status}`);
@@ -649,8 +741,15 @@ async function readOthers(port: number, user: SimUser, realmUserIds: number[]): 
 // --- The virtual clients. ---
 
 const OPERATIONS: [number, (port: number, user: SimUser, realmUserIds: number[]) => Promise<void>][] = [
-  [20, bulkUpdate], [10, singleUpdate], [8, addView], [7, updateView], [4, removeView],
-  [4, readSubscriptions], [4, readViews], [2, registerAndDelete], [6, readOthers],
+  [20, bulkUpdate],
+  [10, singleUpdate],
+  [8, addView],
+  [7, updateView],
+  [4, removeView],
+  [4, readSubscriptions],
+  [4, readViews],
+  [2, registerAndDelete],
+  [6, readOthers],
 ];
 const TOTAL_WEIGHT = OPERATIONS.reduce((sum, [weight]) => sum + weight, 0);
 
@@ -701,12 +800,18 @@ async function runPoller(port: number, user: SimUser, stop: () => boolean): Prom
 async function registerQueues(port: number, user: SimUser): Promise<void> {
   const register = async (form: Record<string, string>) => {
     const answer = await send(port, user, 'register', {
-      method: 'POST', path: '/api/v1/register', form: { queue_lifespan_secs: '604800', fetch_event_types: '[]', ...form },
+      method: 'POST',
+      path: '/api/v1/register',
+      form: { queue_lifespan_secs: '604800', fetch_event_types: '[]', ...form },
     });
     if (answer?.status !== 200) throw new Error(`${user.label} could not register: ${answer?.status} ${answer?.body}`);
     return String(answer.json!.queue_id);
   };
-  user.queues = { untouched: await register({}), polled: await register({}), viewsOnly: await register({ event_types: '["navigation_view"]' }) };
+  user.queues = {
+    untouched: await register({}),
+    polled: await register({}),
+    viewsOnly: await register({ event_types: '["navigation_view"]' }),
+  };
 }
 
 // --- Final checks: the database against the model. ---
@@ -722,14 +827,23 @@ async function verify(db: DatabaseHandle['db'], users: SimUser[]): Promise<numbe
         violation(`${user.label} channel ${row.stream_id}: stored ${JSON.stringify(stored)} ≠ last accepted ${JSON.stringify(expected)}`);
       }
     }
-    const views = await db.selectFrom('navigation_views').select(['fragment', 'is_pinned', 'name'])
-      .where('user_id', '=', user.id).orderBy('id').execute();
+    const views = await db
+      .selectFrom('navigation_views')
+      .select(['fragment', 'is_pinned', 'name'])
+      .where('user_id', '=', user.id)
+      .orderBy('id')
+      .execute();
     if (JSON.stringify(views) !== JSON.stringify(user.views)) {
       violation(`${user.label} views: stored ${JSON.stringify(views)} ≠ ${JSON.stringify(user.views)}`);
     }
-    const audit = await db.selectFrom('subscription_audit_log').select(['stream_id', 'property', 'old_value', 'new_value'])
-      .where('acting_user_id', '=', user.id).orderBy('id').execute();
-    if (audit.length !== user.audit.length) violation(`${user.label} audit log: ${audit.length} rows for ${user.audit.length} accepted changes`);
+    const audit = await db
+      .selectFrom('subscription_audit_log')
+      .select(['stream_id', 'property', 'old_value', 'new_value'])
+      .where('acting_user_id', '=', user.id)
+      .orderBy('id')
+      .execute();
+    if (audit.length !== user.audit.length)
+      violation(`${user.label} audit log: ${audit.length} rows for ${user.audit.length} accepted changes`);
     else if (!isDeepStrictEqual(audit, user.audit)) violation(`${user.label} audit log differs from the accepted changes in order`);
 
     const expectQueue = async (queueId: string, expected: ApiEvent[], what: string) => {
@@ -737,16 +851,26 @@ async function verify(db: DatabaseHandle['db'], users: SimUser[]): Promise<numbe
       const queue = await db.selectFrom('event_queues').select('next_event_id').where('id', '=', queueId).executeTakeFirst();
       eventsChecked += rows.length;
       if (rows.some((row, index) => row.id !== index) || queue?.next_event_id !== rows.length) {
-        violation(`${user.label} ${what} queue: ids ${rows.map((row) => row.id).join(',').slice(0, 100)}, next ${queue?.next_event_id}`);
+        violation(
+          `${user.label} ${what} queue: ids ${rows
+            .map((row) => row.id)
+            .join(',')
+            .slice(0, 100)}, next ${queue?.next_event_id}`,
+        );
       }
       const stored = rows.map((row) => JSON.stringify(row.payload));
       const wanted = expected.map((event) => JSON.stringify(event));
       if (stored.length !== wanted.length) violation(`${user.label} ${what} queue: ${stored.length} events for ${wanted.length} expected`);
       const firstDiff = stored.findIndex((text, index) => text !== wanted[index]);
-      if (firstDiff >= 0) violation(`${user.label} ${what} queue: event ${firstDiff} is ${stored[firstDiff]}, expected ${wanted[firstDiff]}`);
+      if (firstDiff >= 0)
+        violation(`${user.label} ${what} queue: event ${firstDiff} is ${stored[firstDiff]}, expected ${wanted[firstDiff]}`);
     };
     await expectQueue(user.queues.untouched, user.events, 'untouched');
-    await expectQueue(user.queues.viewsOnly, user.events.filter((event) => event.type === 'navigation_view'), 'navigation_view-only');
+    await expectQueue(
+      user.queues.viewsOnly,
+      user.events.filter((event) => event.type === 'navigation_view'),
+      'navigation_view-only',
+    );
 
     const polled = user.polled.filter((event) => event.type !== 'heartbeat').map(({ id: _id, ...event }) => JSON.stringify(event));
     const wanted = user.events.map((event) => JSON.stringify(event));
@@ -822,7 +946,9 @@ async function waitUntilReady(port: number): Promise<boolean> {
 
 async function main(): Promise<number> {
   const started = Date.now();
-  log(`${SOAK_SECONDS} s, ${USER_COUNT} users (+1 in a second organization)${CHAOS ? ', chaos: backends terminated, PostgreSQL restarted' : ''}`);
+  log(
+    `${SOAK_SECONDS} s, ${USER_COUNT} users (+1 in a second organization)${CHAOS ? ', chaos: backends terminated, PostgreSQL restarted' : ''}`,
+  );
   const workDir = await mkdtemp(join(tmpdir(), 'zulip-soak-'));
   cleanups.push(() => rm(workDir, { recursive: true, force: true }));
   await chmod(workDir, 0o755); // the postgres system user (when run as root) must reach the cluster
@@ -856,8 +982,11 @@ async function main(): Promise<number> {
   const loadSeconds = (Date.now() - loadStart) / 1000;
   if (chaos) {
     const report = await chaos;
-    log(`chaos: ${report.terminations} rounds terminated ${report.backendsTerminated} backends; ${report.restarts} restart(s) of PostgreSQL`);
-    if (report.restarts !== 1 || report.backendsTerminated === 0) violation('the chaos did not happen as planned (run longer: SOAK_SECONDS)');
+    log(
+      `chaos: ${report.terminations} rounds terminated ${report.backendsTerminated} backends; ${report.restarts} restart(s) of PostgreSQL`,
+    );
+    if (report.restarts !== 1 || report.backendsTerminated === 0)
+      violation('the chaos did not happen as planned (run longer: SOAK_SECONDS)');
     if (!(await waitUntilReady(server.port))) violation('/ready did not answer 200 within 30 s after the chaos');
   }
   const requestsDone = requestCount;
@@ -897,7 +1026,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 void main()
   .catch((error: unknown) => {
-    if (!interrupted) log(`error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+    if (!interrupted) log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     return 1;
   })
   .then(async (code) => {

@@ -32,12 +32,22 @@ import { userRoutes } from './modules/users/users.routes.js';
  * replaced. Paths, not a scan of every line: pino's redaction is compiled once.
  */
 const REDACTED_PATHS = [
-  'authorization', 'headers.authorization', '*.headers.authorization', '*.*.headers.authorization',
-  'req.headers.authorization', 'request.headers.authorization',
+  'authorization',
+  'headers.authorization',
+  '*.headers.authorization',
+  '*.*.headers.authorization',
+  'req.headers.authorization',
+  'request.headers.authorization',
 ];
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [eventRoutes, navigationViewRoutes, subscriptionRoutes, userRoutes, userAdminRoutes];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [
+  eventRoutes,
+  navigationViewRoutes,
+  subscriptionRoutes,
+  userRoutes,
+  userAdminRoutes,
+];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db, reads } = deps;
@@ -79,14 +89,17 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   // Metrics only when they can be scraped (METRICS_PORT): off, they cost nothing at all.
   const { pool, writes } = deps;
   const readLanes = reads instanceof PipelinedConnections ? reads : undefined;
-  const metrics = config.metricsPort === undefined ? undefined : new Metrics({
-    ...(pool && { pool }),
-    ...(deps.observer && { observer: deps.observer }),
-    lanes: {
-      ...(readLanes && { reads: () => readLanes.inFlightByLane() }),
-      ...(writes && { writes: () => writes.inFlightByLane() }),
-    },
-  });
+  const metrics =
+    config.metricsPort === undefined
+      ? undefined
+      : new Metrics({
+          ...(pool && { pool }),
+          ...(deps.observer && { observer: deps.observer }),
+          lanes: {
+            ...(readLanes && { reads: () => readLanes.inFlightByLane() }),
+            ...(writes && { writes: () => writes.inFlightByLane() }),
+          },
+        });
   app.decorate('metrics', metrics);
   if (metrics) {
     app.addHook('onRequest', metrics.requestStarted);

@@ -14,8 +14,15 @@ const EnvSchema = Type.Object({
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
   // The literals one by one, not mapped from an array: a mapped array would type the level as never.
   LOG_LEVEL: Type.Union(
-    [Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'),
-      Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')],
+    [
+      Type.Literal('fatal'),
+      Type.Literal('error'),
+      Type.Literal('warn'),
+      Type.Literal('info'),
+      Type.Literal('debug'),
+      Type.Literal('trace'),
+      Type.Literal('silent'),
+    ],
     { default: 'info' },
   ),
   EXTERNAL_HOST: Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', default: 'localhost:9991' }),
@@ -137,9 +144,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     avatarSalt = readOrCreateSecret(dataDir, 'avatar_salt');
   }
   if (env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS <= env.HEARTBEAT_SECONDS + env.HEARTBEAT_JITTER_SECONDS) {
-    throw new ConfigError(
-      'EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed HEARTBEAT_SECONDS + HEARTBEAT_JITTER_SECONDS',
-    );
+    throw new ConfigError('EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed HEARTBEAT_SECONDS + HEARTBEAT_JITTER_SECONDS');
   }
   // Otherwise a body of the largest size could never be admitted.
   if (env.REQUEST_BODY_MEMORY_BYTES < env.BODY_LIMIT_BYTES) {

@@ -17,7 +17,14 @@ export const EMAIL_ADDRESS_VISIBILITY = { everyone: 1, members: 2, admins: 3, no
 
 /** Zulip's custom profile field types (custom_profile_fields.field_type). */
 export const PROFILE_FIELD_TYPES = {
-  short_text: 1, long_text: 2, select: 3, date: 4, url: 5, user: 6, external_account: 7, pronouns: 8,
+  short_text: 1,
+  long_text: 2,
+  select: 3,
+  date: 4,
+  url: 5,
+  user: 6,
+  external_account: 7,
+  pronouns: 8,
 } as const;
 
 /** The field types whose values are Markdown and carry a rendered_value, as in Zulip. */

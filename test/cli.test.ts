@@ -26,7 +26,11 @@ interface Outcome {
 /** Runs the admin command line as a real process, against the test database unless env says otherwise. */
 async function admin(args: string[], env: Record<string, string | undefined> = {}): Promise<Outcome> {
   const environment: Record<string, string | undefined> = {
-    ...process.env, DATABASE_URL: ctx.database.url, EXTERNAL_HOST: 'chat.example.com', AVATAR_SALT: 'test-salt', ...env,
+    ...process.env,
+    DATABASE_URL: ctx.database.url,
+    EXTERNAL_HOST: 'chat.example.com',
+    AVATAR_SALT: 'test-salt',
+    ...env,
   };
   for (const [name, value] of Object.entries(environment)) if (value === undefined) delete environment[name];
   try {
@@ -58,42 +62,118 @@ describe('admin command line (real processes)', () => {
   it('creates and manages an organization end to end', async () => {
     const realm = await ok(['realm', 'create', '--subdomain', '', '--name', 'Acme', '--restrict-guest-access']);
     expect(realm).toEqual({ realm_id: expect.any(Number) });
-    const realmRow = await ctx.db.selectFrom('realms').selectAll().where('id', '=', realm.realm_id as number).executeTakeFirstOrThrow();
+    const realmRow = await ctx.db
+      .selectFrom('realms')
+      .selectAll()
+      .where('id', '=', realm.realm_id as number)
+      .executeTakeFirstOrThrow();
     expect(realmRow).toMatchObject({ subdomain: '', name: 'Acme', can_access_all_users_group: 'members', deactivated: false });
     await fails(['realm', 'create', '--subdomain', '', '--name', 'Again'], 'An organization with subdomain "" already exists');
 
     const owner = await ok([
-      'user', 'create', '--realm', '', '--email', 'boss@acme.test', '--full-name', 'The Boss', '--role', 'owner',
-      '--timezone', 'Europe/Paris', '--email-visibility', 'admins',
+      'user',
+      'create',
+      '--realm',
+      '',
+      '--email',
+      'boss@acme.test',
+      '--full-name',
+      'The Boss',
+      '--role',
+      'owner',
+      '--timezone',
+      'Europe/Paris',
+      '--email-visibility',
+      'admins',
     ]);
     expect(Object.keys(owner)).toEqual(['user_id', 'email', 'api_key']);
     expect(owner.email).toBe('boss@acme.test');
     expect(owner.api_key).toMatch(/^[A-Za-z0-9]{32}$/);
-    const ownerRow = await ctx.db.selectFrom('users').selectAll().where('id', '=', owner.user_id as number).executeTakeFirstOrThrow();
+    const ownerRow = await ctx.db
+      .selectFrom('users')
+      .selectAll()
+      .where('id', '=', owner.user_id as number)
+      .executeTakeFirstOrThrow();
     expect(ownerRow).toMatchObject({
-      role: 100, timezone: 'Europe/Paris', email_address_visibility: 3, is_imported_stub: false, bot_type: null,
+      role: 100,
+      timezone: 'Europe/Paris',
+      email_address_visibility: 3,
+      is_imported_stub: false,
+      bot_type: null,
       api_key_hash: hashApiKey(owner.api_key as string),
     });
 
     // The new account works against the HTTP API.
-    const me = await api(ctx.app, { url: '/api/v1/users/me/subscriptions', headers: { authorization: basicAuth('boss@acme.test', owner.api_key as string) } });
+    const me = await api(ctx.app, {
+      url: '/api/v1/users/me/subscriptions',
+      headers: { authorization: basicAuth('boss@acme.test', owner.api_key as string) },
+    });
     expect(me.statusCode).toBe(200);
 
     // The command line creates through the API's service: the owner's queue gets realm_user/add,
     // and --can-create-users grants POST /users.
     const ownerQueue = randomUUID();
-    await createEventQueue(ctx.db, { id: ownerQueue, realmId: realm.realm_id as number, userId: owner.user_id as number, eventTypes: null, lifespanSeconds: 600 }, 20).execute();
-    const stub = await ok(['user', 'create', '--realm', '', '--email', 'old@acme.test', '--full-name', 'Imported', '--imported-stub', '--can-create-users']);
-    expect(await listQueueEvents(ctx.db, ownerQueue)).toEqual([
-      { type: 'realm_user', op: 'add', person: expect.objectContaining({ user_id: stub.user_id, full_name: 'Imported', is_imported_stub: true }), id: 0 },
+    await createEventQueue(
+      ctx.db,
+      { id: ownerQueue, realmId: realm.realm_id as number, userId: owner.user_id as number, eventTypes: null, lifespanSeconds: 600 },
+      20,
+    ).execute();
+    const stub = await ok([
+      'user',
+      'create',
+      '--realm',
+      '',
+      '--email',
+      'old@acme.test',
+      '--full-name',
+      'Imported',
+      '--imported-stub',
+      '--can-create-users',
     ]);
-    expect((await ctx.db.selectFrom('users').select('can_create_users').where('id', '=', stub.user_id as number).executeTakeFirstOrThrow()).can_create_users).toBe(true);
-    const stubRow = await ctx.db.selectFrom('users').select(['is_imported_stub', 'role']).where('id', '=', stub.user_id as number).executeTakeFirstOrThrow();
+    expect(await listQueueEvents(ctx.db, ownerQueue)).toEqual([
+      {
+        type: 'realm_user',
+        op: 'add',
+        person: expect.objectContaining({ user_id: stub.user_id, full_name: 'Imported', is_imported_stub: true }),
+        id: 0,
+      },
+    ]);
+    expect(
+      (
+        await ctx.db
+          .selectFrom('users')
+          .select('can_create_users')
+          .where('id', '=', stub.user_id as number)
+          .executeTakeFirstOrThrow()
+      ).can_create_users,
+    ).toBe(true);
+    const stubRow = await ctx.db
+      .selectFrom('users')
+      .select(['is_imported_stub', 'role'])
+      .where('id', '=', stub.user_id as number)
+      .executeTakeFirstOrThrow();
     expect(stubRow).toEqual({ is_imported_stub: true, role: 400 });
 
-    const bot = await ok(['bot', 'create', '--realm', '', '--owner', 'boss@acme.test', '--full-name', 'Helper', '--short-name', 'helper', '--bot-type', '3']);
+    const bot = await ok([
+      'bot',
+      'create',
+      '--realm',
+      '',
+      '--owner',
+      'boss@acme.test',
+      '--full-name',
+      'Helper',
+      '--short-name',
+      'helper',
+      '--bot-type',
+      '3',
+    ]);
     expect(bot.email).toBe('helper-bot@chat.example.com');
-    const botRow = await ctx.db.selectFrom('users').select(['bot_type', 'bot_owner_id']).where('id', '=', bot.user_id as number).executeTakeFirstOrThrow();
+    const botRow = await ctx.db
+      .selectFrom('users')
+      .select(['bot_type', 'bot_owner_id'])
+      .where('id', '=', bot.user_id as number)
+      .executeTakeFirstOrThrow();
     expect(botRow).toEqual({ bot_type: 3, bot_owner_id: owner.user_id });
 
     const stream = await ok(['stream', 'create', '--realm', '', '--name', 'general', '--description', '**hi**']);
@@ -109,24 +189,52 @@ describe('admin command line (real processes)', () => {
 
     const field = await ok(['profile-field', 'create', '--realm', '', '--name', 'Bio', '--type', 'long_text']);
     expect(field).toEqual({ field_id: expect.any(Number) });
-    await ok(['profile-field', 'set', '--realm', '', '--email', 'boss@acme.test', '--field', String(field.field_id), '--value', 'I <b>lead</b>']);
+    await ok([
+      'profile-field',
+      'set',
+      '--realm',
+      '',
+      '--email',
+      'boss@acme.test',
+      '--field',
+      String(field.field_id),
+      '--value',
+      'I <b>lead</b>',
+    ]);
     const value = await ctx.db.selectFrom('custom_profile_field_values').select(['value', 'rendered_value']).executeTakeFirstOrThrow();
     expect(value).toEqual({ value: 'I <b>lead</b>', rendered_value: '<p>I &lt;b&gt;lead&lt;/b&gt;</p>' });
     const dateField = await ok(['profile-field', 'create', '--realm', '', '--name', 'Birthday', '--type', 'date']);
-    await fails(['profile-field', 'set', '--realm', '', '--email', 'boss@acme.test', '--field', String(dateField.field_id), '--value', 'soon'], 'A date field takes YYYY-MM-DD');
+    await fails(
+      ['profile-field', 'set', '--realm', '', '--email', 'boss@acme.test', '--field', String(dateField.field_id), '--value', 'soon'],
+      'A date field takes YYYY-MM-DD',
+    );
 
     const rotated = await ok(['api-key', 'rotate', '--realm', '', '--email', 'BOSS@acme.test']);
     expect(rotated).toEqual({ user_id: owner.user_id, api_key: expect.stringMatching(/^[A-Za-z0-9]{32}$/) });
-    const rotatedRow = await ctx.db.selectFrom('users').select('api_key_hash').where('id', '=', owner.user_id as number).executeTakeFirstOrThrow();
+    const rotatedRow = await ctx.db
+      .selectFrom('users')
+      .select('api_key_hash')
+      .where('id', '=', owner.user_id as number)
+      .executeTakeFirstOrThrow();
     expect(rotatedRow.api_key_hash).toBe(hashApiKey(rotated.api_key as string));
 
     expect(await ok(['stream', 'archive', '--realm', '', '--name', 'secret'])).toEqual({ stream_id: priv.stream_id, is_archived: true });
-    expect(await ok(['user', 'deactivate', '--realm', '', '--email', 'old@acme.test'])).toEqual({ user_id: stub.user_id, is_active: false });
+    expect(await ok(['user', 'deactivate', '--realm', '', '--email', 'old@acme.test'])).toEqual({
+      user_id: stub.user_id,
+      is_active: false,
+    });
     expect((await listQueueEvents(ctx.db, ownerQueue)).at(-1)).toEqual({
-      type: 'realm_user', op: 'update', person: { user_id: stub.user_id, is_active: false }, id: 1,
+      type: 'realm_user',
+      op: 'update',
+      person: { user_id: stub.user_id, is_active: false },
+      id: 1,
     });
     expect(await ok(['user', 'delete', '--realm', '', '--email', 'boss@acme.test'])).toEqual({ user_id: owner.user_id, is_deleted: true });
-    const deleted = await ctx.db.selectFrom('users').select(['is_active', 'is_deleted', 'full_name']).where('id', '=', owner.user_id as number).executeTakeFirstOrThrow();
+    const deleted = await ctx.db
+      .selectFrom('users')
+      .select(['is_active', 'is_deleted', 'full_name'])
+      .where('id', '=', owner.user_id as number)
+      .executeTakeFirstOrThrow();
     expect(deleted).toEqual({ is_active: false, is_deleted: true, full_name: 'Deleted user' });
     expect(await ctx.db.selectFrom('custom_profile_field_values').selectAll().execute()).toEqual([]);
 
@@ -137,17 +245,29 @@ describe('admin command line (real processes)', () => {
     await ok(['realm', 'create', '--subdomain', 'team', '--name', 'Team']);
     const before = await ctx.db.selectFrom('users').select('id').execute();
     await fails(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A', '--role', 'king'], 'Unknown role "king"');
-    await fails(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A', '--timezone', 'Mars/Base'], 'Unknown time zone "Mars/Base"');
-    await fails(['user', 'create', '--realm', 'team', '--email', 'not-an-email', '--full-name', 'A'], 'Invalid email address "not-an-email"');
+    await fails(
+      ['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A', '--timezone', 'Mars/Base'],
+      'Unknown time zone "Mars/Base"',
+    );
+    await fails(
+      ['user', 'create', '--realm', 'team', '--email', 'not-an-email', '--full-name', 'A'],
+      'Invalid email address "not-an-email"',
+    );
     await fails(['user', 'create', '--realm', 'nosuch', '--email', 'a@b.c', '--full-name', 'A'], 'No organization with subdomain "nosuch"');
     await fails(['user', 'create', '--realm', 'team', '--email', 'a@b.c'], '--full-name is required');
-    await fails(['bot', 'create', '--realm', 'team', '--owner', 'nobody@b.c', '--full-name', 'B', '--short-name', 'b'], 'No user with email "nobody@b.c" in this organization');
+    await fails(
+      ['bot', 'create', '--realm', 'team', '--owner', 'nobody@b.c', '--full-name', 'B', '--short-name', 'b'],
+      'No user with email "nobody@b.c" in this organization',
+    );
     await fails(['profile-field', 'create', '--realm', 'team', '--name', 'X', '--type', 'color'], /^Unknown field type "color"/);
     await fails(['frobnicate'], 'Unknown command "frobnicate" (see --help)');
     await fails(['realm', 'create', '--bogus'], /Unknown option '--bogus'/);
     expect(await ctx.db.selectFrom('users').select('id').execute()).toEqual(before);
     await ok(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A']);
-    await fails(['user', 'create', '--realm', 'team', '--email', 'A@B.C', '--full-name', 'A'], 'A user with email "A@B.C" already exists in this organization');
+    await fails(
+      ['user', 'create', '--realm', 'team', '--email', 'A@B.C', '--full-name', 'A'],
+      'A user with email "A@B.C" already exists in this organization',
+    );
   });
 
   it('fails clearly on a bad configuration value', async () => {
@@ -166,13 +286,21 @@ describe('admin command line (real processes)', () => {
   it('without DATABASE_URL uses the embedded database, and says so when it is in use', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'cli-embedded-'));
     try {
-      const created = await admin(['realm', 'create', '--subdomain', 'solo', '--name', 'Solo'], { DATABASE_URL: undefined, AVATAR_SALT: undefined, DATA_DIR: dataDir });
+      const created = await admin(['realm', 'create', '--subdomain', 'solo', '--name', 'Solo'], {
+        DATABASE_URL: undefined,
+        AVATAR_SALT: undefined,
+        DATA_DIR: dataDir,
+      });
       expect(created.stderr).toBe('');
       expect(JSON.parse(created.stdout)).toEqual({ realm_id: 1 });
       // Someone else (not a recorded server) holds the cluster: the command must say so, not hang.
       const holder = await startEmbeddedPostgres({ directory: join(dataDir, 'postgres'), secretsDir: dataDir });
       try {
-        const blocked = await admin(['realm', 'create', '--subdomain', 'two', '--name', 'Two'], { DATABASE_URL: undefined, AVATAR_SALT: undefined, DATA_DIR: dataDir });
+        const blocked = await admin(['realm', 'create', '--subdomain', 'two', '--name', 'Two'], {
+          DATABASE_URL: undefined,
+          AVATAR_SALT: undefined,
+          DATA_DIR: dataDir,
+        });
         expect(blocked.code).not.toBe(0);
         expect(blocked.stderr).toMatch(/^The embedded database in .* is in use by another process/);
       } finally {

@@ -71,7 +71,7 @@ describe('compression', () => {
     expect(identity.json()).toMatchObject({ result: 'success' });
   });
 
-  it('answers HEAD with the uncompressed representation\'s headers and no body (nothing is compressed to be dropped)', async () => {
+  it("answers HEAD with the uncompressed representation's headers and no body (nothing is compressed to be dropped)", async () => {
     const plain = await api(ctx.app, { url: '/api/v1/users', as: 'U' });
     const head = await api(ctx.app, { method: 'HEAD', url: '/api/v1/users', as: 'U', headers: GZIP });
     expect(head.statusCode).toBe(200);

@@ -41,7 +41,9 @@ describe('errors of connections no statement waits on', () => {
     reporter.logTo(logger);
     const beforeLogger = stderr.mock.calls.length;
     await loseIdlePoolConnection(database);
-    await vi.waitFor(() => expect(logger.warn).toHaveBeenCalledWith({ err: expect.any(DatabaseUnavailable) }, 'database connection failed'));
+    await vi.waitFor(() =>
+      expect(logger.warn).toHaveBeenCalledWith({ err: expect.any(DatabaseUnavailable) }, 'database connection failed'),
+    );
     expect(stderr).toHaveBeenCalledTimes(beforeLogger);
     // The pool goes on with a new connection.
     expect((await sql<{ one: number }>`SELECT 1 AS one`.execute(database.db)).rows).toEqual([{ one: 1 }]);

@@ -30,8 +30,19 @@ const setUp = async (options: TestAppOptions) => (ctx = await createTestContext(
 const pins = (count: number, first = true) =>
   Array.from({ length: count }, (_, i) => ({ stream_id: P, property: 'pin_to_top', value: i % 2 === 0 ? first : !first }));
 
-const addView = () => api(ctx.app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', form: { fragment: 'narrow/is/alerted', is_pinned: 'true', name: 'Alerts' } });
-const ALERTS_ADDED = { type: 'navigation_view', op: 'add', navigation_view: { fragment: 'narrow/is/alerted', is_pinned: true, name: 'Alerts' }, id: 0 };
+const addView = () =>
+  api(ctx.app, {
+    method: 'POST',
+    url: '/api/v1/navigation_views',
+    as: 'U',
+    form: { fragment: 'narrow/is/alerted', is_pinned: 'true', name: 'Alerts' },
+  });
+const ALERTS_ADDED = {
+  type: 'navigation_view',
+  op: 'add',
+  navigation_view: { fragment: 'narrow/is/alerted', is_pinned: true, name: 'Alerts' },
+  id: 0,
+};
 
 /** The next poll of a dropped queue: the exact Zulip error, whatever last_event_id says. */
 async function expectDropped(queueId: string) {
@@ -46,7 +57,10 @@ describe('pending events per queue (QUEUE_MAX_PENDING_EVENTS, 5 here)', () => {
   it('a write that would take a queue past the cap deletes it; the others get their events; the write is whole', async () => {
     await setUp({ env: { QUEUE_MAX_PENDING_EVENTS: '5' } });
     const [behind, caughtUp, viewsOnly, others] = [
-      await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U', ['navigation_view']), await createQueue(ctx.db, 'V'),
+      await createQueue(ctx.db, 'U'),
+      await createQueue(ctx.db, 'U'),
+      await createQueue(ctx.db, 'U', ['navigation_view']),
+      await createQueue(ctx.db, 'V'),
     ];
     expect((await bulk(ctx, pins(3))).body).toBe(OK);
     // caughtUp's client acknowledges the three; behind's never polls.
@@ -54,7 +68,10 @@ describe('pending events per queue (QUEUE_MAX_PENDING_EVENTS, 5 here)', () => {
 
     // Three events: behind would hold 6, caughtUp holds 3.
     ctx.database.statements.length = 0;
-    const res = await bulk(ctx, [{ stream_id: P, property: 'is_muted', value: true }, { stream_id: P, property: 'color', value: '#abcdef' }]);
+    const res = await bulk(ctx, [
+      { stream_id: P, property: 'is_muted', value: true },
+      { stream_id: P, property: 'color', value: '#abcdef' },
+    ]);
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
     // The statements of any write: authentication, then the lock and the write in one transaction.
@@ -63,7 +80,9 @@ describe('pending events per queue (QUEUE_MAX_PENDING_EVENTS, 5 here)', () => {
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ is_muted: true, color: '#abcdef', pin_to_top: true });
     expect((await auditRows(ctx)).map((row) => row.property)).toEqual(['pin_to_top', 'pin_to_top', 'pin_to_top', 'is_muted', 'color']);
     expect(await pendingEvents(ctx.app, caughtUp, 'U', 2)).toEqual([
-      subscriptionEvent('in_home_view', false, P, 3), subscriptionEvent('is_muted', true, P, 4), subscriptionEvent('color', '#abcdef', P, 5),
+      subscriptionEvent('in_home_view', false, P, 3),
+      subscriptionEvent('is_muted', true, P, 4),
+      subscriptionEvent('color', '#abcdef', P, 5),
     ]);
 
     // Exactly the cap is kept: caughtUp now holds 5.
@@ -109,14 +128,22 @@ describe('pending events per queue (QUEUE_MAX_PENDING_EVENTS, 5 here)', () => {
     const handle = createDatabase(ctx.database.url);
     const other: FastifyInstance = await buildApp({ config: ctx.config, ...handle });
     await other.ready();
-    closers.push(async () => { await other.close(); await handle.close(); });
+    closers.push(async () => {
+      await other.close();
+      await handle.close();
+    });
 
     const queues = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')] as const;
     const viewsOnly = await createQueue(ctx.db, 'U', ['navigation_view']);
-    const polls = [getEvents(ctx.app, { queue_id: queues[0], last_event_id: '-1' }), getEvents(other, { queue_id: queues[1], last_event_id: '-1' })];
+    const polls = [
+      getEvents(ctx.app, { queue_id: queues[0], last_event_id: '-1' }),
+      getEvents(other, { queue_id: queues[1], last_event_id: '-1' }),
+    ];
     let viewsOnlyAnswered = false;
     const viewsOnlyPoll = getEvents(ctx.app, { queue_id: viewsOnly, last_event_id: '-1' }).finally(() => (viewsOnlyAnswered = true));
-    await eventually(async () => (await ctx.db.selectFrom('event_queues').select('id').where('poll_id', 'is not', null).execute()).length === 3);
+    await eventually(
+      async () => (await ctx.db.selectFrom('event_queues').select('id').where('poll_id', 'is not', null).execute()).length === 3,
+    );
 
     const writtenAt = Date.now();
     expect((await bulk(ctx, pins(6))).body).toBe(OK);

@@ -9,23 +9,13 @@ import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { badQueueBody, success } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';
-import {
-  getEvents,
-  pendingEvents,
-  pinEvent,
-  queueRow,
-  registerQueue,
-  setPinToTop,
-  storedEventIds,
-  waited,
-} from './helpers/events.js';
+import { getEvents, pendingEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
 import { eventually, sleep } from './helpers/wait.js';
 
 /**
  * Queues outliving instances and instances outliving queues: restart (case 169), expiry (case
  * 172), graceful shutdown, and the official Python client's event loop over a real socket.
  */
-
 
 let ctx: TestContext;
 const cleanups: (() => Promise<void>)[] = [];
@@ -108,7 +98,10 @@ describe('graceful shutdown', () => {
     await eventually(async () => (await listenerCount()) === 1);
 
     // The stopped instance no longer sweeps (the remaining one sweeps only every 60 s).
-    await ctx.db.updateTable('event_queues').set({ last_active_at: new Date('2020-01-01T00:00:00Z') }).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ last_active_at: new Date('2020-01-01T00:00:00Z') })
+      .execute();
     await sleep(1600);
     expect(await queueRow(ctx.db, queues[0]!)).toBeDefined();
   });
@@ -120,12 +113,17 @@ describe('graceful shutdown', () => {
     const { port } = server.app.server.address() as AddressInfo;
     const queueId = await registerQueue(ctx.app);
     const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
-      http.get({ port, host: '127.0.0.1', path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`, headers: { authorization: auth('U') } }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (body += chunk));
-        res.on('end', () => resolve({ status: res.statusCode!, body }));
-      }).on('error', reject);
+      http
+        .get(
+          { port, host: '127.0.0.1', path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`, headers: { authorization: auth('U') } },
+          (res) => {
+            let body = '';
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => (body += chunk));
+            res.on('end', () => resolve({ status: res.statusCode!, body }));
+          },
+        )
+        .on('error', reject);
     });
     await waitUntilPolling(queueId);
     const closingAt = Date.now();
@@ -178,18 +176,26 @@ describe('expiry', () => {
     const live = await registerQueue(ctx.app);
     const recent = await registerQueue(ctx.app);
     const longAgo = new Date(Date.now() - 3600_000);
-    const lease = (queueId: string, until: Date, lastActive: Date) => ctx.db.updateTable('event_queues')
-      .set({ poll_id: crypto.randomUUID(), poll_lease_until: until, last_active_at: lastActive }).where('id', '=', queueId).execute();
+    const lease = (queueId: string, until: Date, lastActive: Date) =>
+      ctx.db
+        .updateTable('event_queues')
+        .set({ poll_id: crypto.randomUUID(), poll_lease_until: until, last_active_at: lastActive })
+        .where('id', '=', queueId)
+        .execute();
     await lease(crashed, new Date(Date.now() - 60_000), longAgo);
     await lease(live, new Date(Date.now() + 600_000), longAgo);
-    await ctx.db.updateTable('event_queues').set({ last_active_at: new Date(Date.now() - 300_000) }).where('id', '=', recent).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ last_active_at: new Date(Date.now() - 300_000) })
+      .where('id', '=', recent)
+      .execute();
     await eventually(async () => (await queueRow(ctx.db, crashed)) === undefined, 4000);
     expect(await queueRow(ctx.db, live)).toBeDefined();
     expect(await queueRow(ctx.db, recent)).toBeDefined();
   });
 });
 
-describe('the official Python client\'s event loop', () => {
+describe("the official Python client's event loop", () => {
   /** zulip.Client.do_api_query: strings as is, other values JSON-encoded; GET in the query string. */
   async function call(baseUrl: string, method: 'GET' | 'POST' | 'DELETE', endpoint: string, request: Record<string, unknown>) {
     const fields = new URLSearchParams();
@@ -200,11 +206,19 @@ describe('the official Python client\'s event loop', () => {
       headers: { authorization: auth('U'), ...(method !== 'GET' && { 'content-type': 'application/x-www-form-urlencoded' }) },
       ...(method !== 'GET' && { body: fields.toString() }),
     });
-    return (await res.json()) as { result: string; code?: string; queue_id?: string; last_event_id?: number; events?: { id: number; type: string }[] };
+    return (await res.json()) as {
+      result: string;
+      code?: string;
+      queue_id?: string;
+      last_event_id?: number;
+      events?: { id: number; type: string }[];
+    };
   }
 
   it('register, then get_events(queue_id, last_event_id) in a loop, re-registering after BAD_EVENT_QUEUE_ID', async () => {
-    ctx = await createTestContext({ env: { HEARTBEAT_SECONDS: '1', HEARTBEAT_JITTER_SECONDS: '0', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '5' } });
+    ctx = await createTestContext({
+      env: { HEARTBEAT_SECONDS: '1', HEARTBEAT_JITTER_SECONDS: '0', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '5' },
+    });
     const server = await instance();
     await server.app.listen({ port: 0, host: '127.0.0.1' });
     const baseUrl = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}`;

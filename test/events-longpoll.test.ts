@@ -26,7 +26,6 @@ import { eventually, sleep } from './helpers/wait.js';
  * queues, client disconnects and shutdown.
  */
 
-
 let ctx: TestContext;
 const extraInstances: { close(): Promise<void> }[] = [];
 
@@ -45,7 +44,12 @@ async function anotherInstance(): Promise<FastifyInstance> {
   const handle = createDatabase(ctx.database.url);
   const app = await buildApp({ config: ctx.config, ...handle });
   await app.ready();
-  extraInstances.push({ close: async () => { await app.close(); await handle.close(); } });
+  extraInstances.push({
+    close: async () => {
+      await app.close();
+      await handle.close();
+    },
+  });
   return app;
 }
 
@@ -54,7 +58,10 @@ async function startWaiting(app: FastifyInstance, queueId: string, lastEventId =
   const before = (await queueRow(ctx.db, queueId))?.poll_id ?? null;
   const poll = getEvents(app, { queue_id: queueId, last_event_id: lastEventId }, as);
   let settled = false;
-  void poll.then(() => (settled = true), () => (settled = true));
+  void poll.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
   await eventually(async () => settled || ((await queueRow(ctx.db, queueId))?.poll_id ?? null) !== before);
   expect(settled).toBe(false);
   return { poll, isSettled: () => settled };
@@ -135,9 +142,9 @@ describe('long poll wake-up', () => {
     expect(isSettled()).toBe(false);
     await api(ctx.app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', form: { fragment: 'inbox', is_pinned: 'true' } });
     const res = await poll;
-    expect(res.body).toBe(waited(queueId, [
-      { type: 'navigation_view', op: 'add', navigation_view: { fragment: 'inbox', is_pinned: true, name: null }, id: 0 },
-    ]));
+    expect(res.body).toBe(
+      waited(queueId, [{ type: 'navigation_view', op: 'add', navigation_view: { fragment: 'inbox', is_pinned: true, name: null }, id: 0 }]),
+    );
   });
 
   it('an event written without a notification is found by the periodic check (POLL_RECHECK_SECONDS)', async () => {
@@ -158,8 +165,13 @@ describe('long poll wake-up', () => {
     const polls = [];
     for (const queueId of queueIds) polls.push((await startWaiting(ctx.app, queueId)).poll);
     /** Milliseconds each queue's lease has left, by queue id. */
-    const leases = async () => new Map((await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute())
-      .map((row) => [row.id, row.poll_lease_until!.getTime() - Date.now()]));
+    const leases = async () =>
+      new Map(
+        (await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute()).map((row) => [
+          row.id,
+          row.poll_lease_until!.getTime() - Date.now(),
+        ]),
+      );
     // Fresh leases (60 s) are left alone; those about to run out (less than 35 s left) are renewed.
     const soon = queueIds.slice(0, 4);
     await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ANY(${soon}::uuid[])`.execute(ctx.db);
@@ -338,7 +350,10 @@ describe('superseded, deleted and abandoned polls', () => {
   it('case 168: deleting the queue ends a waiting poll with BAD_EVENT_QUEUE_ID, also across instances', async () => {
     await setUp();
     const b = await anotherInstance();
-    for (const [waitOn, deleteOn] of [[ctx.app, ctx.app], [b, ctx.app]] as const) {
+    for (const [waitOn, deleteOn] of [
+      [ctx.app, ctx.app],
+      [b, ctx.app],
+    ] as const) {
       const queueId = await registerQueue(ctx.app);
       const { poll } = await startWaiting(waitOn, queueId);
       const deletedAt = Date.now();
@@ -353,7 +368,10 @@ describe('superseded, deleted and abandoned polls', () => {
   it('a client that disconnects gets nothing; its events stay for the next poll', async () => {
     await setUp();
     const queueId = await registerQueue(ctx.app);
-    await ctx.db.updateTable('event_queues').set({ last_active_at: new Date('2020-01-01T00:00:00Z') }).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ last_active_at: new Date('2020-01-01T00:00:00Z') })
+      .execute();
     const abort = new AbortController();
     const poll = ctx.app.inject({
       method: 'GET',
@@ -361,7 +379,10 @@ describe('superseded, deleted and abandoned polls', () => {
       headers: { host: 'chat.example.com', authorization: auth('U') },
       signal: abort.signal,
     });
-    const outcome = poll.then(() => 'answered', () => 'aborted');
+    const outcome = poll.then(
+      () => 'answered',
+      () => 'aborted',
+    );
     await eventually(async () => (await queueRow(ctx.db, queueId))!.poll_id !== null);
     abort.abort();
     expect(await outcome).toBe('aborted');

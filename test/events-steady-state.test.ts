@@ -49,24 +49,44 @@ async function otherConnection(): Promise<pg.Client> {
   return client;
 }
 
-const request = (queueId: string, lastEventId: number, answerNow = false): PollStartRequest =>
-  ({ owner: U, queueId, lastEventId, pollId: randomUUID(), answerNow });
+const request = (queueId: string, lastEventId: number, answerNow = false): PollStartRequest => ({
+  owner: U,
+  queueId,
+  lastEventId,
+  pollId: randomUUID(),
+  answerNow,
+});
 
 describe('poll starts of one turn, one statement', () => {
   it('gives each poll the outcome it gets alone, and the lease of a waiting poll', async () => {
     ctx = await createTestContext();
     const [fresh, pending, ahead, pruned, foreign, held, dontBlock] = await Promise.all([
-      createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
-      createQueue(ctx.db, 'V'), createQueue(ctx.db, 'U'), createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'V'),
+      createQueue(ctx.db, 'U'),
+      createQueue(ctx.db, 'U'),
     ]);
     await appendEvent(undefined, pending, { type: 'a' });
     await appendEvent(undefined, pending, { type: 'b' });
     await ctx.db.updateTable('event_queues').set({ last_acked_id: 3, next_event_id: 5 }).where('id', '=', pruned).execute();
     const holder = randomUUID();
-    await ctx.db.updateTable('event_queues').set({ poll_id: holder, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', held).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ poll_id: holder, poll_lease_until: new Date(Date.now() + 60_000) })
+      .where('id', '=', held)
+      .execute();
     const requests = [
-      request(fresh, -1), request(pending, 0), request(ahead, 7), request(pruned, 1), request(foreign, -1),
-      request(randomUUID(), -1), request(held, -1), request(dontBlock, -1, true),
+      request(fresh, -1),
+      request(pending, 0),
+      request(ahead, 7),
+      request(pruned, 1),
+      request(foreign, -1),
+      request(randomUUID(), -1),
+      request(held, -1),
+      request(dontBlock, -1, true),
     ];
     const starts = await startPolls(ctx.db, requests, true);
     expect(starts).toEqual([
@@ -81,7 +101,10 @@ describe('poll starts of one turn, one statement', () => {
       { outcome: 'waiting', events: [], replacedPoll: true },
       { outcome: 'answered', events: [], replacedPoll: false },
     ]);
-    expect(await startPolls(ctx.db, [request(foreign, -1), request(randomUUID(), -1)], false)).toEqual([{ outcome: 'missing' }, { outcome: 'missing' }]);
+    expect(await startPolls(ctx.db, [request(foreign, -1), request(randomUUID(), -1)], false)).toEqual([
+      { outcome: 'missing' },
+      { outcome: 'missing' },
+    ]);
 
     const waiting = (await queueRow(ctx.db, fresh))!;
     expect(waiting.poll_id).toBe(requests[0]!.pollId);
@@ -118,19 +141,29 @@ describe('heartbeats due together, one transaction', () => {
     ctx = await createTestContext();
     const [mine, replaced, gone] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')];
     const [minePoll, oldPoll, newPoll, gonePoll] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
-    const hold = (queueId: string, pollId: string) => ctx.db.updateTable('event_queues')
-      .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000), last_active_at: new Date('2020-01-01') })
-      .where('id', '=', queueId).execute();
+    const hold = (queueId: string, pollId: string) =>
+      ctx.db
+        .updateTable('event_queues')
+        .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000), last_active_at: new Date('2020-01-01') })
+        .where('id', '=', queueId)
+        .execute();
     await hold(mine, minePoll);
     await hold(replaced, newPoll);
     await appendEvent(undefined, mine, { type: 'a' });
     await appendEvent(undefined, replaced, { type: 'b' });
     await ctx.db.deleteFrom('event_queues').where('id', '=', gone).execute();
 
-    const polls = [{ queueId: mine, pollId: minePoll }, { queueId: replaced, pollId: oldPoll }, { queueId: gone, pollId: gonePoll }];
+    const polls = [
+      { queueId: mine, pollId: minePoll },
+      { queueId: replaced, pollId: oldPoll },
+      { queueId: gone, pollId: gonePoll },
+    ];
     const skipping = await answerHeartbeats(ctx.db, polls, true);
     expect(Object.fromEntries(skipping)).toEqual({
-      [minePoll]: [{ type: 'a', id: 0 }, { type: 'heartbeat', id: 1 }],
+      [minePoll]: [
+        { type: 'a', id: 0 },
+        { type: 'heartbeat', id: 1 },
+      ],
       // Held by a newer poll: no heartbeat of its own, the pending events all the same.
       [oldPoll]: [{ type: 'b', id: 0 }],
     });
@@ -149,7 +182,11 @@ describe('heartbeats due together, one transaction', () => {
     ctx = await createTestContext();
     const queueId = await createQueue(ctx.db, 'U');
     const pollId = randomUUID();
-    await ctx.db.updateTable('event_queues').set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', queueId).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000) })
+      .where('id', '=', queueId)
+      .execute();
     const writer = await otherConnection();
     try {
       await writer.query('BEGIN');
@@ -159,7 +196,10 @@ describe('heartbeats due together, one transaction', () => {
       const alone = answerHeartbeats(ctx.db, [{ queueId, pollId }], false);
       await new Promise((resolve) => setTimeout(resolve, 200));
       await writer.query('COMMIT');
-      expect((await alone).get(pollId)).toEqual([{ type: 'written', id: 0 }, { type: 'heartbeat', id: 1 }]);
+      expect((await alone).get(pollId)).toEqual([
+        { type: 'written', id: 0 },
+        { type: 'heartbeat', id: 1 },
+      ]);
     } finally {
       await writer.end();
     }
@@ -169,7 +209,11 @@ describe('heartbeats due together, one transaction', () => {
     ctx = await createTestContext();
     const queueId = await createQueue(ctx.db, 'U');
     const [oldPoll, newPoll] = [randomUUID(), randomUUID()];
-    await ctx.db.updateTable('event_queues').set({ poll_id: newPoll, poll_lease_until: new Date(Date.now() + 60_000) }).where('id', '=', queueId).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ poll_id: newPoll, poll_lease_until: new Date(Date.now() + 60_000) })
+      .where('id', '=', queueId)
+      .execute();
     const batches = new HeartbeatBatches(ctx.db, 50);
     const answers = await Promise.all([batches.answer(queueId, oldPoll), batches.answer(queueId, newPoll)]);
     expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
@@ -189,7 +233,9 @@ describe('heartbeats due together, one transaction', () => {
 
     // The clients poll again at once with the heartbeat's id; a write between the two is not missed.
     expect((await setPinToTop(ctx.app, true)).statusCode).toBe(200);
-    const again = await Promise.all(queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '0', dont_block: 'true' })));
+    const again = await Promise.all(
+      queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '0', dont_block: 'true' })),
+    );
     for (const res of again) expect(res.json().events).toEqual([pinEvent(true, 1)]);
     const polls = queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '1' }));
     await eventually(async () => {
@@ -230,14 +276,18 @@ describe('blocking polls arriving close together', () => {
 });
 
 describe('every re-poll is a request like any other', () => {
-  it('a deactivated user\'s or a rotated key\'s next poll is refused at once (its waiting poll ends at its heartbeat)', async () => {
+  it("a deactivated user's or a rotated key's next poll is refused at once (its waiting poll ends at its heartbeat)", async () => {
     ctx = await createTestContext({ env: FAST_HEARTBEATS });
     const queueId = await registerQueue(ctx.app);
     const heartbeat = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
     expect(heartbeat.json().events).toEqual([{ type: 'heartbeat', id: 0 }]);
     await ctx.db.updateTable('users').set({ is_active: false }).where('id', '=', ids.U).execute();
     expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0' }), 'Account is deactivated', 'UNAUTHORIZED', 401);
-    await ctx.db.updateTable('users').set({ is_active: true, api_key_hash: hashApiKey('rotated'.padEnd(32, '0')) }).where('id', '=', ids.U).execute();
+    await ctx.db
+      .updateTable('users')
+      .set({ is_active: true, api_key_hash: hashApiKey('rotated'.padEnd(32, '0')) })
+      .where('id', '=', ids.U)
+      .execute();
     expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0' }), 'Invalid API key', 'UNAUTHORIZED', 401);
     // Nothing was acknowledged or taken by the refused polls.
     const row = (await queueRow(ctx.db, queueId))!;
@@ -245,7 +295,9 @@ describe('every re-poll is a request like any other', () => {
   });
 
   it('re-polls after heartbeats count towards the rate limit', async () => {
-    ctx = await createTestContext({ env: { ...FAST_HEARTBEATS, RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' } });
+    ctx = await createTestContext({
+      env: { ...FAST_HEARTBEATS, RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' },
+    });
     const queueId = await registerQueue(ctx.app);
     const first = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
     expect(first.json().events).toEqual([{ type: 'heartbeat', id: 0 }]);

@@ -2,16 +2,7 @@ import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { badQueueBody, expectError, OK, success } from './helpers/envelope.js';
-import {
-  deleteQueue,
-  getEvents,
-  pendingEvents,
-  pinEvent,
-  queueRow,
-  registerQueue,
-  setPinToTop,
-  storedEventIds,
-} from './helpers/events.js';
+import { deleteQueue, getEvents, pendingEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds } from './helpers/events.js';
 
 /**
  * GET and DELETE /api/v1/events without waiting (spec §3.13, §3.14; acceptance cases 159–163,
@@ -39,7 +30,11 @@ describe('GET /api/v1/events', () => {
     const queueId = await registerQueue(ctx.app);
     const before = await queueState(queueId);
     for (const [id, as] of [
-      ['abc', 'U'], [queueId, 'V'], ['00000000-0000-4000-8000-000000000000', 'U'], [queueId.toUpperCase(), 'U'], ['', 'U'],
+      ['abc', 'U'],
+      [queueId, 'V'],
+      ['00000000-0000-4000-8000-000000000000', 'U'],
+      [queueId.toUpperCase(), 'U'],
+      ['', 'U'],
     ] as const) {
       const res = await getEvents(ctx.app, { queue_id: id, last_event_id: '-1', dont_block: 'true' }, as);
       expect(res.statusCode).toBe(400);
@@ -106,13 +101,19 @@ describe('GET /api/v1/events', () => {
 
   it('a new queue rejects ids below -1 as pruned and any other id as unknown', async () => {
     const queueId = await registerQueue(ctx.app);
-    expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-2', dont_block: 'true' }), 'An event newer than -2 has already been pruned!');
+    expectError(
+      await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-2', dont_block: 'true' }),
+      'An event newer than -2 has already been pruned!',
+    );
     expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '0', dont_block: 'true' }), 'Event 0 was not in this queue');
   });
 
   it('an immediate answer restarts the idle clock; an error does not', async () => {
     const queueId = await registerQueue(ctx.app);
-    await ctx.db.updateTable('event_queues').set({ last_active_at: new Date('2020-01-01T00:00:00Z') }).execute();
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ last_active_at: new Date('2020-01-01T00:00:00Z') })
+      .execute();
     expectError(await getEvents(ctx.app, { queue_id: queueId, last_event_id: '7', dont_block: 'true' }), 'Event 7 was not in this queue');
     expect((await queueRow(ctx.db, queueId))!.last_active_at).toEqual(new Date('2020-01-01T00:00:00Z'));
     await pendingEvents(ctx.app, queueId);
@@ -139,20 +140,36 @@ describe('events delivered through registered queues', () => {
   it('muting gives two subscription events, in order; colour and single settings give one', async () => {
     const queueId = await registerQueue(ctx.app);
     const bulk = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U',
-      form: { subscription_data: JSON.stringify([{ stream_id: 100, property: 'is_muted', value: true }, { stream_id: 100, property: 'color', value: '#abcdef' }]) },
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      form: {
+        subscription_data: JSON.stringify([
+          { stream_id: 100, property: 'is_muted', value: true },
+          { stream_id: 100, property: 'color', value: '#abcdef' },
+        ]),
+      },
     });
     expect(bulk.body).toBe(OK);
-    const single = await api(ctx.app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'in_home_view', value: 'true' } });
+    const single = await api(ctx.app, {
+      method: 'PATCH',
+      url: '/api/v1/users/me/subscriptions/100',
+      as: 'U',
+      form: { property: 'in_home_view', value: 'true' },
+    });
     expect(single.body).toBe(OK);
     const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1', dont_block: 'true' });
-    expect(res.body).toBe(success({ events: [
-      { type: 'subscription', op: 'update', property: 'in_home_view', value: false, stream_id: 100, id: 0 },
-      { type: 'subscription', op: 'update', property: 'is_muted', value: true, stream_id: 100, id: 1 },
-      { type: 'subscription', op: 'update', property: 'color', value: '#abcdef', stream_id: 100, id: 2 },
-      { type: 'subscription', op: 'update', property: 'in_home_view', value: true, stream_id: 100, id: 3 },
-      { type: 'subscription', op: 'update', property: 'is_muted', value: false, stream_id: 100, id: 4 },
-    ] }));
+    expect(res.body).toBe(
+      success({
+        events: [
+          { type: 'subscription', op: 'update', property: 'in_home_view', value: false, stream_id: 100, id: 0 },
+          { type: 'subscription', op: 'update', property: 'is_muted', value: true, stream_id: 100, id: 1 },
+          { type: 'subscription', op: 'update', property: 'color', value: '#abcdef', stream_id: 100, id: 2 },
+          { type: 'subscription', op: 'update', property: 'in_home_view', value: true, stream_id: 100, id: 3 },
+          { type: 'subscription', op: 'update', property: 'is_muted', value: false, stream_id: 100, id: 4 },
+        ],
+      }),
+    );
   });
 
   it('case 166: a navigation_view queue gets navigation-view events and no subscription events', async () => {
@@ -160,9 +177,19 @@ describe('events delivered through registered queues', () => {
     const all = await registerQueue(ctx.app);
     const other = await registerQueue(ctx.app, {}, 'V');
     expect((await setPinToTop(ctx.app, true)).statusCode).toBe(200);
-    const add = await api(ctx.app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', form: { fragment: 'narrow/is/alerted', is_pinned: 'true', name: 'Alert Words' } });
+    const add = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/navigation_views',
+      as: 'U',
+      form: { fragment: 'narrow/is/alerted', is_pinned: 'true', name: 'Alert Words' },
+    });
     expect(add.body).toBe(OK);
-    const update = await api(ctx.app, { method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fis%2Falerted', as: 'U', form: { is_pinned: 'false', name: 'Watched' } });
+    const update = await api(ctx.app, {
+      method: 'PATCH',
+      url: '/api/v1/navigation_views/narrow%2Fis%2Falerted',
+      as: 'U',
+      form: { is_pinned: 'false', name: 'Watched' },
+    });
     expect(update.body).toBe(OK);
     const remove = await api(ctx.app, { method: 'DELETE', url: '/api/v1/navigation_views/narrow/is/alerted', as: 'U' });
     expect(remove.body).toBe(OK);
@@ -174,7 +201,10 @@ describe('events delivered through registered queues', () => {
     ];
     const res = await getEvents(ctx.app, { queue_id: views, last_event_id: '-1', dont_block: 'true' });
     expect(res.body).toBe(success({ events: viewEvents.map((event, id) => ({ ...event, id })) }));
-    expect(await pendingEvents(ctx.app, all)).toEqual([pinEvent(true, 0), ...viewEvents.map((event, index) => ({ ...event, id: index + 1 }))]);
+    expect(await pendingEvents(ctx.app, all)).toEqual([
+      pinEvent(true, 0),
+      ...viewEvents.map((event, index) => ({ ...event, id: index + 1 })),
+    ]);
     expect(await pendingEvents(ctx.app, other, 'V')).toEqual([]);
   });
 
@@ -187,8 +217,15 @@ describe('events delivered through registered queues', () => {
   it('case 170: a rejected bulk update and a rolled-back one leave no event and no change', async () => {
     const queueId = await registerQueue(ctx.app);
     const rejected = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U',
-      form: { subscription_data: JSON.stringify([{ stream_id: 100, property: 'pin_to_top', value: true }, { stream_id: 101, property: 'pin_to_top', value: true }]) },
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      form: {
+        subscription_data: JSON.stringify([
+          { stream_id: 100, property: 'pin_to_top', value: true },
+          { stream_id: 101, property: 'pin_to_top', value: true },
+        ]),
+      },
     });
     expect(rejected.statusCode).toBe(400);
     expect(await pendingEvents(ctx.app, queueId)).toEqual([]);
@@ -201,7 +238,12 @@ describe('events delivered through registered queues', () => {
     expect(failed.statusCode).toBe(500);
     await sql`DROP TRIGGER fail_event_insert ON events`.execute(ctx.db);
 
-    const sub = await ctx.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', 13).where('stream_id', '=', 100).executeTakeFirstOrThrow();
+    const sub = await ctx.db
+      .selectFrom('subscriptions')
+      .select('pin_to_top')
+      .where('user_id', '=', 13)
+      .where('stream_id', '=', 100)
+      .executeTakeFirstOrThrow();
     expect(sub.pin_to_top).toBe(false);
     expect(await pendingEvents(ctx.app, queueId)).toEqual([]);
     expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(0);
@@ -231,12 +273,17 @@ describe('DELETE /api/v1/events', () => {
   it('case 168: queue_id is required (REQUEST_VARIABLE_MISSING)', async () => {
     const res = await deleteQueue(ctx.app, {});
     expect(res.statusCode).toBe(400);
-    expect(res.body).toBe('{"result":"error","msg":"Missing \'queue_id\' argument","var_name":"queue_id","code":"REQUEST_VARIABLE_MISSING"}');
+    expect(res.body).toBe(
+      '{"result":"error","msg":"Missing \'queue_id\' argument","var_name":"queue_id","code":"REQUEST_VARIABLE_MISSING"}',
+    );
   });
 
-  it('another user\'s or a malformed queue id is BAD_EVENT_QUEUE_ID and deletes nothing', async () => {
+  it("another user's or a malformed queue id is BAD_EVENT_QUEUE_ID and deletes nothing", async () => {
     const queueId = await registerQueue(ctx.app);
-    for (const [id, as] of [[queueId, 'V'], ['abc', 'U']] as const) {
+    for (const [id, as] of [
+      [queueId, 'V'],
+      ['abc', 'U'],
+    ] as const) {
       const res = await deleteQueue(ctx.app, { queue_id: id }, as);
       expect(res.statusCode).toBe(400);
       expect(res.body).toBe(badQueueBody(id));

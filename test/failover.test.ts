@@ -24,8 +24,10 @@ afterAll(async () => {
 });
 
 const renameU = reusableStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
-  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'));
-const nameOfU = async () => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
+  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'),
+);
+const nameOfU = async () =>
+  (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
 const rename = (name: string, size: 'small' | 'large') =>
   ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name }), undefined, size);
 
@@ -44,7 +46,10 @@ describe('a server that turned read-only (a demoted primary)', () => {
       try {
         for (let attempt = 0; attempt < 3 && !refused; attempt++) {
           // The first attempts may meet a terminated connection (a 503 too) before a read-only one.
-          refused = await rename('Read-only', size).then(() => undefined, (error: unknown) => (error as { code?: string }).code === '25006' ? error : undefined);
+          refused = await rename('Read-only', size).then(
+            () => undefined,
+            (error: unknown) => ((error as { code?: string }).code === '25006' ? error : undefined),
+          );
         }
       } finally {
         await admin.query(`ALTER DATABASE "${database}" RESET default_transaction_read_only`);
@@ -68,7 +73,10 @@ describe('a server that turned read-only (a demoted primary)', () => {
     let refused: unknown;
     try {
       for (let attempt = 0; attempt < 3 && !refused; attempt++) {
-        refused = await update().then(() => undefined, (error: unknown) => (error as { code?: string }).code === '25006' ? error : undefined);
+        refused = await update().then(
+          () => undefined,
+          (error: unknown) => ((error as { code?: string }).code === '25006' ? error : undefined),
+        );
       }
     } finally {
       await admin.query(`ALTER DATABASE "${database}" RESET default_transaction_read_only`);
@@ -96,12 +104,19 @@ describe('a connection lost during the commit', () => {
       FOR EACH ROW EXECUTE FUNCTION test_end_session_at_commit()`.execute(ctx.db);
     try {
       for (const size of ['small', 'large'] as const) {
-        const failure = await rename('End at commit', size).then(() => undefined, (error: unknown) => error);
+        const failure = await rename('End at commit', size).then(
+          () => undefined,
+          (error: unknown) => error,
+        );
         expect(failure).toBeInstanceOf(CommitOutcomeUnknown);
         expect(isDatabaseUnavailable(failure)).toBe(true);
         const answer = toApiError(failure as Error, 5);
         expect(answer?.statusCode).toBe(504);
-        expect(answer?.toBody()).toEqual({ result: 'error', msg: 'The database did not confirm the request: it may or may not have been applied', code: 'SERVER_NOT_READY' });
+        expect(answer?.toBody()).toEqual({
+          result: 'error',
+          msg: 'The database did not confirm the request: it may or may not have been applied',
+          code: 'SERVER_NOT_READY',
+        });
         // (Here the trigger ran before the commit record: nothing was kept. After a real failover it may have been.)
         expect(await nameOfU()).toBe('U Member');
         expect(await rename('Next', size)).toEqual([{ id: ids.U }]);
@@ -115,14 +130,23 @@ describe('a connection lost during the commit', () => {
 
   it('a session ended while a statement ran rolled the transaction back: a plain 503', async () => {
     const slow = reusableStatement<{ seconds: number }, { slept: unknown }>(['seconds'], (db, args) =>
-      db.selectNoFrom(sql<unknown>`pg_sleep(${args.seconds}::float8)`.as('slept')));
+      db.selectNoFrom(sql<unknown>`pg_sleep(${args.seconds}::float8)`.as('slept')),
+    );
     for (const size of ['small', 'large'] as const) {
-      const outcome = ctx.database.transactions.run(ids.U, (tx) => Promise.all([renameU(tx, { userId: ids.U, name: 'Never' }), slow(tx, { seconds: 30 })]), undefined, size)
-        .then(() => undefined, (error: unknown) => error);
+      const outcome = ctx.database.transactions
+        .run(ids.U, (tx) => Promise.all([renameU(tx, { userId: ids.U, name: 'Never' }), slow(tx, { seconds: 30 })]), undefined, size)
+        .then(
+          () => undefined,
+          (error: unknown) => error,
+        );
       let sleeper: number | undefined;
       for (let wait = 0; wait < 100 && sleeper === undefined; wait++) {
         await new Promise((resolve) => setTimeout(resolve, 50));
-        sleeper = (await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()")).rows[0]?.pid;
+        sleeper = (
+          await admin.query<{ pid: number }>(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
+          )
+        ).rows[0]?.pid;
       }
       await admin.query('SELECT pg_terminate_backend($1)', [sleeper]);
       const failure = await outcome;

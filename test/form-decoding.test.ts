@@ -13,7 +13,12 @@ describe('urlencoded bodies (spec §1.5): the URL Standard, on bytes', () => {
 
   it('names: no "=" is an empty value, a second "=" belongs to the value, empty fields are skipped, the last occurrence wins', () => {
     expect(decode('&&a&b==x=&=v&a=2&&')).toEqual({ a: '2', b: '=x=', '': 'v' });
-    expect(decodeForm(Buffer.from('__proto__=1&constructor=2'))).toEqual(new Map([['__proto__', '1'], ['constructor', '2']]));
+    expect(decodeForm(Buffer.from('__proto__=1&constructor=2'))).toEqual(
+      new Map([
+        ['__proto__', '1'],
+        ['constructor', '2'],
+      ]),
+    );
     expect(decode('')).toEqual({});
   });
 
@@ -25,7 +30,9 @@ describe('urlencoded bodies (spec §1.5): the URL Standard, on bytes', () => {
         const expected = new Map<string, string>();
         // Its text form: bytes above 0x7f percent-encoded (the same bytes once decoded), and a
         // leading "&" so that a leading "?" is a name, as in a body, not a query string's mark.
-        for (const [name, value] of new URLSearchParams('&' + body.toString('latin1').replace(/[\u0080-\u00ff]/g, (c) => `%${c.charCodeAt(0).toString(16)}`))) {
+        for (const [name, value] of new URLSearchParams(
+          '&' + body.toString('latin1').replace(/[\u0080-\u00ff]/g, (c) => `%${c.charCodeAt(0).toString(16)}`),
+        )) {
           expected.set(name, value);
         }
         expect(decodeForm(body)).toEqual(expected);
@@ -45,7 +52,9 @@ describe('through the HTTP stack', () => {
 
   it('a navigation view named with escapes, valid and not, is stored as decoded', async () => {
     const res = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/navigation_views', as: 'U',
+      method: 'POST',
+      url: '/api/v1/navigation_views',
+      as: 'U',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
       payload: 'fragment=narrow%2Fchannel%2F9&is_pinned=true&name=%zz+caf%C3%A9%FF',
     });

@@ -117,42 +117,96 @@ const anyUnit = fc.oneof(
 const SQL_META = ["'", '"', ';', '--', '\\', '%', '_', '$1', "' OR 1=1 --", '*/', '\0'];
 
 const rawText: fc.Arbitrary<string> = fc.oneof(
-  { arbitrary: fc.constantFrom('', ' ', 'true', 'false', 'null', 'NaN', '1e400', '-1', '0', '5.0', '1.5', '"x"', '[]', '{}',
-    '[', '{"a":', '99999999999999999999999', '\0', 'a\0b', '"\\u0000"', '😀', '\ufeff', ...SQL_META), weight: 3 },
+  {
+    arbitrary: fc.constantFrom(
+      '',
+      ' ',
+      'true',
+      'false',
+      'null',
+      'NaN',
+      '1e400',
+      '-1',
+      '0',
+      '5.0',
+      '1.5',
+      '"x"',
+      '[]',
+      '{}',
+      '[',
+      '{"a":',
+      '99999999999999999999999',
+      '\0',
+      'a\0b',
+      '"\\u0000"',
+      '😀',
+      '\ufeff',
+      ...SQL_META,
+    ),
+    weight: 3,
+  },
   { arbitrary: fc.string({ unit: anyUnit, maxLength: 30 }), weight: 3 },
   { arbitrary: fc.json({ maxDepth: 2 }), weight: 2 },
   { arbitrary: fc.oneof(fc.integer(), fc.double(), fc.bigInt()).map(String), weight: 1 },
-  { arbitrary: fc.tuple(fc.constantFrom('a', ' ', '😀', '\0', '%'), fc.integer({ min: 490, max: 3000 })).map(([unit, n]) => unit.repeat(n)),
-    weight: 1 },
+  {
+    arbitrary: fc.tuple(fc.constantFrom('a', ' ', '😀', '\0', '%'), fc.integer({ min: 490, max: 3000 })).map(([unit, n]) => unit.repeat(n)),
+    weight: 1,
+  },
 );
 
-const PROPERTIES = ['color', 'is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
-  'push_notifications', 'email_notifications', 'wildcard_mentions_notify'];
+const PROPERTIES = [
+  'color',
+  'is_muted',
+  'in_home_view',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
+];
 const STREAM_IDS = [100, 101, 102, 103, 104, 200, 0, -1, 999999, 2147483648, 1e20];
 const FRAGMENTS = ['inbox', 'recent', 'feed', 'narrow/is/alerted', 'narrow/x', 'Inbox', ' inbox ', "narrow/' OR 1=1 --"];
 
 const jsonBool = fc.oneof({ arbitrary: fc.constantFrom('true', 'false'), weight: 3 }, { arbitrary: rawText, weight: 1 });
 
 const bulkEntry = fc.oneof(
-  { arbitrary: fc.oneof(
-    fc.record({ stream_id: fc.constant(100), property: fc.constantFrom(...PROPERTIES.slice(1)), value: fc.boolean() }),
-    fc.record({ stream_id: fc.constant(100), property: fc.constant('color'), value: fc.constantFrom('#abc', '#123456', '#ABCD') }),
-  ), weight: 6 },
-  { arbitrary: fc.record({
-    stream_id: fc.oneof({ arbitrary: fc.constantFrom(...STREAM_IDS), weight: 4 }, { arbitrary: fc.jsonValue({ maxDepth: 0 }), weight: 1 }),
-    property: fc.oneof({ arbitrary: fc.constantFrom(...PROPERTIES), weight: 4 }, { arbitrary: fc.string({ maxLength: 6 }), weight: 1 }),
-    value: fc.oneof(fc.boolean(), fc.constantFrom('#abc', '#ABCDEF', '#fff\n', 'zzz'), fc.jsonValue({ maxDepth: 1 })),
-  }, { requiredKeys: [] }), weight: 4 },
+  {
+    arbitrary: fc.oneof(
+      fc.record({ stream_id: fc.constant(100), property: fc.constantFrom(...PROPERTIES.slice(1)), value: fc.boolean() }),
+      fc.record({ stream_id: fc.constant(100), property: fc.constant('color'), value: fc.constantFrom('#abc', '#123456', '#ABCD') }),
+    ),
+    weight: 6,
+  },
+  {
+    arbitrary: fc.record(
+      {
+        stream_id: fc.oneof(
+          { arbitrary: fc.constantFrom(...STREAM_IDS), weight: 4 },
+          { arbitrary: fc.jsonValue({ maxDepth: 0 }), weight: 1 },
+        ),
+        property: fc.oneof({ arbitrary: fc.constantFrom(...PROPERTIES), weight: 4 }, { arbitrary: fc.string({ maxLength: 6 }), weight: 1 }),
+        value: fc.oneof(fc.boolean(), fc.constantFrom('#abc', '#ABCDEF', '#fff\n', 'zzz'), fc.jsonValue({ maxDepth: 1 })),
+      },
+      { requiredKeys: [] },
+    ),
+    weight: 4,
+  },
   { arbitrary: fc.jsonValue({ maxDepth: 1 }), weight: 1 },
 );
 
 /** A JSON list of strings: known event types and arbitrary text (NUL, quotes, braces, SQL metacharacters). */
-const validStringList = fc.array(fc.oneof(
-  fc.constantFrom('subscription', 'navigation_view', 'navigation_views', 'realm_user', 'heartbeat'),
-  fc.constantFrom('\0', 'a\0b', '\0\0'),
-  fc.constantFrom("' OR 1=1 --", '%', '{a,b}', '"', '\\', 'NULL', '$1'),
-  fc.string({ unit: anyUnit, maxLength: 6 }),
-), { minLength: 1, maxLength: 4 }).map((items) => JSON.stringify(items));
+const validStringList = fc
+  .array(
+    fc.oneof(
+      fc.constantFrom('subscription', 'navigation_view', 'navigation_views', 'realm_user', 'heartbeat'),
+      fc.constantFrom('\0', 'a\0b', '\0\0'),
+      fc.constantFrom("' OR 1=1 --", '%', '{a,b}', '"', '\\', 'NULL', '$1'),
+      fc.string({ unit: anyUnit, maxLength: 6 }),
+    ),
+    { minLength: 1, maxLength: 4 },
+  )
+  .map((items) => JSON.stringify(items));
 
 const jsonStringList = fc.oneof({ arbitrary: validStringList, weight: 3 }, { arbitrary: rawText, weight: 1 });
 
@@ -183,7 +237,12 @@ function valueFor(name: string): fc.Arbitrary<string> {
       return jsonStringList;
     case 'user_ids':
       return fc.oneof(
-        { arbitrary: fc.array(fc.oneof(fc.constantFrom(10, 13, 15, 18, 30, 0, -1, 2147483648, 1e20), fc.integer())).map((ids) => JSON.stringify(ids)), weight: 3 },
+        {
+          arbitrary: fc
+            .array(fc.oneof(fc.constantFrom(10, 13, 15, 18, 30, 0, -1, 2147483648, 1e20), fc.integer()))
+            .map((ids) => JSON.stringify(ids)),
+          weight: 3,
+        },
         { arbitrary: rawText, weight: 1 },
       );
     case 'queue_lifespan_secs':
@@ -201,19 +260,43 @@ function valueFor(name: string): fc.Arbitrary<string> {
         { arbitrary: rawText, weight: 1 },
       );
     case 'role':
-      return fc.oneof({ arbitrary: fc.constantFrom('100', '200', '300', '400', '600', '1000', '"400"'), weight: 3 }, { arbitrary: rawText, weight: 1 });
+      return fc.oneof(
+        { arbitrary: fc.constantFrom('100', '200', '300', '400', '600', '1000', '"400"'), weight: 3 },
+        { arbitrary: rawText, weight: 1 },
+      );
     case 'full_name':
-      return fc.oneof({ arbitrary: fc.constantFrom('New Name', '  Spaced  ', '', 'iago|72', 'Opheli*', 'x'.repeat(101)), weight: 2 }, { arbitrary: rawText, weight: 2 });
+      return fc.oneof(
+        { arbitrary: fc.constantFrom('New Name', '  Spaced  ', '', 'iago|72', 'Opheli*', 'x'.repeat(101)), weight: 2 },
+        { arbitrary: rawText, weight: 2 },
+      );
     case 'profile_data':
       return fc.oneof(
-        { arbitrary: fc.array(fc.record({
-          id: fc.oneof(fc.constantFrom(1, 2, 3, 4, 9001, 0, -1, 2147483648), fc.jsonValue({ maxDepth: 0 })),
-          value: fc.oneof(fc.constantFrom(null, '', 'opt1', '2000-01-01', 'x\u0000y', '**b**'), fc.array(fc.integer()), fc.jsonValue({ maxDepth: 1 })),
-        }, { requiredKeys: [] }), { maxLength: 3 }).map((entries) => JSON.stringify(entries)), weight: 3 },
+        {
+          arbitrary: fc
+            .array(
+              fc.record(
+                {
+                  id: fc.oneof(fc.constantFrom(1, 2, 3, 4, 9001, 0, -1, 2147483648), fc.jsonValue({ maxDepth: 0 })),
+                  value: fc.oneof(
+                    fc.constantFrom(null, '', 'opt1', '2000-01-01', 'x\u0000y', '**b**'),
+                    fc.array(fc.integer()),
+                    fc.jsonValue({ maxDepth: 1 }),
+                  ),
+                },
+                { requiredKeys: [] },
+              ),
+              { maxLength: 3 },
+            )
+            .map((entries) => JSON.stringify(entries)),
+          weight: 3,
+        },
         { arbitrary: rawText, weight: 1 },
       );
     case 'email':
-      return fc.oneof({ arbitrary: fc.constantFrom('new@example.com', 'U@EXAMPLE.COM', 'broken', 'a b@example.com'), weight: 2 }, { arbitrary: rawText, weight: 1 });
+      return fc.oneof(
+        { arbitrary: fc.constantFrom('new@example.com', 'U@EXAMPLE.COM', 'broken', 'a b@example.com'), weight: 2 },
+        { arbitrary: rawText, weight: 1 },
+      );
     case 'client_gravatar':
     case 'include_subscribers':
     case 'include_custom_profile_fields':
@@ -242,12 +325,38 @@ const realQueueId = (user: FixtureUser) => fc.constant(null).map(() => queues.ge
 /** A path segment: plain, percent-encoded (valid or not), with NUL, slashes, dots, or very long. */
 const segment: fc.Arbitrary<string> = fc.oneof(
   fc.string({ unit: anyUnit, maxLength: 20 }).map((text) => encodeBytes(text, 'path')),
-  fc.array(fc.oneof(
-    fc.constantFrom('%00', '%2F', '%2f', '%25', '%', '%zz', '%E0%A4', '%FF', '%C0%AF', '..', '.', '/', '//', '%2E%2E', '+', '%20', '@',
-      ';', "'", '%27', '$1'),
-    fc.integer({ min: 0, max: 255 }).map((byte) => `%${byte.toString(16).padStart(2, '0')}`),
-    fc.stringMatching(/^[a-z0-9._@-]{1,8}$/),
-  ), { minLength: 1, maxLength: 8 }).map((pieces) => pieces.join('')),
+  fc
+    .array(
+      fc.oneof(
+        fc.constantFrom(
+          '%00',
+          '%2F',
+          '%2f',
+          '%25',
+          '%',
+          '%zz',
+          '%E0%A4',
+          '%FF',
+          '%C0%AF',
+          '..',
+          '.',
+          '/',
+          '//',
+          '%2E%2E',
+          '+',
+          '%20',
+          '@',
+          ';',
+          "'",
+          '%27',
+          '$1',
+        ),
+        fc.integer({ min: 0, max: 255 }).map((byte) => `%${byte.toString(16).padStart(2, '0')}`),
+        fc.stringMatching(/^[a-z0-9._@-]{1,8}$/),
+      ),
+      { minLength: 1, maxLength: 8 },
+    )
+    .map((pieces) => pieces.join('')),
   fc.tuple(fc.constantFrom('a', '%41', '/', '9'), fc.integer({ min: 100, max: 9000 })).map(([unit, n]) => unit.repeat(n)),
 );
 
@@ -265,11 +374,13 @@ const ROUTES: RouteShape[] = [
   {
     label: '/users/me/subscriptions/{stream_id}',
     methods: ['PATCH', 'POST'],
-    path: fc.oneof(
-      { arbitrary: pick('100'), weight: 4 },
-      { arbitrary: pick(...STREAM_IDS.map(String), '007', '99999999999999999999'), weight: 2 },
-      { arbitrary: segment, weight: 1 },
-    ).map((id) => `/api/v1/users/me/subscriptions/${id}`),
+    path: fc
+      .oneof(
+        { arbitrary: pick('100'), weight: 4 },
+        { arbitrary: pick(...STREAM_IDS.map(String), '007', '99999999999999999999'), weight: 2 },
+        { arbitrary: segment, weight: 1 },
+      )
+      .map((id) => `/api/v1/users/me/subscriptions/${id}`),
     params: ['property', 'value'],
     valid: fc.oneof(
       fc.tuple(field('property', fc.constantFrom(...PROPERTIES.slice(1))), field('value', fc.constantFrom('true', 'false'))),
@@ -282,7 +393,12 @@ const ROUTES: RouteShape[] = [
     path: pick('/api/v1/users/me/subscriptions'),
     params: ['subscriptions', 'principals', 'authorization_errors_fatal', 'invite_only'],
     valid: fc.oneof(
-      fc.tuple(field('subscriptions', fc.constantFrom('[{"name":"P"}]', '[{"name":"fuzz"},{"name":"Q"}]', '[{"name":"S"}]', '["P","Q"]', '["fuzz"]'))),
+      fc.tuple(
+        field(
+          'subscriptions',
+          fc.constantFrom('[{"name":"P"}]', '[{"name":"fuzz"},{"name":"Q"}]', '[{"name":"S"}]', '["P","Q"]', '["fuzz"]'),
+        ),
+      ),
       fc.tuple(
         field('subscriptions', fc.constantFrom('[{"name":"Q"}]', '["Q"]', '[{"name":"W","color":"#abc"}]', '["W"]')),
         field('principals', fc.constantFrom('[13]', '[14,16]', '["v@example.com"]', '[18]', '[30]', '[]')),
@@ -292,31 +408,50 @@ const ROUTES: RouteShape[] = [
   {
     label: '/users/{user_id}/subscriptions/{stream_id}',
     methods: ['GET'],
-    path: fc.tuple(
-      fc.oneof({ arbitrary: pick('13', '14', '16', '18', '30', '0', '99999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
-      fc.oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
-    ).map(([user, stream]) => `/api/v1/users/${user}/subscriptions/${stream}`),
+    path: fc
+      .tuple(
+        fc.oneof({ arbitrary: pick('13', '14', '16', '18', '30', '0', '99999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
+        fc.oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 }),
+      )
+      .map(([user, stream]) => `/api/v1/users/${user}/subscriptions/${stream}`),
     params: [],
   },
   {
     label: '/streams/{stream_id}/members',
     methods: ['GET'],
-    path: fc.oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
+    path: fc
+      .oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
       .map((stream) => `/api/v1/streams/${stream}/members`),
     params: [],
   },
-  { label: '/users', methods: ['GET'], path: pick('/api/v1/users'), params: ['client_gravatar', 'include_custom_profile_fields', 'user_ids'] },
+  {
+    label: '/users',
+    methods: ['GET'],
+    path: pick('/api/v1/users'),
+    params: ['client_gravatar', 'include_custom_profile_fields', 'user_ids'],
+  },
   {
     label: '/users/{user_id|email}',
     methods: ['GET'],
-    path: fc.oneof(
-      { arbitrary: pick('13', '14', '16', '18', 'u@example.com', 'V@EXAMPLE.COM', 'user13@chat.example.com'), weight: 3 },
-      {
-        arbitrary: pick('30', '0', '99999999999999', '%25@example.com', '_@example.com', "u@example.com'%20OR%20'1'='1", 'x@example.com', 'me'),
-        weight: 2,
-      },
-      { arbitrary: segment, weight: 1 },
-    ).map((user) => `/api/v1/users/${user}`),
+    path: fc
+      .oneof(
+        { arbitrary: pick('13', '14', '16', '18', 'u@example.com', 'V@EXAMPLE.COM', 'user13@chat.example.com'), weight: 3 },
+        {
+          arbitrary: pick(
+            '30',
+            '0',
+            '99999999999999',
+            '%25@example.com',
+            '_@example.com',
+            "u@example.com'%20OR%20'1'='1",
+            'x@example.com',
+            'me',
+          ),
+          weight: 2,
+        },
+        { arbitrary: segment, weight: 1 },
+      )
+      .map((user) => `/api/v1/users/${user}`),
     params: ['client_gravatar', 'include_custom_profile_fields'],
   },
   { label: '/users/me', methods: ['GET'], path: pick('/api/v1/users/me'), params: [] },
@@ -325,37 +460,44 @@ const ROUTES: RouteShape[] = [
     methods: ['POST'],
     path: pick('/api/v1/users'),
     params: ['email', 'password', 'full_name'],
-    valid: fc.tuple(field('email', fc.constantFrom('new@example.com', 'fresh@example.org')), field('password', fc.constantFrom('secret-enough', '')),
-      field('full_name', fc.constantFrom('New Person', 'a|1'))),
+    valid: fc.tuple(
+      field('email', fc.constantFrom('new@example.com', 'fresh@example.org')),
+      field('password', fc.constantFrom('secret-enough', '')),
+      field('full_name', fc.constantFrom('New Person', 'a|1')),
+    ),
   },
   {
     label: '/users/{user_id|email} (update)',
     methods: ['PATCH'],
-    path: fc.oneof(
-      { arbitrary: pick('16', '13', '14', '18', 'b-bot@chat.example.com', 'u@example.com'), weight: 3 },
-      { arbitrary: pick('30', '0', '99999999999999', 'me', "u@example.com'%20OR%20'1'='1"), weight: 1 },
-      { arbitrary: segment, weight: 1 },
-    ).map((user) => `/api/v1/users/${user}`),
+    path: fc
+      .oneof(
+        { arbitrary: pick('16', '13', '14', '18', 'b-bot@chat.example.com', 'u@example.com'), weight: 3 },
+        { arbitrary: pick('30', '0', '99999999999999', 'me', "u@example.com'%20OR%20'1'='1"), weight: 1 },
+        { arbitrary: segment, weight: 1 },
+      )
+      .map((user) => `/api/v1/users/${user}`),
     params: ['full_name', 'role', 'profile_data', 'new_email'],
-    valid: fc.tuple(field('full_name', fc.constantFrom('Robo', 'Bot B')), field('profile_data', fc.constantFrom('[{"id":1,"value":"x"}]', '[{"id":1,"value":null}]')))
+    valid: fc
+      .tuple(
+        field('full_name', fc.constantFrom('Robo', 'Bot B')),
+        field('profile_data', fc.constantFrom('[{"id":1,"value":"x"}]', '[{"id":1,"value":null}]')),
+      )
       .chain((fields) => fc.subarray(fields)),
   },
   {
     label: '/users/{user_id} (deactivate)',
     methods: ['DELETE'],
-    path: fc.oneof(
-      { arbitrary: pick('14', '16', '18', '30', '10', '0', '99999999999999999999'), weight: 3 },
-      { arbitrary: segment, weight: 1 },
-    ).map((user) => `/api/v1/users/${user}`),
+    path: fc
+      .oneof({ arbitrary: pick('14', '16', '18', '30', '10', '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
+      .map((user) => `/api/v1/users/${user}`),
     params: ['deactivation_notification_comment'],
   },
   {
     label: '/users/{user_id}/reactivate',
     methods: ['POST'],
-    path: fc.oneof(
-      { arbitrary: pick('16', '18', '14', '30', '0', '99999999999999999999'), weight: 3 },
-      { arbitrary: segment, weight: 1 },
-    ).map((user) => `/api/v1/users/${user}/reactivate`),
+    path: fc
+      .oneof({ arbitrary: pick('16', '18', '14', '30', '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
+      .map((user) => `/api/v1/users/${user}/reactivate`),
     params: [],
   },
   {
@@ -371,24 +513,39 @@ const ROUTES: RouteShape[] = [
   {
     label: '/navigation_views/{fragment}',
     methods: ['PATCH', 'DELETE'],
-    path: fc.oneof(
-      { arbitrary: pick(...FRAGMENTS.map((fragment) => encodeBytes(fragment, 'path'))), weight: 3 },
-      { arbitrary: segment, weight: 1 },
-    ).map((fragment) => `/api/v1/navigation_views/${fragment}`),
+    path: fc
+      .oneof(
+        { arbitrary: pick(...FRAGMENTS.map((fragment) => encodeBytes(fragment, 'path'))), weight: 3 },
+        { arbitrary: segment, weight: 1 },
+      )
+      .map((fragment) => `/api/v1/navigation_views/${fragment}`),
     params: ['is_pinned', 'name'],
-    valid: fc.subarray([['is_pinned', 'false'], ['name', 'Renamed']]),
+    valid: fc.subarray([
+      ['is_pinned', 'false'],
+      ['name', 'Renamed'],
+    ]),
   },
   {
     label: '/register',
     methods: ['POST'],
     path: pick('/api/v1/register'),
-    params: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'],
-    valid: fc.tuple(
-      field('event_types', validStringList),
-      field('fetch_event_types', validStringList),
-      field('queue_lifespan_secs', fc.oneof(fc.integer().map(String), fc.constantFrom('1e300', '-1e300', '5.0'))),
-      field('idle_queue_timeout', fc.oneof(fc.integer({ min: 1 }).map(String), fc.constantFrom('"mobile"', '1e300', '5.0'))),
-    ).chain((fields) => fc.subarray(fields)),
+    params: [
+      'client_gravatar',
+      'include_subscribers',
+      'client_capabilities',
+      'event_types',
+      'fetch_event_types',
+      'queue_lifespan_secs',
+      'idle_queue_timeout',
+    ],
+    valid: fc
+      .tuple(
+        field('event_types', validStringList),
+        field('fetch_event_types', validStringList),
+        field('queue_lifespan_secs', fc.oneof(fc.integer().map(String), fc.constantFrom('1e300', '-1e300', '5.0'))),
+        field('idle_queue_timeout', fc.oneof(fc.integer({ min: 1 }).map(String), fc.constantFrom('"mobile"', '1e300', '5.0'))),
+      )
+      .chain((fields) => fc.subarray(fields)),
   },
   {
     label: '/events',
@@ -465,17 +622,38 @@ const CONTENT_TYPES = [
   'application/x-www-form-urlencoded',
   'APPLICATION/X-WWW-FORM-URLENCODED; charset=UTF-8',
   'application/x-www-form-urlencoded; charset=latin1',
-  'multipart/form-data', `multipart/form-data; boundary=${BOUNDARY}`, 'multipart/form-data; boundary=', 'multipart/mixed',
-  'application/json', 'text/plain', 'application/octet-stream', '*/*', 'x', ';', 'application/x-www-form-urlencoded;;',
-  'text/html; charset=utf-8', 'multipart/form-data; boundary="q"',
+  'multipart/form-data',
+  `multipart/form-data; boundary=${BOUNDARY}`,
+  'multipart/form-data; boundary=',
+  'multipart/mixed',
+  'application/json',
+  'text/plain',
+  'application/octet-stream',
+  '*/*',
+  'x',
+  ';',
+  'application/x-www-form-urlencoded;;',
+  'text/html; charset=utf-8',
+  'multipart/form-data; boundary="q"',
 ];
 
 function bodyFor(route: RouteShape): fc.Arbitrary<Body> {
   const fields = fieldsFor(route);
-  const form = fc.tuple(fields, fc.nat(3).map((n) => n === 0), fc.constantFrom(...CONTENT_TYPES.slice(0, 3)))
+  const form = fc
+    .tuple(
+      fields,
+      fc.nat(3).map((n) => n === 0),
+      fc.constantFrom(...CONTENT_TYPES.slice(0, 3)),
+    )
     .map(([pairs, raw, contentType]): Body => ({ contentType, payload: formText(pairs, raw) }));
-  const multipart = fc.tuple(fields, fc.boolean(), fc.oneof({ arbitrary: fc.constant(-1), weight: 2 }, { arbitrary: fc.nat(400), weight: 1 }),
-    fc.nat(3).map((n) => n > 0), fc.nat(3).map((n) => n === 0))
+  const multipart = fc
+    .tuple(
+      fields,
+      fc.boolean(),
+      fc.oneof({ arbitrary: fc.constant(-1), weight: 2 }, { arbitrary: fc.nat(400), weight: 1 }),
+      fc.nat(3).map((n) => n > 0),
+      fc.nat(3).map((n) => n === 0),
+    )
     .map(([pairs, withFile, cut, rightBoundary, jsonParts]): Body => {
       const text = multipartText(pairs, withFile, jsonParts);
       return {
@@ -487,12 +665,14 @@ function bodyFor(route: RouteShape): fc.Arbitrary<Body> {
     const text = JSON.stringify(Object.fromEntries(pairs));
     return { contentType: 'application/json', payload: fragment ? text.slice(0, Math.floor(text.length / 2)) : text };
   });
-  const other = fc.tuple(fc.constantFrom(...CONTENT_TYPES), fc.string({ unit: 'binary-ascii', maxLength: 12 }), fields, fc.boolean())
+  const other = fc
+    .tuple(fc.constantFrom(...CONTENT_TYPES), fc.string({ unit: 'binary-ascii', maxLength: 12 }), fields, fc.boolean())
     .map(([contentType, randomType, pairs, useRandomType]): Body => ({
       contentType: useRandomType ? randomType.replace(/[^\x20-\x7e]/g, '') : contentType,
       payload: formText(pairs, false),
     }));
-  const bytes = fc.tuple(fc.constantFrom(...CONTENT_TYPES), fc.uint8Array({ maxLength: 64 }))
+  const bytes = fc
+    .tuple(fc.constantFrom(...CONTENT_TYPES), fc.uint8Array({ maxLength: 64 }))
     .map(([contentType, data]): Body => ({ contentType, payload: Buffer.from(data) }));
   return fc.oneof(
     { arbitrary: form, weight: 5 },
@@ -514,20 +694,53 @@ const FIXTURE_USERS: FixtureUser[] = ['O', 'A', 'M', 'U', 'V', 'G', 'B', 'H', 'D
 const authorization: fc.Arbitrary<string | undefined> = fc.oneof(
   { arbitrary: fc.constantFrom(...FIXTURE_USERS).map((user) => auth(user)), weight: 6 },
   { arbitrary: fc.constant(undefined), weight: 1 },
-  { arbitrary: fc.constantFrom('', 'Basic', 'Bearer abc', 'Basic !!!!', 'Basic Zm9v', 'basic  ', 'Basic a b', 'Digest x=y', 'Basic ====',
-    basicAuth("' OR 1=1 --", apiKeys.U), basicAuth('%@example.com', apiKeys.U), basicAuth(emails.U, "' OR 1=1 --".padEnd(32, 'x')),
-    basicAuth(emails.U, apiKeys.U.toLowerCase()), `Basic ${Buffer.from(`${emails.U}:${apiKeys.U}\0`).toString('base64')}`), weight: 2 },
-  { arbitrary: fc.tuple(fc.string({ unit: anyUnit, maxLength: 20 }), fc.string({ unit: anyUnit, maxLength: 40 }))
-    .map(([email, key]) => basicAuth(email, key)), weight: 2 },
+  {
+    arbitrary: fc.constantFrom(
+      '',
+      'Basic',
+      'Bearer abc',
+      'Basic !!!!',
+      'Basic Zm9v',
+      'basic  ',
+      'Basic a b',
+      'Digest x=y',
+      'Basic ====',
+      basicAuth("' OR 1=1 --", apiKeys.U),
+      basicAuth('%@example.com', apiKeys.U),
+      basicAuth(emails.U, "' OR 1=1 --".padEnd(32, 'x')),
+      basicAuth(emails.U, apiKeys.U.toLowerCase()),
+      `Basic ${Buffer.from(`${emails.U}:${apiKeys.U}\0`).toString('base64')}`,
+    ),
+    weight: 2,
+  },
+  {
+    arbitrary: fc
+      .tuple(fc.string({ unit: anyUnit, maxLength: 20 }), fc.string({ unit: anyUnit, maxLength: 40 }))
+      .map(([email, key]) => basicAuth(email, key)),
+    weight: 2,
+  },
   { arbitrary: fc.string({ unit: 'binary-ascii', maxLength: 60 }).map((text) => text.replace(/[\0\r\n]/g, ' ')), weight: 1 },
   { arbitrary: fc.uint8Array({ maxLength: 48 }).map((bytes) => `Basic ${Buffer.from(bytes).toString('base64')}`), weight: 1 },
 );
 
 const host: fc.Arbitrary<string | undefined> = fc.oneof(
   { arbitrary: fc.constant('chat.example.com'), weight: 6 },
-  { arbitrary: fc.constantFrom('other.chat.example.com', 'www.chat.example.com', 'CHAT.EXAMPLE.COM:443', 'nosuch.chat.example.com',
-    '10.0.0.5:8080', 'chat.example.com:99999999999', '.chat.example.com', "x'.chat.example.com", '%.chat.example.com', '[::1]:80',
-    'a.b.c.chat.example.com'), weight: 2 },
+  {
+    arbitrary: fc.constantFrom(
+      'other.chat.example.com',
+      'www.chat.example.com',
+      'CHAT.EXAMPLE.COM:443',
+      'nosuch.chat.example.com',
+      '10.0.0.5:8080',
+      'chat.example.com:99999999999',
+      '.chat.example.com',
+      "x'.chat.example.com",
+      '%.chat.example.com',
+      '[::1]:80',
+      'a.b.c.chat.example.com',
+    ),
+    weight: 2,
+  },
   { arbitrary: fc.string({ unit: 'binary-ascii', maxLength: 30 }).map((text) => text.replace(/[^\x21-\x7e]/g, '')), weight: 1 },
 );
 
@@ -544,8 +757,10 @@ interface FuzzRequest {
 
 function describeRequest(request: FuzzRequest): string {
   const payload = request.body.payload === undefined ? '' : String(request.body.payload).slice(0, 400);
-  return `${request.method} ${request.path.slice(0, 300)}?${request.query.slice(0, 300)} [${request.body.contentType ?? '-'}] ${payload}` +
-    ` host=${request.host} auth=${request.authorization?.slice(0, 60)}`;
+  return (
+    `${request.method} ${request.path.slice(0, 300)}?${request.query.slice(0, 300)} [${request.body.contentType ?? '-'}] ${payload}` +
+    ` host=${request.host} auth=${request.authorization?.slice(0, 60)}`
+  );
 }
 
 async function inject(request: FuzzRequest): Promise<Sent> {
@@ -596,7 +811,10 @@ describe('fuzz: every endpoint with arbitrary bodies and query strings', () => {
     it(`${route.methods.join('/')} /api/v1${route.label}`, async () => {
       await fc.assert(
         fc.asyncProperty(requestsFor(route, { methods: route.methods, ...mostlyValid }), async (request) => {
-          await checkRequest(() => inject(request), () => describeRequest(request));
+          await checkRequest(
+            () => inject(request),
+            () => describeRequest(request),
+          );
         }),
         { numRuns: RUNS_PER_ROUTE },
       );
@@ -609,7 +827,10 @@ describe('fuzz: wrong methods, headers and hosts on every route', () => {
     const anyRoute = fc.constantFrom(...ROUTES).chain((route) => requestsFor(route, { methods: ALL_METHODS, authorization, host }));
     await fc.assert(
       fc.asyncProperty(anyRoute, async (request) => {
-        await checkRequest(() => inject(request), () => describeRequest(request));
+        await checkRequest(
+          () => inject(request),
+          () => describeRequest(request),
+        );
       }),
       { numRuns: 150 },
     );
@@ -621,10 +842,16 @@ function sendRaw(method: string, path: string, body: string): Promise<Sent> {
   return new Promise((resolve, reject) => {
     const request = http.request(
       {
-        host: '127.0.0.1', port, method, path,
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
         headers: {
-          host: 'chat.example.com', authorization: auth('U'), 'content-type': 'application/x-www-form-urlencoded',
-          'content-length': String(Buffer.byteLength(body)), connection: 'close',
+          host: 'chat.example.com',
+          authorization: auth('U'),
+          'content-type': 'application/x-www-form-urlencoded',
+          'content-length': String(Buffer.byteLength(body)),
+          connection: 'close',
         },
         insecureHTTPParser: true,
       },
@@ -642,13 +869,15 @@ function sendRaw(method: string, path: string, body: string): Promise<Sent> {
 }
 
 describe('fuzz: raw paths over a real socket', () => {
-  const rawPath = fc.tuple(
-    fc.constantFrom('/api/v1/users/', '/api/v1/users/me/subscriptions/', '/api/v1/navigation_views/', '/api/v1/', '/api/v1/events/', '/'),
-    fc.array(
-      fc.oneof(segment, fc.constantFrom('..', '.', '\\', '\\..\\', '//', '%00', 'me', 'properties', '?', '#', 'a?b=%zz')),
-      { minLength: 1, maxLength: 4 },
-    ),
-  ).map(([prefix, pieces]) => `${prefix}${pieces.join('/')}`.replace(/[^\x21-\xff]/g, (char) => encodeBytes(char, 'path')))
+  const rawPath = fc
+    .tuple(
+      fc.constantFrom('/api/v1/users/', '/api/v1/users/me/subscriptions/', '/api/v1/navigation_views/', '/api/v1/', '/api/v1/events/', '/'),
+      fc.array(fc.oneof(segment, fc.constantFrom('..', '.', '\\', '\\..\\', '//', '%00', 'me', 'properties', '?', '#', 'a?b=%zz')), {
+        minLength: 1,
+        maxLength: 4,
+      }),
+    )
+    .map(([prefix, pieces]) => `${prefix}${pieces.join('/')}`.replace(/[^\x21-\xff]/g, (char) => encodeBytes(char, 'path')))
     // Request lines beyond Node's 16 KiB header limit never reach the application.
     .filter((path) => path.length < 12_000);
 
@@ -660,7 +889,10 @@ describe('fuzz: raw paths over a real socket', () => {
         fc.constantFrom('', 'is_pinned=true&name=x', 'property=pin_to_top&value=true'),
         async (path, method, form) => {
           const body = method === 'GET' || method === 'HEAD' ? '' : form;
-          await checkRequest(() => sendRaw(method, path, body), () => `${method} ${path} ${body}`);
+          await checkRequest(
+            () => sendRaw(method, path, body),
+            () => `${method} ${path} ${body}`,
+          );
         },
       ),
       { numRuns: 100 },

@@ -35,11 +35,57 @@ const RUNS = 400;
 // --- Arbitrary raw parameter text: what a client can put in a form field or query value. ---
 
 const SPECIAL_TEXTS = [
-  '', ' ', '\t\n', 'true', 'false', ' true ', 'True', 'null', 'NaN', 'Infinity', '-Infinity', '1e400', '-1e400',
-  '5', '5.0', '-0', '1.5', '"5"', '"true"', '9007199254740993', '-9007199254740993', '1e21', '99999999999999999999999',
-  '[]', '{}', '[1,"a"]', '["a","b"]', '{"a":true}', '{"__proto__":true}', '{"constructor":1}', '[{"stream_id":100}]',
-  '\u0000', 'a\u0000b', '"\\u0000"', '["\\u0000"]', '\ud800', '"\\ud800"', '😀', '\u202e', '\ufeff', '[', '{"a":', '"',
-  "' OR 1=1 --", '$1', '%', '_', '\\', ';', '--', '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
+  '',
+  ' ',
+  '\t\n',
+  'true',
+  'false',
+  ' true ',
+  'True',
+  'null',
+  'NaN',
+  'Infinity',
+  '-Infinity',
+  '1e400',
+  '-1e400',
+  '5',
+  '5.0',
+  '-0',
+  '1.5',
+  '"5"',
+  '"true"',
+  '9007199254740993',
+  '-9007199254740993',
+  '1e21',
+  '99999999999999999999999',
+  '[]',
+  '{}',
+  '[1,"a"]',
+  '["a","b"]',
+  '{"a":true}',
+  '{"__proto__":true}',
+  '{"constructor":1}',
+  '[{"stream_id":100}]',
+  '\u0000',
+  'a\u0000b',
+  '"\\u0000"',
+  '["\\u0000"]',
+  '\ud800',
+  '"\\ud800"',
+  '😀',
+  '\u202e',
+  '\ufeff',
+  '[',
+  '{"a":',
+  '"',
+  "' OR 1=1 --",
+  '$1',
+  '%',
+  '_',
+  '\\',
+  ';',
+  '--',
+  '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
 ];
 
 /** Code points across the whole range, lone surrogates and NUL included. */
@@ -55,14 +101,18 @@ const rawText: fc.Arbitrary<string> = fc.oneof(
   { arbitrary: fc.string({ unit: 'grapheme', maxLength: 40 }), weight: 2 },
   { arbitrary: fc.json({ maxDepth: 3 }), weight: 4 },
   // JSON with surrounding whitespace, and truncated JSON.
-  { arbitrary: fc.tuple(fc.constantFrom(' ', '\n', '\t', ''), fc.json({ maxDepth: 2 })).map(([space, json]) => `${space}${json}${space}`),
-    weight: 1 },
+  {
+    arbitrary: fc.tuple(fc.constantFrom(' ', '\n', '\t', ''), fc.json({ maxDepth: 2 })).map(([space, json]) => `${space}${json}${space}`),
+    weight: 1,
+  },
   { arbitrary: fc.json({ maxDepth: 3 }).chain((json) => fc.nat(json.length).map((cut) => json.slice(0, cut))), weight: 1 },
   { arbitrary: fc.oneof(fc.integer(), fc.double(), fc.bigInt()).map(String), weight: 2 },
   { arbitrary: fc.array(fc.string({ maxLength: 5 }), { maxLength: 4 }).map((items) => JSON.stringify(items)), weight: 1 },
   // Long inputs: past the 500-character limits, and deep nesting.
-  { arbitrary: fc.tuple(fc.constantFrom('a', ' ', '😀', 'é'), fc.integer({ min: 480, max: 2000 })).map(([unit, n]) => unit.repeat(n)),
-    weight: 1 },
+  {
+    arbitrary: fc.tuple(fc.constantFrom('a', ' ', '😀', 'é'), fc.integer({ min: 480, max: 2000 })).map(([unit, n]) => unit.repeat(n)),
+    weight: 1,
+  },
   { arbitrary: fc.integer({ min: 1, max: 5000 }).map((depth) => `${'['.repeat(depth)}${']'.repeat(depth)}`), weight: 1 },
 );
 
@@ -169,9 +219,11 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
       fc.property(rawText, paramName, fc.integer({ min: 1, max: 600 }), (raw, name, limit) => {
         const trimmed = raw.trim();
         const expected: Outcome =
-          trimmed === '' ? bad(`${name} cannot be blank`)
-          : [...trimmed].length > limit ? bad(`${name} is too long (limit: ${limit} characters)`)
-          : { value: trimmed };
+          trimmed === ''
+            ? bad(`${name} cannot be blank`)
+            : [...trimmed].length > limit
+              ? bad(`${name} is too long (limit: ${limit} characters)`)
+              : { value: trimmed };
         expect(outcomeOf(() => trimmedText(limit).decode(raw, name))).toEqual(expected);
       }),
       { numRuns: RUNS },
@@ -179,7 +231,10 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
   });
 
   it('text returns the raw text unchanged', () => {
-    fc.assert(fc.property(rawText, paramName, (raw, name) => text.decode(raw, name) === raw), { numRuns: RUNS });
+    fc.assert(
+      fc.property(rawText, paramName, (raw, name) => text.decode(raw, name) === raw),
+      { numRuns: RUNS },
+    );
   });
 
   it('the check* functions accept exactly their type for any JSON value', () => {
@@ -218,7 +273,10 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
     const fields = fc.array(fc.tuple(paramName, rawText), { maxLength: 6 }).map((pairs) => new Map(pairs));
     // Declared names: a declaration is an object literal, whose integer-like keys JavaScript would
     // enumerate first; no parameter is named like that.
-    const declared = fc.uniqueArray(paramName.filter((name) => !/^(0|[1-9]\d*)$/.test(name)), { maxLength: 4 });
+    const declared = fc.uniqueArray(
+      paramName.filter((name) => !/^(0|[1-9]\d*)$/.test(name)),
+      { maxLength: 4 },
+    );
     fc.assert(
       fc.property(fields, fields, declared, (body, query, read) => {
         const raw = (name: string) => body.get(name) ?? query.get(name);
@@ -226,7 +284,14 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
         const firstMissing = read.find((name) => raw(name) === undefined);
         expect(outcomeOf(() => decodeParameters(requiredOnes, { body, query }).values)).toEqual(
           firstMissing !== undefined
-            ? { error: { status: 400, code: 'REQUEST_VARIABLE_MISSING', msg: `Missing '${firstMissing}' argument`, extra: { var_name: firstMissing } } }
+            ? {
+                error: {
+                  status: 400,
+                  code: 'REQUEST_VARIABLE_MISSING',
+                  msg: `Missing '${firstMissing}' argument`,
+                  extra: { var_name: firstMissing },
+                },
+              }
             : { value: Object.fromEntries(read.map((name) => [name, raw(name)])) },
         );
         const optionalOnes = formParameters(Object.fromEntries(read.map((name) => [name, optional(text, '', 'fallback')])));
@@ -253,8 +318,17 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
 
 // --- The subscription-setting parsers built on them (spec §2.8, §3.2, §3.3). ---
 
-const PROPERTIES = ['color', 'is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
-  'push_notifications', 'email_notifications', 'wildcard_mentions_notify'];
+const PROPERTIES = [
+  'color',
+  'is_muted',
+  'in_home_view',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
+];
 
 const entry = fc.oneof(
   fc.jsonValue({ maxDepth: 2 }),
@@ -301,7 +375,10 @@ describe('fuzz: subscription-setting parsers', () => {
           expect(shapeError).toBeInstanceOf(ApiError);
           expect(shapeError.statusCode).toBe(400);
           expect(shapeError.code).toBe('BAD_REQUEST');
-          expect(bulkEntryMessages(changes.length).some((pattern) => pattern.test(shapeError.message)), shapeError.message).toBe(true);
+          expect(
+            bulkEntryMessages(changes.length).some((pattern) => pattern.test(shapeError.message)),
+            shapeError.message,
+          ).toBe(true);
         }
       }),
       { numRuns: RUNS },
@@ -318,7 +395,9 @@ describe('fuzz: subscription-setting parsers', () => {
         if ('error' in outcome) {
           expect(outcome.error.status).toBe(400);
           const allowed = [
-            `Unknown subscription property: ${property}`, `${property} is not a boolean`, 'color is not a valid hex color code',
+            `Unknown subscription property: ${property}`,
+            `${property} is not a boolean`,
+            'color is not a valid hex color code',
           ];
           expect(allowed).toContain(outcome.error.msg);
         }

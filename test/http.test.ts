@@ -133,7 +133,12 @@ describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
     const { payload, headers } = multipart({ foo: '1' }, { name: 'upload', filename: 'a.txt', content: 'data' });
     const res = await api(ctx.app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', headers, payload });
     expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({ result: 'error', msg: "Missing 'fragment' argument", var_name: 'fragment', code: 'REQUEST_VARIABLE_MISSING' });
+    expect(res.json()).toEqual({
+      result: 'error',
+      msg: "Missing 'fragment' argument",
+      var_name: 'fragment',
+      code: 'REQUEST_VARIABLE_MISSING',
+    });
   });
 
   it('case 17: an unexpected failure is a masked 500, logged', async () => {

@@ -76,15 +76,19 @@ async function seeded(): Promise<Seeded> {
   const setup: [FixtureUser, ApiRequest][] = [
     ['U', { method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'inbox', is_pinned: 'true' } }],
     ['U', { method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'narrow/secret', is_pinned: 'false', name: 'Secret' } }],
-    ['U', {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
-      form: {
-        subscription_data: JSON.stringify([
-          { stream_id: 100, property: 'color', value: '#123456' },
-          { stream_id: 100, property: 'pin_to_top', value: true },
-        ]),
+    [
+      'U',
+      {
+        method: 'POST',
+        url: '/api/v1/users/me/subscriptions/properties',
+        form: {
+          subscription_data: JSON.stringify([
+            { stream_id: 100, property: 'color', value: '#123456' },
+            { stream_id: 100, property: 'pin_to_top', value: true },
+          ]),
+        },
       },
-    }],
+    ],
     ['X', { method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'narrow/x', is_pinned: 'true', name: 'Xview' } }],
   ];
   for (const [as, request] of setup) expect((await send(ctx, as, request)).body).toBe(OK);
@@ -109,19 +113,19 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
   const xAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, realm1, () => send(s.ctx, 'X', request));
   const uAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, { realm: ids.R2 }, () => send(s.ctx, 'U', request));
 
-  it('GET /server_settings on X\'s host names X\'s organization only', async () => {
+  it("GET /server_settings on X's host names X's organization only", async () => {
     const res = await leavesUntouched(s.ctx, realm1, () => api(s.ctx.app, { url: '/api/v1/server_settings', host: OTHER_HOST }));
     expect(res.json()).toMatchObject({ realm_url: 'https://other.chat.example.com', realm_name: 'Other', realm_description: '' });
     expectNoRealm1Data(res.body);
   });
 
-  it('X\'s credentials are refused on realm 1\'s host', async () => {
+  it("X's credentials are refused on realm 1's host", async () => {
     const res = await xAlone({ url: '/api/v1/users', host: 'chat.example.com' });
     expect(res.statusCode).toBe(401);
     expect(res.body).toBe(errorBody('Account is not associated with this subdomain', 'UNAUTHORIZED'));
   });
 
-  it('GET /users lists X\'s organization only', async () => {
+  it("GET /users lists X's organization only", async () => {
     const res = await xAlone({ url: '/api/v1/users?include_custom_profile_fields=true' });
     expect(res.statusCode).toBe(200);
     expect(res.json().members.map((member: { user_id: number }) => member.user_id)).toEqual([ids.X]);
@@ -129,8 +133,18 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
   });
 
   it('GET /users/{id | email} never finds a realm-1 user, by id, address or dummy address', async () => {
-    for (const target of ['10', '13', '14', '16', '18', 'u@example.com', 'V@EXAMPLE.COM', 'b-bot@chat.example.com',
-      'user13@other.chat.example.com', 'user14@chat.example.com']) {
+    for (const target of [
+      '10',
+      '13',
+      '14',
+      '16',
+      '18',
+      'u@example.com',
+      'V@EXAMPLE.COM',
+      'b-bot@chat.example.com',
+      'user13@other.chat.example.com',
+      'user14@chat.example.com',
+    ]) {
       const res = await xAlone({ url: `/api/v1/users/${encodeURIComponent(target)}` });
       expect(res.body, target).toBe(errorBody('No such user'));
     }
@@ -146,7 +160,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expect(list.body).not.toContain('x@example.com');
   });
 
-  it('GET /users/me/subscriptions shows X\'s own channel only, with its own subscribers', async () => {
+  it("GET /users/me/subscriptions shows X's own channel only, with its own subscribers", async () => {
     const res = await xAlone({ url: '/api/v1/users/me/subscriptions?include_subscribers=true' });
     const subscriptions = res.json().subscriptions as { stream_id: number; subscribers: number[] }[];
     expect(subscriptions.map((sub) => [sub.stream_id, sub.subscribers])).toEqual([[ids.C2, [ids.X]]]);
@@ -155,13 +169,16 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
   it('bulk and single setting updates cannot reach realm-1 channels (whatever their kind)', async () => {
     for (const streamId of [ids.P, ids.Q, ids.S, ids.Z, ids.W]) {
       const bulk = await xAlone({
-        method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+        method: 'POST',
+        url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: streamId, property: 'pin_to_top', value: true }]) },
       });
       expect(bulk.body, `bulk ${streamId}`).toBe(errorBody('Invalid channel ID'));
       for (const method of ['PATCH', 'POST'] as const) {
         const single = await xAlone({
-          method, url: `/api/v1/users/me/subscriptions/${streamId}`, form: { property: 'color', value: '#000000' },
+          method,
+          url: `/api/v1/users/me/subscriptions/${streamId}`,
+          form: { property: 'color', value: '#000000' },
         });
         expect(single.body, `${method} ${streamId}`).toBe(errorBody('Invalid channel ID'));
       }
@@ -170,17 +187,20 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
 
   it('and U cannot reach C2', async () => {
     const bulk = await uAlone({
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.C2, property: 'is_muted', value: true }]) },
     });
     expect(bulk.body).toBe(errorBody('Invalid channel ID'));
     const single = await uAlone({
-      method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.C2}`, form: { property: 'is_muted', value: 'true' },
+      method: 'PATCH',
+      url: `/api/v1/users/me/subscriptions/${ids.C2}`,
+      form: { property: 'is_muted', value: 'true' },
     });
     expect(single.body).toBe(errorBody('Invalid channel ID'));
   });
 
-  it('navigation views: X sees, changes and removes only its own; U\'s fragments and names do not clash with X\'s', async () => {
+  it("navigation views: X sees, changes and removes only its own; U's fragments and names do not clash with X's", async () => {
     const list = await xAlone({ url: '/api/v1/navigation_views' });
     const xView = { fragment: 'narrow/x', is_pinned: true, name: 'Xview' };
     expect(list.body).toBe(success({ navigation_views: [xView] }));
@@ -192,11 +212,15 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expect(remove.body).toBe(errorBody('Navigation view does not exist.'));
     // U's fragment and U's name are free for X.
     const add = await xAlone({
-      method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'narrow/secret', is_pinned: 'true', name: 'Secret' },
+      method: 'POST',
+      url: '/api/v1/navigation_views',
+      form: { fragment: 'narrow/secret', is_pinned: 'true', name: 'Secret' },
     });
     expect(add.body).toBe(OK);
     const rename = await xAlone({
-      method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fx', form: { name: 'Secret 2' },
+      method: 'PATCH',
+      url: '/api/v1/navigation_views/narrow%2Fx',
+      form: { name: 'Secret 2' },
     });
     expect(rename.body).toBe(OK);
     // And U cannot touch X's.
@@ -204,7 +228,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expect(foreign.body).toBe(errorBody('Navigation view does not exist.'));
   });
 
-  it('POST /register gives X its own organization\'s users, channels and views', async () => {
+  it("POST /register gives X its own organization's users, channels and views", async () => {
     const res = await xAlone({ method: 'POST', url: '/api/v1/register', form: { include_subscribers: 'true' } });
     const body = res.json();
     expect(body.realm_users.map((user: { user_id: number }) => user.user_id)).toEqual([ids.X]);
@@ -214,7 +238,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expectNoRealm1Data(res.body.replace('"name":"Secret"', '').replace('"name":"Secret 2"', ''));
   });
 
-  it('GET and DELETE /events with U\'s queue id: BAD_EVENT_QUEUE_ID, and U\'s queue keeps its events', async () => {
+  it("GET and DELETE /events with U's queue id: BAD_EVENT_QUEUE_ID, and U's queue keeps its events", async () => {
     const events = await queueEvents(s.ctx.db, s.queueU);
     for (const [method, request] of [
       ['GET', { url: `/api/v1/events?queue_id=${s.queueU}&last_event_id=${events.length - 1}&dont_block=true` }],
@@ -230,10 +254,11 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
     expect(res.body).toBe(badQueueBody(s.queueX));
   });
 
-  it('X\'s own changes produce events in X\'s queue only', async () => {
+  it("X's own changes produce events in X's queue only", async () => {
     const before = (await queueEvents(s.ctx.db, s.queueX)).length;
     const res = await xAlone({
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.C2, property: 'pin_to_top', value: true }]) },
     });
     expect(res.body).toBe(OK);
@@ -261,7 +286,11 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
       expect(res.body, target).toBe(errorBody('No such user'));
     }
     // Addresses are unique per organization: realm 1's is free in realm 2, and realm 1 hears nothing.
-    const created = await xAlone({ method: 'POST', url: '/api/v1/users', form: { email: 'u@example.com', password: 'secret-enough', full_name: 'U Two' } });
+    const created = await xAlone({
+      method: 'POST',
+      url: '/api/v1/users',
+      form: { email: 'u@example.com', password: 'secret-enough', full_name: 'U Two' },
+    });
     expect(created.statusCode).toBe(200);
     const newId = created.json().user_id as number;
     expect((await queueEvents(s.ctx.db, s.queueX)).at(-1)).toMatchObject({ type: 'realm_user', op: 'add', person: { user_id: newId } });
@@ -278,7 +307,7 @@ describe('organizations are isolated: X (realm 2) against realm 1, every endpoin
   });
 });
 
-describe('users are isolated: V against U\'s private data, every endpoint', () => {
+describe("users are isolated: V against U's private data, every endpoint", () => {
   let s: Seeded;
   beforeAll(async () => {
     s = await seeded();
@@ -288,12 +317,12 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
   /** A request of V, asserting that nothing of U's changed. */
   const vAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, userU, () => send(s.ctx, 'V', request));
 
-  it('GET /navigation_views lists V\'s views, never U\'s', async () => {
+  it("GET /navigation_views lists V's views, never U's", async () => {
     const res = await vAlone({ url: '/api/v1/navigation_views' });
     expect(res.body).toBe(success({ navigation_views: [] }));
   });
 
-  it('PATCH and DELETE of U\'s views are 404 for V (however the fragment is spelled)', async () => {
+  it("PATCH and DELETE of U's views are 404 for V (however the fragment is spelled)", async () => {
     for (const path of ['inbox', 'narrow/secret', 'narrow%2Fsecret']) {
       const patch = await vAlone({ method: 'PATCH', url: `/api/v1/navigation_views/${path}`, form: { is_pinned: 'false' } });
       expect(patch.body, path).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
@@ -305,7 +334,7 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
     expect(rename.body).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
   });
 
-  it('POST /navigation_views: V may use U\'s fragment and name; U\'s rows and queue are untouched', async () => {
+  it("POST /navigation_views: V may use U's fragment and name; U's rows and queue are untouched", async () => {
     const forms: Record<string, string>[] = [
       { fragment: 'inbox', is_pinned: 'false' },
       { fragment: 'narrow/secret', is_pinned: 'true', name: 'Secret' },
@@ -317,37 +346,57 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
     expect((await queueEvents(s.ctx.db, s.queueV)).map((event) => event.op)).toEqual(['add', 'add']);
   });
 
-  it('GET /users/me/subscriptions shows V\'s own settings for the channel U changed', async () => {
+  it("GET /users/me/subscriptions shows V's own settings for the channel U changed", async () => {
     const res = await vAlone({ url: '/api/v1/users/me/subscriptions' });
-    const p = (res.json().subscriptions as { stream_id: number; color: string; pin_to_top: boolean }[]).find((sub) => sub.stream_id === ids.P)!;
+    const p = (res.json().subscriptions as { stream_id: number; color: string; pin_to_top: boolean }[]).find(
+      (sub) => sub.stream_id === ids.P,
+    )!;
     expect([p.color, p.pin_to_top]).toEqual(['#c2c2c2', false]);
   });
 
-  it('bulk and single updates by V change V\'s subscription, audit rows and queue only', async () => {
+  it("bulk and single updates by V change V's subscription, audit rows and queue only", async () => {
     await leavesUntouched(s.ctx, userU, async () => {
       const bulk = await send(s.ctx, 'V', {
-        method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+        method: 'POST',
+        url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'color', value: '#654321' }]) },
       });
       expect(bulk.body).toBe(OK);
       const single = await send(s.ctx, 'V', {
-        method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.P}`, form: { property: 'is_muted', value: 'true' },
+        method: 'PATCH',
+        url: `/api/v1/users/me/subscriptions/${ids.P}`,
+        form: { property: 'is_muted', value: 'true' },
       });
       expect(single.body).toBe(OK);
     });
-    const rows = await s.ctx.db.selectFrom('subscriptions').select(['user_id', 'color', 'is_muted', 'pin_to_top']).where('stream_id', '=', ids.P)
-      .where('user_id', 'in', [ids.U, ids.V]).orderBy('user_id').execute();
+    const rows = await s.ctx.db
+      .selectFrom('subscriptions')
+      .select(['user_id', 'color', 'is_muted', 'pin_to_top'])
+      .where('stream_id', '=', ids.P)
+      .where('user_id', 'in', [ids.U, ids.V])
+      .orderBy('user_id')
+      .execute();
     expect(rows).toEqual([
       { user_id: ids.U, color: '#123456', is_muted: false, pin_to_top: true },
       { user_id: ids.V, color: '#654321', is_muted: true, pin_to_top: false },
     ]);
-    const audit = await s.ctx.db.selectFrom('subscription_audit_log').select(['acting_user_id', 'property'])
-      .where('acting_user_id', '=', ids.V).execute();
-    expect(audit).toEqual([{ acting_user_id: ids.V, property: 'color' }, { acting_user_id: ids.V, property: 'is_muted' }]);
+    const audit = await s.ctx.db
+      .selectFrom('subscription_audit_log')
+      .select(['acting_user_id', 'property'])
+      .where('acting_user_id', '=', ids.V)
+      .execute();
+    expect(audit).toEqual([
+      { acting_user_id: ids.V, property: 'color' },
+      { acting_user_id: ids.V, property: 'is_muted' },
+    ]);
   });
 
-  it('POST /register gives V V\'s settings and views', async () => {
-    const res = await vAlone({ method: 'POST', url: '/api/v1/register', form: { fetch_event_types: '["subscription","navigation_views"]' } });
+  it("POST /register gives V V's settings and views", async () => {
+    const res = await vAlone({
+      method: 'POST',
+      url: '/api/v1/register',
+      form: { fetch_event_types: '["subscription","navigation_views"]' },
+    });
     const body = res.json();
     const p = (body.subscriptions as { stream_id: number; color: string; pin_to_top: boolean }[]).find((sub) => sub.stream_id === ids.P)!;
     expect(p.pin_to_top).toBe(false);
@@ -356,10 +405,10 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
     expect(views.some((view) => view.fragment === 'inbox' && view.is_pinned)).toBe(false);
   });
 
-  it('GET and DELETE /events with U\'s queue id are BAD_EVENT_QUEUE_ID for V: nothing acknowledged, nothing deleted', async () => {
+  it("GET and DELETE /events with U's queue id are BAD_EVENT_QUEUE_ID for V: nothing acknowledged, nothing deleted", async () => {
     const events = await queueEvents(s.ctx.db, s.queueU);
-    const queueRow = () => s.ctx.db.selectFrom('event_queues').select(['last_acked_id', 'next_event_id'])
-      .where('id', '=', s.queueU).executeTakeFirstOrThrow();
+    const queueRow = () =>
+      s.ctx.db.selectFrom('event_queues').select(['last_acked_id', 'next_event_id']).where('id', '=', s.queueU).executeTakeFirstOrThrow();
     const counters = await queueRow();
     for (const request of [
       { url: `/api/v1/events?queue_id=${s.queueU}&last_event_id=${events.length - 1}&dont_block=true` },
@@ -378,7 +427,9 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
   it('(the row snapshot sees a change by the owner: the checks above can fail)', async () => {
     const before = await rowsOf(s.ctx, userU);
     expect(before).toContain('narrow/secret');
-    expect((await send(s.ctx, 'U', { method: 'PATCH', url: '/api/v1/navigation_views/inbox', form: { is_pinned: 'false' } })).body).toBe(OK);
+    expect((await send(s.ctx, 'U', { method: 'PATCH', url: '/api/v1/navigation_views/inbox', form: { is_pinned: 'false' } })).body).toBe(
+      OK,
+    );
     expect(await rowsOf(s.ctx, userU)).not.toBe(before);
   });
 
@@ -392,7 +443,20 @@ describe('users are isolated: V against U\'s private data, every endpoint', () =
 // --- SQL metacharacters: stored and compared literally. ---
 
 const META = [
-  "'", '"', ';', '--', '\\', '%', '_', '$1', "' OR 1=1 --", "x'); DROP TABLE navigation_views; --", '%_%', '\\%', "E'\\x41'", '*/ /*',
+  "'",
+  '"',
+  ';',
+  '--',
+  '\\',
+  '%',
+  '_',
+  '$1',
+  "' OR 1=1 --",
+  "x'); DROP TABLE navigation_views; --",
+  '%_%',
+  '\\%',
+  "E'\\x41'",
+  '*/ /*',
 ];
 
 describe('SQL metacharacters in every string parameter and path segment are harmless', () => {
@@ -419,8 +483,12 @@ describe('SQL metacharacters in every string parameter and path segment are harm
       const path = `/api/v1/navigation_views/${encodeURIComponent(`narrow/${meta}`)}`;
       expect((await send(ctx, 'U', { method: 'PATCH', url: path, form: { is_pinned: 'true' } })).body, meta).toBe(OK);
     }
-    const pinned = await ctx.db.selectFrom('navigation_views').select(['fragment', 'is_pinned'])
-      .where('user_id', '=', ids.U).orderBy('id').execute();
+    const pinned = await ctx.db
+      .selectFrom('navigation_views')
+      .select(['fragment', 'is_pinned'])
+      .where('user_id', '=', ids.U)
+      .orderBy('id')
+      .execute();
     expect(pinned).toEqual([
       { fragment: 'narrow/abc', is_pinned: false },
       ...META.map((meta) => ({ fragment: `narrow/${meta}`, is_pinned: true })),
@@ -434,14 +502,32 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     expect(left.map((row) => row.name)).toEqual(['abc', ...META.filter((meta) => !['%', '_', '%_%'].includes(meta)), 'a_c']);
     // The events carry the same literal text.
     const events = await queueEvents(ctx.db, queue);
-    expect(events.filter((event) => event.op === 'add').map((event) => (event.navigation_view as { name: string }).name))
-      .toEqual(['abc', ...META, 'a_c']);
+    expect(events.filter((event) => event.op === 'add').map((event) => (event.navigation_view as { name: string }).name)).toEqual([
+      'abc',
+      ...META,
+      'a_c',
+    ]);
     expect(events.filter((event) => event.op === 'remove').map((event) => event.fragment)).toEqual(['narrow/%', 'narrow/_', 'narrow/%_%']);
   });
 
   it('an email path with LIKE wildcards or injected SQL matches no user', async () => {
-    for (const target of ['%', '_', '%@example.com', '_@example.com', 'u@example.co_', 'U@EXAMPLE.CO%', '%u@example.com%', "' OR 1=1 --",
-      "u@example.com' OR '1'='1", 'u@example.com;--', '\\', '$1', 'u@example.com\\', 'user1_@chat.example.com', 'user1%@chat.example.com']) {
+    for (const target of [
+      '%',
+      '_',
+      '%@example.com',
+      '_@example.com',
+      'u@example.co_',
+      'U@EXAMPLE.CO%',
+      '%u@example.com%',
+      "' OR 1=1 --",
+      "u@example.com' OR '1'='1",
+      'u@example.com;--',
+      '\\',
+      '$1',
+      'u@example.com\\',
+      'user1_@chat.example.com',
+      'user1%@chat.example.com',
+    ]) {
       const res = await send(ctx, 'U', { url: `/api/v1/users/${encodeURIComponent(target)}` });
       expect(res.body, target).toBe(errorBody('No such user'));
     }
@@ -452,28 +538,35 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     const before = await rowsOf(ctx, { realm: ids.R });
     for (const meta of META) {
       const bulk = await send(ctx, 'U', {
-        method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+        method: 'POST',
+        url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: meta, value: true }]) },
       });
       expect(bulk.body, meta).toBe(errorBody(`Unknown subscription property: ${meta}`));
       const color = await send(ctx, 'U', {
-        method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+        method: 'POST',
+        url: '/api/v1/users/me/subscriptions/properties',
         form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'color', value: `#fff${meta}` }]) },
       });
       expect(color.body, meta).toBe(errorBody('Invalid subscription_data[0]: Value error, color is not a valid hex color code'));
       const single = await send(ctx, 'U', {
-        method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.P}`, form: { property: meta, value: 'true' },
+        method: 'PATCH',
+        url: `/api/v1/users/me/subscriptions/${ids.P}`,
+        form: { property: meta, value: 'true' },
       });
       expect(single.body, meta).toBe(errorBody(`Unknown subscription property: ${meta}`));
       const path = await send(ctx, 'U', {
-        method: 'PATCH', url: `/api/v1/users/me/subscriptions/${encodeURIComponent(meta)}`, form: { property: 'pin_to_top', value: 'true' },
+        method: 'PATCH',
+        url: `/api/v1/users/me/subscriptions/${encodeURIComponent(meta)}`,
+        form: { property: 'pin_to_top', value: 'true' },
       });
       expect(path.statusCode, meta).toBe(404);
     }
     expect(await rowsOf(ctx, { realm: ids.R })).toBe(before);
     const extraKeys = Object.fromEntries(META.map((meta) => [meta, meta]));
     const ok = await send(ctx, 'U', {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true, ...extraKeys }]) },
     });
     expect(ok.body).toBe(OK);
@@ -488,7 +581,8 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     }
     const eventTypes = [...META, 'navigation_view', '{a,b}', 'NULL'];
     const res = await send(ctx, 'U', {
-      method: 'POST', url: '/api/v1/register',
+      method: 'POST',
+      url: '/api/v1/register',
       form: {
         event_types: JSON.stringify(eventTypes),
         fetch_event_types: JSON.stringify(META),
@@ -502,7 +596,11 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     expect(stored.event_types).toEqual(eventTypes);
     // The queue takes exactly the listed types.
     await send(ctx, 'U', { method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'feed', is_pinned: 'true' } });
-    await send(ctx, 'U', { method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.P}`, form: { property: 'is_muted', value: 'true' } });
+    await send(ctx, 'U', {
+      method: 'PATCH',
+      url: `/api/v1/users/me/subscriptions/${ids.P}`,
+      form: { property: 'is_muted', value: 'true' },
+    });
     expect((await queueEvents(ctx.db, body.queue_id)).map((event) => event.type)).toEqual(['navigation_view']);
   });
 
@@ -521,9 +619,10 @@ describe('SQL metacharacters in every string parameter and path segment are harm
     ];
     for (const [method, url, name] of cases) {
       for (const meta of META) {
-        const res = method === 'GET'
-          ? await send(ctx, 'U', { url: `${url}${url.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(meta)}` })
-          : await send(ctx, 'U', { method, url, form: { [name]: meta } });
+        const res =
+          method === 'GET'
+            ? await send(ctx, 'U', { url: `${url}${url.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(meta)}` })
+            : await send(ctx, 'U', { method, url, form: { [name]: meta } });
         expect(res.body, `${name}=${meta}`).toBe(errorBody(`${name} is not valid JSON`));
       }
     }
@@ -568,10 +667,20 @@ describe('API keys are stored only hashed and compared in constant time', () => 
     expect(storedDigestMatches(digest, bytes)).toBe(true);
     const hexBytes = (hex: string) => Buffer.from(hex, 'hex');
     for (const [stored, computed] of [
-      [digest, apiKeyDigest(apiKeys.V).bytes], [digest, bytes.subarray(0, 31)], [digest, Buffer.concat([bytes, Buffer.alloc(1)])],
-      [digest, Buffer.alloc(0)], ['', bytes], ['', Buffer.alloc(0)], ['zz', Buffer.alloc(0)], ['abc', hexBytes('ab')],
-      [digest.slice(0, 62), bytes.subarray(0, 31)], [`${digest}00`, Buffer.concat([bytes, Buffer.alloc(1)])],
-      [digest.replace(/.$/, 'g'), bytes], [digest.toUpperCase(), bytes], [`${digest.slice(0, 63)}\0`, bytes], ['😀'.repeat(32), bytes],
+      [digest, apiKeyDigest(apiKeys.V).bytes],
+      [digest, bytes.subarray(0, 31)],
+      [digest, Buffer.concat([bytes, Buffer.alloc(1)])],
+      [digest, Buffer.alloc(0)],
+      ['', bytes],
+      ['', Buffer.alloc(0)],
+      ['zz', Buffer.alloc(0)],
+      ['abc', hexBytes('ab')],
+      [digest.slice(0, 62), bytes.subarray(0, 31)],
+      [`${digest}00`, Buffer.concat([bytes, Buffer.alloc(1)])],
+      [digest.replace(/.$/, 'g'), bytes],
+      [digest.toUpperCase(), bytes],
+      [`${digest.slice(0, 63)}\0`, bytes],
+      ['😀'.repeat(32), bytes],
     ] as [string, Buffer][]) {
       expect(() => storedDigestMatches(stored, computed)).not.toThrow();
       expect(storedDigestMatches(stored, computed), `${stored} vs ${computed.toString('hex')}`).toBe(false);
@@ -598,13 +707,20 @@ describe('API keys are stored only hashed and compared in constant time', () => 
       const users: FixtureUser[] = ['O', 'A', 'M', 'U', 'V', 'G', 'B', 'H', 'D', 'X'];
       for (const user of users) {
         const register = await send(ctx, user, { method: 'POST', url: '/api/v1/register' });
-        await send(ctx, user, { method: 'POST', url: '/api/v1/navigation_views', form: { fragment: 'narrow/k', is_pinned: 'true', name: 'k' } });
+        await send(ctx, user, {
+          method: 'POST',
+          url: '/api/v1/navigation_views',
+          form: { fragment: 'narrow/k', is_pinned: 'true', name: 'k' },
+        });
         await send(ctx, user, { method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fk', form: { is_pinned: 'false' } });
         await send(ctx, user, {
-          method: 'PATCH', url: `/api/v1/users/me/subscriptions/${ids.P}`, form: { property: 'pin_to_top', value: 'true' },
+          method: 'PATCH',
+          url: `/api/v1/users/me/subscriptions/${ids.P}`,
+          form: { property: 'pin_to_top', value: 'true' },
         });
         await send(ctx, user, {
-          method: 'POST', url: '/api/v1/users/me/subscriptions/properties',
+          method: 'POST',
+          url: '/api/v1/users/me/subscriptions/properties',
           form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'is_muted', value: true }]) },
         });
         await send(ctx, user, { url: '/api/v1/users/me/subscriptions' });
@@ -618,7 +734,9 @@ describe('API keys are stored only hashed and compared in constant time', () => 
       const { rows: tables } = await ctx.database.pool.query<{ table_name: string }>(
         `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`,
       );
-      expect(tables.map((table) => table.table_name)).toEqual(expect.arrayContaining(['users', 'event_queues', 'events', 'rate_limit_logs']));
+      expect(tables.map((table) => table.table_name)).toEqual(
+        expect.arrayContaining(['users', 'event_queues', 'events', 'rate_limit_logs']),
+      );
       for (const { table_name: table } of tables) {
         for (const user of users) {
           // The whole row as text: every column of every type, arrays and JSON included.
@@ -651,35 +769,73 @@ describe('membership is isolated: X (realm 2) against realm 1', () => {
   const uAlone = (request: Omit<ApiRequest, 'as'>) => leavesUntouched(s.ctx, { realm: ids.R2 }, () => send(s.ctx, 'U', request));
 
   it('membership: X subscribes, unsubscribes and reads in its own organization only, and never names realm-1 users', async () => {
-    const subscribeAs = (as: FixtureUser, form: Record<string, string>) => send(s.ctx, as, { method: 'POST', url: '/api/v1/users/me/subscriptions', form });
+    const subscribeAs = (as: FixtureUser, form: Record<string, string>) =>
+      send(s.ctx, as, { method: 'POST', url: '/api/v1/users/me/subscriptions', form });
     const eventsOfU = (await queueEvents(s.ctx.db, s.queueU)).length;
     const created = await leavesUntouched(s.ctx, realm1, () => subscribeAs('X', { subscriptions: '[{"name":"p"},{"name":"S"}]' }));
-    expect(created.body).toBe(success({ subscribed: { [ids.X]: ['p', 'S'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
+    expect(created.body).toBe(
+      success({ subscribed: { [ids.X]: ['p', 'S'] }, already_subscribed: {}, new_subscription_messages_sent: true }),
+    );
     for (const principal of [`[${ids.U}]`, '["u@example.com"]', `["user${ids.U}@other.chat.example.com"]`]) {
-      expect((await xAlone({ method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"C2"}]', principals: principal } })).body)
-        .toBe(errorBody('No such user'));
-      expect((await xAlone({ method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '["C2"]', principals: principal } })).body)
-        .toBe(errorBody('No such user'));
+      expect(
+        (
+          await xAlone({
+            method: 'POST',
+            url: '/api/v1/users/me/subscriptions',
+            form: { subscriptions: '[{"name":"C2"}]', principals: principal },
+          })
+        ).body,
+      ).toBe(errorBody('No such user'));
+      expect(
+        (
+          await xAlone({
+            method: 'DELETE',
+            url: '/api/v1/users/me/subscriptions',
+            form: { subscriptions: '["C2"]', principals: principal },
+          })
+        ).body,
+      ).toBe(errorBody('No such user'));
     }
-    expect((await xAlone({ method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '["Q"]' } })).body)
-      .toBe(errorBody('Channel(s) (Q) do not exist'));
+    expect((await xAlone({ method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '["Q"]' } })).body).toBe(
+      errorBody('Channel(s) (Q) do not exist'),
+    );
     expect((await xAlone({ url: `/api/v1/users/${ids.U}/subscriptions/${ids.C2}` })).body).toBe(errorBody('No such user'));
     expect((await xAlone({ url: `/api/v1/users/${ids.X}/subscriptions/${ids.P}` })).body).toBe(errorBody('Invalid channel ID'));
     expect((await xAlone({ url: `/api/v1/streams/${ids.P}/members` })).body).toBe(errorBody('Invalid channel ID'));
     expect((await uAlone({ url: `/api/v1/streams/${ids.C2}/members` })).body).toBe(errorBody('Invalid channel ID'));
-    expect((await uAlone({ method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"P"}]', principals: `[${ids.X}]` } })).body)
-      .toBe(errorBody('No such user'));
+    expect(
+      (
+        await uAlone({
+          method: 'POST',
+          url: '/api/v1/users/me/subscriptions',
+          form: { subscriptions: '[{"name":"P"}]', principals: `[${ids.X}]` },
+        })
+      ).body,
+    ).toBe(errorBody('No such user'));
     // Realm 1's queues got nothing of X's channels.
     expect(await queueEvents(s.ctx.db, s.queueU)).toHaveLength(eventsOfU);
   });
 
   it('membership: SQL metacharacters in channel names and principals are taken literally', async () => {
     const name = "x'); DROP TABLE streams; --";
-    const res = await send(s.ctx, 'X', { method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: JSON.stringify([{ name }]) } });
+    const res = await send(s.ctx, 'X', {
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions',
+      form: { subscriptions: JSON.stringify([{ name }]) },
+    });
     expect(res.body).toBe(success({ subscribed: { [ids.X]: [name] }, already_subscribed: {}, new_subscription_messages_sent: true }));
-    expect((await send(s.ctx, 'X', { method: 'POST', url: '/api/v1/users/me/subscriptions', form: { subscriptions: '[{"name":"Q"}]', principals: '["\' OR 1=1 --"]' } })).body)
-      .toBe(errorBody('No such user'));
-    expect((await send(s.ctx, 'X', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: JSON.stringify([name]) } })).body)
-      .toBe(success({ removed: [name], not_removed: [] }));
+    expect(
+      (
+        await send(s.ctx, 'X', {
+          method: 'POST',
+          url: '/api/v1/users/me/subscriptions',
+          form: { subscriptions: '[{"name":"Q"}]', principals: '["\' OR 1=1 --"]' },
+        })
+      ).body,
+    ).toBe(errorBody('No such user'));
+    expect(
+      (await send(s.ctx, 'X', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', form: { subscriptions: JSON.stringify([name]) } }))
+        .body,
+    ).toBe(success({ removed: [name], not_removed: [] }));
   });
 });

@@ -16,11 +16,13 @@ describe('LargeReadTurns', () => {
     const turns = new LargeReadTurns(4);
     const started: string[] = [];
     const gates = [gate(), gate(), gate()];
-    const reads = gates.map((g, i) => turns.run(7, async () => {
-      started.push(`read ${i}`);
-      await g.opened;
-      return i;
-    }));
+    const reads = gates.map((g, i) =>
+      turns.run(7, async () => {
+        started.push(`read ${i}`);
+        await g.opened;
+        return i;
+      }),
+    );
     await settle();
     expect(started).toEqual(['read 0']);
     gates[0]!.open();
@@ -36,10 +38,12 @@ describe('LargeReadTurns', () => {
     const turns = new LargeReadTurns(2);
     const started: number[] = [];
     const g = gate();
-    const reads = [1, 2, 3, 4].map((user) => turns.run(user, async () => {
-      started.push(user);
-      await g.opened;
-    }));
+    const reads = [1, 2, 3, 4].map((user) =>
+      turns.run(user, async () => {
+        started.push(user);
+        await g.opened;
+      }),
+    );
     await settle();
     expect(started).toEqual([1, 2]);
     expect(turns.inFlight).toBe(2);

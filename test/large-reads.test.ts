@@ -47,7 +47,10 @@ const VIEWER = { id: ids.U, role: 400, realmSubdomain: '', realmCanAccessAllUser
 /** What the one-piece serializer sent: every object built, then one JSON.stringify. */
 async function unslicedMembers(options: UserObjectOptions) {
   const rows = await selectRealmUsers(ctx.db, 1, { withProfileData: options.includeCustomProfileFields }).execute();
-  return rows.map(realmUserRecord).filter((user) => canAccessUser(VIEWER, user)).map((user) => buildUserObject(VIEWER, user, options, ctx.config));
+  return rows
+    .map(realmUserRecord)
+    .filter((user) => canAccessUser(VIEWER, user))
+    .map((user) => buildUserObject(VIEWER, user, options, ctx.config));
 }
 
 describe('GET /users of a large organization', () => {
@@ -116,11 +119,21 @@ describe('register of a large organization', () => {
     const realmUsers = users.filter((user) => user.isActive).map((user) => buildUserObject(VIEWER, user, options, ctx.config));
     const nonActive = users.filter((user) => !user.isActive).map((user) => buildUserObject(VIEWER, user, options, ctx.config));
     const body = res.json<{ queue_id: string }>();
-    expect(res.body).toBe(JSON.stringify({
-      result: 'success', msg: '', queue_id: body.queue_id, idle_queue_timeout_secs: 600, zulip_version: ctx.config.zulipVersion,
-      zulip_feature_level: 490, zulip_merge_base: ctx.config.zulipVersion, event_queue_longpoll_timeout_seconds: 90,
-      realm_users: realmUsers, realm_non_active_users: nonActive, last_event_id: -1,
-    }));
+    expect(res.body).toBe(
+      JSON.stringify({
+        result: 'success',
+        msg: '',
+        queue_id: body.queue_id,
+        idle_queue_timeout_secs: 600,
+        zulip_version: ctx.config.zulipVersion,
+        zulip_feature_level: 490,
+        zulip_merge_base: ctx.config.zulipVersion,
+        event_queue_longpoll_timeout_seconds: 90,
+        realm_users: realmUsers,
+        realm_non_active_users: nonActive,
+        last_event_id: -1,
+      }),
+    );
     expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)));
   });
 });

@@ -20,7 +20,9 @@ function portOf(ctx: TestContext): number {
 /** A POST sent with Transfer-Encoding: chunked (no Content-Length), one chunk per string. */
 function chunkedPost(port: number, contentType: string, chunks: string[]): Promise<{ status: number; body: string }> {
   return rawPost({
-    port, path: PROPERTIES_URL, chunks,
+    port,
+    path: PROPERTIES_URL,
+    chunks,
     headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': contentType, 'transfer-encoding': 'chunked' },
   });
 }
@@ -136,8 +138,12 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
   beforeAll(async () => {
     ctx = await createTestContext({
       env: {
-        REQUEST_TIMEOUT_SECONDS: '1', KEEP_ALIVE_TIMEOUT_SECONDS: '1', CONNECTION_TIMEOUT_SECONDS: '4',
-        HEARTBEAT_SECONDS: '2', HEARTBEAT_JITTER_SECONDS: '0', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '3',
+        REQUEST_TIMEOUT_SECONDS: '1',
+        KEEP_ALIVE_TIMEOUT_SECONDS: '1',
+        CONNECTION_TIMEOUT_SECONDS: '4',
+        HEARTBEAT_SECONDS: '2',
+        HEARTBEAT_JITTER_SECONDS: '0',
+        EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '3',
       },
       beforeReady: (app) => {
         // A handler slower than the request timeout but within the connection timeout.
@@ -168,9 +174,11 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
   });
 
   it('a client that stalls in the middle of its body gets 408 and is disconnected', async () => {
-    const result = await rawSocket(port,
+    const result = await rawSocket(
+      port,
       `POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n` +
-      'Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nsubscription_data=');
+        'Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nsubscription_data=',
+    );
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
     expect(result.received).toContain('{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"}');
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
@@ -253,8 +261,14 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
   // whatever its encoding and with or without credentials; nothing is written.
   const stalled: [string, string][] = [
     ['urlencoded', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000')}subscription_data=${'x'.repeat(100_000)}`],
-    ['urlencoded, no credentials', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000', 'Basic bm9uZQ==')}a=${'x'.repeat(100_000)}`],
-    ['multipart', `${head('multipart/form-data; boundary=b', 'Content-Length: 200000')}--b\r\nContent-Disposition: form-data; name="subscription_data"\r\n\r\n${'x'.repeat(100_000)}`],
+    [
+      'urlencoded, no credentials',
+      `${head('application/x-www-form-urlencoded', 'Content-Length: 200000', 'Basic bm9uZQ==')}a=${'x'.repeat(100_000)}`,
+    ],
+    [
+      'multipart',
+      `${head('multipart/form-data; boundary=b', 'Content-Length: 200000')}--b\r\nContent-Disposition: form-data; name="subscription_data"\r\n\r\n${'x'.repeat(100_000)}`,
+    ],
     ['chunked', `${head('application/x-www-form-urlencoded', 'Transfer-Encoding: chunked')}10\r\nsubscription_dat\r\n`],
     // Not a parameter source, read all the same (spec §1.5): the 408 is sent, the socket not just dropped.
     ['JSON', `${head('application/json', 'Content-Length: 200000')}{"subscription_data":"${'x'.repeat(100_000)}`],
@@ -270,7 +284,12 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
 
   it('a large body that arrives in time is served', async () => {
     const form = `subscription_data=${encodeURIComponent(pinP)}&padding=${'x'.repeat(70_000)}`;
-    const res = await rawPost({ port, path: PROPERTIES_URL, chunks: [form.slice(0, 30_000), form.slice(30_000)], headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await rawPost({
+      port,
+      path: PROPERTIES_URL,
+      chunks: [form.slice(0, 30_000), form.slice(30_000)],
+      headers: { host: 'chat.example.com', authorization: auth('U'), 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expect(res.status).toBe(200);
     expect(await pinToTopOfP(ctx)).toBe(true);
   });

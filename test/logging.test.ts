@@ -19,7 +19,12 @@ import { eventually, sleep } from './helpers/wait.js';
 const lines: string[] = [];
 const stream = new Writable({
   write(chunk: Buffer, _encoding, done) {
-    lines.push(...chunk.toString('utf8').split('\n').filter((line) => line !== ''));
+    lines.push(
+      ...chunk
+        .toString('utf8')
+        .split('\n')
+        .filter((line) => line !== ''),
+    );
     done();
   },
 });
@@ -62,7 +67,12 @@ describe('request logs', () => {
     expect(res.headers['x-request-id']).toBe('lb-req-0001');
     const line = await completedLine('lb-req-0001');
     expect(line).toMatchObject({
-      level: 30, reqId: 'lb-req-0001', method: 'GET', path: '/api/v1/users/14', statusCode: 200, userId: 13,
+      level: 30,
+      reqId: 'lb-req-0001',
+      method: 'GET',
+      path: '/api/v1/users/14',
+      statusCode: 200,
+      userId: 13,
       msg: 'request completed',
     });
     expect(line.responseTimeMs).toEqual(expect.any(Number));
@@ -105,23 +115,36 @@ describe('request logs', () => {
       { id: 'ok', status: 200, run: () => api(app, { url: '/api/v1/users/14', as: 'U', headers: { 'x-request-id': 'ok' } }) },
       {
         // A client that puts its key in the query string: only the path is logged.
-        id: 'query', status: 200,
+        id: 'query',
+        status: 200,
         run: () => api(app, { url: `/api/v1/users/14?api_key=${apiKeys.U}`, as: 'U', headers: { 'x-request-id': 'query' } }),
       },
       {
-        id: 'form', status: 400,
-        run: () => api(app, { method: 'POST', url: '/api/v1/navigation_views', as: 'U', headers: { 'x-request-id': 'form' }, form: { api_key: apiKeys.U, fragment: ' ' } }),
+        id: 'form',
+        status: 400,
+        run: () =>
+          api(app, {
+            method: 'POST',
+            url: '/api/v1/navigation_views',
+            as: 'U',
+            headers: { 'x-request-id': 'form' },
+            form: { api_key: apiKeys.U, fragment: ' ' },
+          }),
       },
       {
-        id: 'wrong-key', status: 401,
-        run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'wrong-key', authorization: basicAuth(emails.U, wrongKey) } }),
+        id: 'wrong-key',
+        status: 401,
+        run: () =>
+          api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'wrong-key', authorization: basicAuth(emails.U, wrongKey) } }),
       },
       {
-        id: 'bearer', status: 400,
+        id: 'bearer',
+        status: 400,
         run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'bearer', authorization: `Bearer ${apiKeys.U}` } }),
       },
       {
-        id: 'malformed', status: 401,
+        id: 'malformed',
+        status: 401,
         run: () => api(app, { url: '/api/v1/users/14', headers: { 'x-request-id': 'malformed', authorization: `Basic ${apiKeys.U}` } }),
       },
     ];
@@ -159,7 +182,12 @@ describe('at trace level', () => {
     const traceLines: string[] = [];
     const traceStream = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        traceLines.push(...chunk.toString('utf8').split('\n').filter((line) => line !== ''));
+        traceLines.push(
+          ...chunk
+            .toString('utf8')
+            .split('\n')
+            .filter((line) => line !== ''),
+        );
         done();
       },
     });
@@ -178,18 +206,23 @@ describe('at trace level', () => {
       const busboyLine = traceLines.map((line) => JSON.parse(line) as LogLine).find((line) => line.msg === 'Providing options to busboy');
       expect(busboyLine).toMatchObject({ level: 10, busboyOptions: { headers: { authorization: '[redacted]' } } });
       const text = traceLines.join('\n');
-      for (const secret of [apiKeys.U, hashApiKey(apiKeys.U), Buffer.from(apiKeys.U).toString('base64'), auth('U'), auth('U').slice('Basic '.length)]) {
+      for (const secret of [
+        apiKeys.U,
+        hashApiKey(apiKeys.U),
+        Buffer.from(apiKeys.U).toString('base64'),
+        auth('U'),
+        auth('U').slice('Basic '.length),
+      ]) {
         expect(text).not.toContain(secret);
       }
     } finally {
       await traced.close();
     }
   });
-
 });
 
 describe('clients that leave', () => {
-  it('a client that left before its write\'s turn is logged as gone (499, info), not as an error or a 500', async () => {
+  it("a client that left before its write's turn is logged as gone (499, info), not as an error or a 500", async () => {
     lines.length = 0;
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as AddressInfo;
@@ -201,8 +234,10 @@ describe('clients that leave', () => {
       const body = `subscription_data=${encodeURIComponent(JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]))}`;
       const socket = net.connect(port, '127.0.0.1');
       await once(socket, 'connect');
-      socket.write(`POST /api/v1/users/me/subscriptions/properties HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n`
-        + `X-Request-Id: gone-1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      socket.write(
+        `POST /api/v1/users/me/subscriptions/properties HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${auth('U')}\r\n` +
+          `X-Request-Id: gone-1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      );
       await eventually(async () => (await userLockWaiters(locker, ids.U)) === 1 || linesOf('gone-1').length > 0);
       socket.destroy();
       await sleep(100);

@@ -51,7 +51,9 @@ async function scrape(): Promise<Sample[]> {
 
 /** The value of one sample (0 when absent: a counter not yet incremented). */
 function valueOf(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
-  const found = samples.filter((sample) => sample.name === name && Object.entries(labels).every(([key, value]) => sample.labels[key] === value));
+  const found = samples.filter(
+    (sample) => sample.name === name && Object.entries(labels).every(([key, value]) => sample.labels[key] === value),
+  );
   if (found.length > 1) throw new Error(`${name} ${JSON.stringify(labels)} matches ${found.length} samples`);
   return found[0]?.value ?? 0;
 }
@@ -82,7 +84,13 @@ describe('HTTP metrics', () => {
 
   it('puts no raw path, user id or other unbounded value in any label', async () => {
     await setUp();
-    const paths = [`/api/v1/users/${ids.V}`, '/api/v1/users/987654', '/api/v1/no/such/path/424242', '/api/v1/users/u@example.com', '/whatever?x=777777'];
+    const paths = [
+      `/api/v1/users/${ids.V}`,
+      '/api/v1/users/987654',
+      '/api/v1/no/such/path/424242',
+      '/api/v1/users/u@example.com',
+      '/whatever?x=777777',
+    ];
     for (const url of paths) await api(ctx.app, { url, as: 'U' });
     await api(ctx.app, { method: 'OPTIONS', url: '/api/v1/users/313131' });
     const samples = await scrape();
@@ -105,9 +113,20 @@ describe('HTTP metrics', () => {
     const statuses = [];
     for (let i = 0; i < 4; i++) statuses.push((await api(ctx.app, { url: '/api/v1/users', as: 'V' })).statusCode);
     expect(statuses).toEqual([200, 200, 429, 429]);
-    const tooLarge = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'U', form: { x: 'a'.repeat(ctx.config.bodyLimitBytes) } });
+    const tooLarge = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/register',
+      as: 'U',
+      form: { x: 'a'.repeat(ctx.config.bodyLimitBytes) },
+    });
     expect(tooLarge.statusCode).toBe(413);
-    const manyFields = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'U', payload: 'a=1&'.repeat(2000), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const manyFields = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/register',
+      as: 'U',
+      payload: 'a=1&'.repeat(2000),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expect(manyFields.statusCode).toBe(400);
     expect(manyFields.json()).toMatchObject({ msg: 'Too many fields in request body' });
     const after = await scrape();
@@ -134,13 +153,25 @@ describe('database, process and event metrics', () => {
     expect(valueOf(after, 'zulip_db_pool_connections')).toBeGreaterThanOrEqual(0);
     expect(valueOf(after, 'zulip_db_pool_idle_connections')).toBeLessThanOrEqual(valueOf(after, 'zulip_db_pool_connections'));
     expect(valueOf(after, 'zulip_db_pool_waiting_clients')).toBe(0);
-    expect(after.filter((sample) => sample.name === 'zulip_db_lane_statements_in_flight' && sample.labels.kind === 'reads').map((sample) => sample.value))
-      .toEqual(Array<number>(ctx.config.dbReadConnections).fill(0));
+    expect(
+      after
+        .filter((sample) => sample.name === 'zulip_db_lane_statements_in_flight' && sample.labels.kind === 'reads')
+        .map((sample) => sample.value),
+    ).toEqual(Array<number>(ctx.config.dbReadConnections).fill(0));
     // The three requests of one turn share one authentication statement.
     expect(valueOf(after, 'zulip_db_auth_batch_size_count') - valueOf(before, 'zulip_db_auth_batch_size_count')).toBe(1);
     expect(valueOf(after, 'zulip_db_auth_batch_size_sum') - valueOf(before, 'zulip_db_auth_batch_size_sum')).toBe(3);
-    for (const name of ['nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes', 'nodejs_active_handles', 'process_cpu_seconds_total', 'nodejs_eventloop_utilization_ratio']) {
-      expect(after.some((sample) => sample.name === name), name).toBe(true);
+    for (const name of [
+      'nodejs_eventloop_lag_p99_seconds',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_active_handles',
+      'process_cpu_seconds_total',
+      'nodejs_eventloop_utilization_ratio',
+    ]) {
+      expect(
+        after.some((sample) => sample.name === name),
+        name,
+      ).toBe(true);
     }
   });
 
@@ -177,8 +208,9 @@ describe('database metrics', () => {
     const delta = (name: string) => valueOf(after, name) - valueOf(before, name);
     // Sequential requests: one authentication statement each (and the two writes' own).
     expect(delta('zulip_db_auth_batch_size_count')).toBeGreaterThanOrEqual(4);
-    const timed = counts.reduce((sum, sample) => sum + sample.value, 0) - before
-      .filter((sample) => sample.name === 'zulip_db_statement_duration_seconds_count').reduce((sum, sample) => sum + sample.value, 0);
+    const timed =
+      counts.reduce((sum, sample) => sum + sample.value, 0) -
+      before.filter((sample) => sample.name === 'zulip_db_statement_duration_seconds_count').reduce((sum, sample) => sum + sample.value, 0);
     expect(timed).toBeGreaterThanOrEqual(delta('zulip_db_auth_batch_size_count'));
     // Both writes went through commit groups (together or not): every member counted once.
     expect(delta('zulip_db_commit_group_size_sum')).toBe(2);
@@ -192,7 +224,8 @@ describe('database metrics', () => {
     await expect(ctx.database.reads.run({ text: 'SELECT 1/0' }, [])).rejects.toMatchObject({ code: '22012' });
     await expect(ctx.database.reads.run({ text: 'SELECT pg_sleep(5)' }, [])).rejects.toMatchObject({ code: '57014' });
     const errors = await scrape();
-    const delta = (samples: Sample[], name: string, labels: Record<string, string> = {}) => valueOf(samples, name, labels) - valueOf(before, name, labels);
+    const delta = (samples: Sample[], name: string, labels: Record<string, string> = {}) =>
+      valueOf(samples, name, labels) - valueOf(before, name, labels);
     expect(delta(errors, 'zulip_db_errors_total', { sqlstate_class: '22' })).toBe(1);
     expect(delta(errors, 'zulip_db_errors_total', { sqlstate_class: '57' })).toBe(1);
     expect(delta(errors, 'zulip_db_statement_timeouts_total')).toBe(1);
@@ -211,7 +244,7 @@ describe('database metrics', () => {
 });
 
 describe('hot-path series (src/metrics/series.ts)', () => {
-  it('print exactly what prom-client\'s own counter and histogram print for the same observations', async () => {
+  it("print exactly what prom-client's own counter and histogram print for the same observations", async () => {
     const ours = new Registry();
     const theirs = new Registry();
     const buckets = [0.01, 0.1, 1];

@@ -35,10 +35,20 @@ describe('migrations', () => {
     const { rows } = await handle.pool.query<{ table_name: string }>(
       "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_name NOT LIKE 'kysely%' ORDER BY 1",
     );
-    expect(rows.map((row) => row.table_name)).toEqual(expect.arrayContaining([
-      'custom_profile_field_values', 'custom_profile_fields', 'event_queues', 'events', 'navigation_views', 'realms',
-      'streams', 'subscription_audit_log', 'subscriptions', 'users',
-    ]));
+    expect(rows.map((row) => row.table_name)).toEqual(
+      expect.arrayContaining([
+        'custom_profile_field_values',
+        'custom_profile_fields',
+        'event_queues',
+        'events',
+        'navigation_views',
+        'realms',
+        'streams',
+        'subscription_audit_log',
+        'subscriptions',
+        'users',
+      ]),
+    );
     const again = await migrateToLatest(handle.db);
     expect(again.results).toEqual([]);
   });

@@ -3,14 +3,32 @@ import { api, useTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import {
-  allViewRows, BUILT_IN_NAMED, createViewsContext, eventsOf, EXISTS, expectRefused, list, patch, post, remove,
-  REMOVE_MISSING, seedViews, storedViews, UPDATE_MISSING, waitForLockWaiter,
+  allViewRows,
+  BUILT_IN_NAMED,
+  createViewsContext,
+  eventsOf,
+  EXISTS,
+  expectRefused,
+  list,
+  patch,
+  post,
+  remove,
+  REMOVE_MISSING,
+  seedViews,
+  storedViews,
+  UPDATE_MISSING,
+  waitForLockWaiter,
 } from './helpers/navigation-views.js';
 
 const ctx = useTestContext(createViewsContext);
 
-const updateEvent = (fragment: string, data: Record<string, unknown>, id: number) =>
-  ({ type: 'navigation_view', op: 'update', fragment, data, id });
+const updateEvent = (fragment: string, data: Record<string, unknown>, id: number) => ({
+  type: 'navigation_view',
+  op: 'update',
+  fragment,
+  data,
+  id,
+});
 const removeEvent = (fragment: string, id: number) => ({ type: 'navigation_view', op: 'remove', fragment, id });
 
 const ALERTED = { fragment: 'narrow/is/alerted', is_pinned: true, name: 'Alert Words' };
@@ -33,25 +51,33 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     await expectRefused(ctx, () => patch(ctx, 'inbox', { is_pinned: 'true', name: 'Inbox View' }), 400, BUILT_IN_NAMED);
   });
 
-  for (const [label, path] of [['case 135', 'narrow/is/alerted'], ['case 136: percent-encoded slashes', 'narrow%2Fis%2Falerted']]) {
+  for (const [label, path] of [
+    ['case 135', 'narrow/is/alerted'],
+    ['case 136: percent-encoded slashes', 'narrow%2Fis%2Falerted'],
+  ]) {
     it(`${label}: renames and unpins a custom view; data holds name then is_pinned`, async () => {
       await seedViews(ctx, 'U', [ALERTED]);
       // Parameters in the opposite order on the wire: the event's order is fixed.
       const res = await api(ctx.app, {
-        method: 'PATCH', url: `/api/v1/navigation_views/${path}`, as: 'U',
-        form: [['is_pinned', 'false'], ['name', 'Watched Phrases']],
+        method: 'PATCH',
+        url: `/api/v1/navigation_views/${path}`,
+        as: 'U',
+        form: [
+          ['is_pinned', 'false'],
+          ['name', 'Watched Phrases'],
+        ],
       });
       expect(res.body).toBe(OK);
       expect((await list(ctx)).json().navigation_views).toEqual([
         { fragment: 'narrow/is/alerted', is_pinned: false, name: 'Watched Phrases' },
       ]);
-      expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([
-        updateEvent('narrow/is/alerted', { name: 'Watched Phrases', is_pinned: false }, 0),
-      ]));
+      expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(
+        JSON.stringify([updateEvent('narrow/is/alerted', { name: 'Watched Phrases', is_pinned: false }, 0)]),
+      );
     });
   }
 
-  it('case 137: a name another of the caller\'s views has is refused', async () => {
+  it("case 137: a name another of the caller's views has is refused", async () => {
     await seedViews(ctx, 'U', [ALERTED, ATTACHMENT]);
     expect((await patch(ctx, 'narrow/is/alerted', { name: 'Watched Phrases' })).statusCode).toBe(200);
     await expectRefused(ctx, () => patch(ctx, 'narrow/is/attachment', { name: 'Watched Phrases' }), 400, EXISTS);
@@ -60,7 +86,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     expect((await patch(ctx, 'narrow/is/attachment', { name: 'watched phrases' })).statusCode).toBe(200);
   });
 
-  it('case 138: the view\'s own current name is refused too', async () => {
+  it("case 138: the view's own current name is refused too", async () => {
     await seedViews(ctx, 'U', [ALERTED]);
     await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'Alert Words' }), 400, EXISTS);
   });
@@ -97,12 +123,25 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
 
   it('parameters are parsed in table order and validated', async () => {
     await seedViews(ctx, 'U', [ALERTED]);
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: '', is_pinned: 'yes' }), 400,
-      errorBody('is_pinned is not valid JSON'));
+    await expectRefused(
+      ctx,
+      () => patch(ctx, 'narrow/is/alerted', { name: '', is_pinned: 'yes' }),
+      400,
+      errorBody('is_pinned is not valid JSON'),
+    );
     await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { is_pinned: 'null' }), 400, errorBody('is_pinned is not a boolean'));
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'n'.repeat(501) }), 400,
-      errorBody('name is too long (limit: 500 characters)'));
-    await expectRefused(ctx, () => patch(ctx, 'narrow/is/alerted', { name: 'a\u0000' }), 400, errorBody('name cannot contain NUL characters'));
+    await expectRefused(
+      ctx,
+      () => patch(ctx, 'narrow/is/alerted', { name: 'n'.repeat(501) }),
+      400,
+      errorBody('name is too long (limit: 500 characters)'),
+    );
+    await expectRefused(
+      ctx,
+      () => patch(ctx, 'narrow/is/alerted', { name: 'a\u0000' }),
+      400,
+      errorBody('name cannot contain NUL characters'),
+    );
   });
 
   it('changes only the supplied field; the name is stored trimmed', async () => {
@@ -111,11 +150,12 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     // `Inbox` is not the built-in `inbox`: it may be renamed.
     expect((await patch(ctx, 'Inbox', { name: 'Still mine' })).body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([
-      { ...ALERTED, name: 'Renamed' }, { fragment: 'Inbox', is_pinned: false, name: 'Still mine' },
+      { ...ALERTED, name: 'Renamed' },
+      { fragment: 'Inbox', is_pinned: false, name: 'Still mine' },
     ]);
-    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([
-      updateEvent('narrow/is/alerted', { name: 'Renamed' }, 0), updateEvent('Inbox', { name: 'Still mine' }, 1),
-    ]));
+    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(
+      JSON.stringify([updateEvent('narrow/is/alerted', { name: 'Renamed' }, 0), updateEvent('Inbox', { name: 'Still mine' }, 1)]),
+    );
   });
 
   it('the path fragment is used verbatim: not trimmed, + kept, %20 decoded, slashes kept', async () => {
@@ -141,19 +181,27 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
   it('path parameters are not parameters; unknown ones are reported', async () => {
     await seedViews(ctx, 'U', [RECENT]);
     const res = await api(ctx.app, {
-      method: 'PATCH', url: '/api/v1/navigation_views/recent?fragment=recent', as: 'U', form: { is_pinned: 'false', client: 'c', b: '1' },
+      method: 'PATCH',
+      url: '/api/v1/navigation_views/recent?fragment=recent',
+      as: 'U',
+      form: { is_pinned: 'false', client: 'c', b: '1' },
     });
     expect(res.body).toBe(success({ ignored_parameters_unsupported: ['b', 'fragment'] }));
   });
 
-  it('case 144 (PATCH): another user\'s view counts as missing, in any organization', async () => {
+  it("case 144 (PATCH): another user's view counts as missing, in any organization", async () => {
     await seedViews(ctx, 'U', [RECENT, ALERTED]);
     await expectRefused(ctx, () => patch(ctx, 'recent', { is_pinned: 'false' }, 'V'), 404, UPDATE_MISSING);
     // U's names do not clash for V either.
     await expectRefused(ctx, () => patch(ctx, 'narrow/x', { name: 'Alert Words' }, 'V'), 404, UPDATE_MISSING);
-    const x = () => api(ctx.app, {
-      method: 'PATCH', url: '/api/v1/navigation_views/recent', as: 'X', host: 'other.chat.example.com', form: { is_pinned: 'false' },
-    });
+    const x = () =>
+      api(ctx.app, {
+        method: 'PATCH',
+        url: '/api/v1/navigation_views/recent',
+        as: 'X',
+        host: 'other.chat.example.com',
+        form: { is_pinned: 'false' },
+      });
     await expectRefused(ctx, x, 404, UPDATE_MISSING);
     expect(await storedViews(ctx, 'U')).toEqual([RECENT, ALERTED]);
   });
@@ -178,7 +226,8 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [ALERTED]);
     let pending: ReturnType<typeof patch> | undefined;
     await ctx.db.transaction().execute(async (trx) => {
-      await trx.insertInto('navigation_views')
+      await trx
+        .insertInto('navigation_views')
         .values({ realm_id: ids.R, user_id: ids.U, fragment: 'narrow/raw', is_pinned: true, name: 'dup' })
         .execute();
       pending = patch(ctx, 'narrow/is/alerted', { name: 'dup' });
@@ -209,7 +258,7 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     await expectRefused(ctx, () => remove(ctx, 'recent%20'), 404, REMOVE_MISSING);
   });
 
-  it('case 144: another user can neither change nor remove the caller\'s view', async () => {
+  it("case 144: another user can neither change nor remove the caller's view", async () => {
     await seedViews(ctx, 'U', [RECENT]);
     await expectRefused(ctx, () => patch(ctx, 'recent', { is_pinned: 'false' }, 'V'), 404, UPDATE_MISSING);
     await expectRefused(ctx, () => remove(ctx, 'recent', 'V'), 404, REMOVE_MISSING);
@@ -220,7 +269,7 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     expect(await eventsOf(ctx, ctx.queueV)).toEqual([]);
   });
 
-  it('removes only the caller\'s row when others have the same fragment', async () => {
+  it("removes only the caller's row when others have the same fragment", async () => {
     await seedViews(ctx, 'V', [RECENT]);
     await seedViews(ctx, 'U', [RECENT]);
     expect((await remove(ctx, 'recent')).body).toBe(OK);
@@ -231,12 +280,17 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
   it('targets fragments with slashes, encoded or not, and reports unknown parameters', async () => {
     await seedViews(ctx, 'U', [ALERTED, ATTACHMENT]);
     expect((await remove(ctx, 'narrow%2Fis%2Falerted')).body).toBe(OK);
-    const res = await api(ctx.app, { method: 'DELETE', url: '/api/v1/navigation_views/narrow/is/attachment?x=1', as: 'U', form: { fragment: 'f' } });
+    const res = await api(ctx.app, {
+      method: 'DELETE',
+      url: '/api/v1/navigation_views/narrow/is/attachment?x=1',
+      as: 'U',
+      form: { fragment: 'f' },
+    });
     expect(res.body).toBe(success({ ignored_parameters_unsupported: ['fragment', 'x'] }));
     expect(await storedViews(ctx, 'U')).toEqual([]);
-    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([
-      removeEvent('narrow/is/alerted', 0), removeEvent('narrow/is/attachment', 1),
-    ]));
+    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(
+      JSON.stringify([removeEvent('narrow/is/alerted', 0), removeEvent('narrow/is/attachment', 1)]),
+    );
   });
 
   it('round trips: a constant number of statements', async () => {
@@ -254,15 +308,17 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
 });
 
 describe('navigation view events', () => {
-  it('case 148: add, update and remove reach only the acting user\'s queues', async () => {
+  it("case 148: add, update and remove reach only the acting user's queues", async () => {
     expect((await post(ctx, { fragment: 'recent', is_pinned: 'true' })).statusCode).toBe(200);
     expect((await patch(ctx, 'recent', { is_pinned: 'false' })).statusCode).toBe(200);
     expect((await remove(ctx, 'recent')).statusCode).toBe(200);
-    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(JSON.stringify([
-      { type: 'navigation_view', op: 'add', navigation_view: { fragment: 'recent', is_pinned: true, name: null }, id: 0 },
-      updateEvent('recent', { is_pinned: false }, 1),
-      removeEvent('recent', 2),
-    ]));
+    expect(JSON.stringify(await eventsOf(ctx, ctx.queueU))).toBe(
+      JSON.stringify([
+        { type: 'navigation_view', op: 'add', navigation_view: { fragment: 'recent', is_pinned: true, name: null }, id: 0 },
+        updateEvent('recent', { is_pinned: false }, 1),
+        removeEvent('recent', 2),
+      ]),
+    );
     expect(await eventsOf(ctx, ctx.queueV)).toEqual([]);
   });
 });

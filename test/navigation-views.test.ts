@@ -3,14 +3,27 @@ import { api, useTestContext } from './helpers/app.js';
 import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
-  BUILT_IN_NAMED, BUILT_INS, createViewsContext, eventsOf, EXISTS, expectRefused, list, post, seedViews,
-  storedViews, waitForLockWaiter,
+  BUILT_IN_NAMED,
+  BUILT_INS,
+  createViewsContext,
+  eventsOf,
+  EXISTS,
+  expectRefused,
+  list,
+  post,
+  seedViews,
+  storedViews,
+  waitForLockWaiter,
 } from './helpers/navigation-views.js';
 
 const ctx = useTestContext(createViewsContext);
 
-const addEvent = (fragment: string, isPinned: boolean, name: string | null, id: number) =>
-  ({ type: 'navigation_view', op: 'add', navigation_view: { fragment, is_pinned: isPinned, name }, id });
+const addEvent = (fragment: string, isPinned: boolean, name: string | null, id: number) => ({
+  type: 'navigation_view',
+  op: 'add',
+  navigation_view: { fragment, is_pinned: isPinned, name },
+  id,
+});
 
 describe('routing of /api/v1/navigation_views', () => {
   it('case 4: OPTIONS on a fragment path answers 204 with Allow, no body, without credentials', async () => {
@@ -38,11 +51,17 @@ describe('routing of /api/v1/navigation_views', () => {
   it('every method needs credentials', async () => {
     await seedViews(ctx, 'U', [{ fragment: 'recent', is_pinned: true, name: null }]);
     for (const [method, url] of [
-      ['GET', '/api/v1/navigation_views'], ['POST', '/api/v1/navigation_views'],
-      ['PATCH', '/api/v1/navigation_views/recent'], ['DELETE', '/api/v1/navigation_views/recent'],
+      ['GET', '/api/v1/navigation_views'],
+      ['POST', '/api/v1/navigation_views'],
+      ['PATCH', '/api/v1/navigation_views/recent'],
+      ['DELETE', '/api/v1/navigation_views/recent'],
     ] as const) {
-      await expectRefused(ctx, () => api(ctx.app, { method, url, form: { fragment: 'x', is_pinned: 'true', name: 'x' } }), 401,
-        errorBody('Not logged in: API authentication or user session required', 'UNAUTHORIZED'));
+      await expectRefused(
+        ctx,
+        () => api(ctx.app, { method, url, form: { fragment: 'x', is_pinned: 'true', name: 'x' } }),
+        401,
+        errorBody('Not logged in: API authentication or user session required', 'UNAUTHORIZED'),
+      );
     }
   });
 });
@@ -59,11 +78,15 @@ describe('GET /api/v1/navigation_views', () => {
     expect((await post(ctx, { fragment: 'inbox', is_pinned: 'false' })).statusCode).toBe(200);
     expect((await post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'X' })).statusCode).toBe(200);
     const res = await list(ctx);
-    expect(res.body).toBe(success({ navigation_views: [
-      { fragment: 'feed', is_pinned: true, name: null },
-      { fragment: 'inbox', is_pinned: false, name: null },
-      { fragment: 'narrow/x', is_pinned: true, name: 'X' },
-    ] }));
+    expect(res.body).toBe(
+      success({
+        navigation_views: [
+          { fragment: 'feed', is_pinned: true, name: null },
+          { fragment: 'inbox', is_pinned: false, name: null },
+          { fragment: 'narrow/x', is_pinned: true, name: 'X' },
+        ],
+      }),
+    );
   });
 
   it('case 149: reports unknown query parameters, not client', async () => {
@@ -72,13 +95,17 @@ describe('GET /api/v1/navigation_views', () => {
     expect(res.body).toBe(success({ navigation_views: [], ignored_parameters_unsupported: ['foo'] }));
   });
 
-  it('shows only the caller\'s own views (same and other organization)', async () => {
-    await seedViews(ctx, 'V', [{ fragment: 'recent', is_pinned: true, name: null }, { fragment: 'narrow/v', is_pinned: false, name: 'Vs' }]);
+  it("shows only the caller's own views (same and other organization)", async () => {
+    await seedViews(ctx, 'V', [
+      { fragment: 'recent', is_pinned: true, name: null },
+      { fragment: 'narrow/v', is_pinned: false, name: 'Vs' },
+    ]);
     await seedViews(ctx, 'X', [{ fragment: 'narrow/x', is_pinned: true, name: 'Xs' }]);
     await seedViews(ctx, 'U', [{ fragment: 'inbox', is_pinned: false, name: null }]);
     expect((await list(ctx)).json().navigation_views).toEqual([{ fragment: 'inbox', is_pinned: false, name: null }]);
     expect((await list(ctx, 'V')).json().navigation_views).toEqual([
-      { fragment: 'recent', is_pinned: true, name: null }, { fragment: 'narrow/v', is_pinned: false, name: 'Vs' },
+      { fragment: 'recent', is_pinned: true, name: null },
+      { fragment: 'narrow/v', is_pinned: false, name: 'Vs' },
     ]);
     const x = await api(ctx.app, { url: '/api/v1/navigation_views', as: 'X', host: 'other.chat.example.com' });
     expect(x.json().navigation_views).toEqual([{ fragment: 'narrow/x', is_pinned: true, name: 'Xs' }]);
@@ -112,12 +139,21 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 124: a custom view needs a name', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true' }), 400,
-      errorBody('Custom views must have a valid name.'));
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true' }),
+      400,
+      errorBody('Custom views must have a valid name.'),
+    );
   });
 
   it('case 125: a blank name is refused', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true', name: '' }), 400, errorBody('name cannot be blank'));
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true', name: '' }),
+      400,
+      errorBody('name cannot be blank'),
+    );
     // Parsing comes before the built-in check.
     await expectRefused(ctx, () => post(ctx, { fragment: 'inbox', is_pinned: 'true', name: ' ' }), 400, errorBody('name cannot be blank'));
   });
@@ -150,12 +186,16 @@ describe('POST /api/v1/navigation_views', () => {
     expect((await storedViews(ctx, 'U')).map((view) => view.name)).toEqual(['foo', 'Foo', 'bar']);
   });
 
-  it('another user\'s fragment or name does not clash', async () => {
-    await seedViews(ctx, 'V', [{ fragment: 'narrow/view', is_pinned: true, name: 'foo' }, { fragment: 'recent', is_pinned: true, name: null }]);
+  it("another user's fragment or name does not clash", async () => {
+    await seedViews(ctx, 'V', [
+      { fragment: 'narrow/view', is_pinned: true, name: 'foo' },
+      { fragment: 'recent', is_pinned: true, name: null },
+    ]);
     expect((await post(ctx, { fragment: 'narrow/view', is_pinned: 'false', name: 'foo' })).body).toBe(OK);
     expect((await post(ctx, { fragment: 'recent', is_pinned: 'false' })).body).toBe(OK);
     expect(await storedViews(ctx, 'V')).toEqual([
-      { fragment: 'narrow/view', is_pinned: true, name: 'foo' }, { fragment: 'recent', is_pinned: true, name: null },
+      { fragment: 'narrow/view', is_pinned: true, name: 'foo' },
+      { fragment: 'recent', is_pinned: true, name: null },
     ]);
     expect(await eventsOf(ctx, ctx.queueV)).toEqual([]);
   });
@@ -176,24 +216,44 @@ describe('POST /api/v1/navigation_views', () => {
       await expectRefused(ctx, () => post(ctx, { fragment, is_pinned: 'true', name: 'x' }), 400, BUILT_IN_NAMED);
       expect((await post(ctx, { fragment, is_pinned: 'true' })).body).toBe(OK);
     }
-    await expectRefused(ctx, () => post(ctx, { fragment: 'Inbox', is_pinned: 'true' }), 400, errorBody('Custom views must have a valid name.'));
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/is/starred/', is_pinned: 'true' }), 400,
-      errorBody('Custom views must have a valid name.'));
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'Inbox', is_pinned: 'true' }),
+      400,
+      errorBody('Custom views must have a valid name.'),
+    );
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'narrow/is/starred/', is_pinned: 'true' }),
+      400,
+      errorBody('Custom views must have a valid name.'),
+    );
     expect((await storedViews(ctx, 'U')).map((view) => view.fragment)).toEqual(BUILT_INS);
     expect((await eventsOf(ctx, ctx.queueU)).map((event) => event.id)).toEqual(BUILT_INS.map((_, index) => index));
   });
 
   it('case 132: fragment and name are limited to 500 characters, counted in code points after trimming', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'f'.repeat(501), is_pinned: 'true', name: 'n' }), 400,
-      errorBody('fragment is too long (limit: 500 characters)'));
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n'.repeat(501) }), 400,
-      errorBody('name is too long (limit: 500 characters)'));
-    await expectRefused(ctx, () => post(ctx, { fragment: '😀'.repeat(501), is_pinned: 'true', name: 'n' }), 400,
-      errorBody('fragment is too long (limit: 500 characters)'));
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'f'.repeat(501), is_pinned: 'true', name: 'n' }),
+      400,
+      errorBody('fragment is too long (limit: 500 characters)'),
+    );
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n'.repeat(501) }),
+      400,
+      errorBody('name is too long (limit: 500 characters)'),
+    );
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: '😀'.repeat(501), is_pinned: 'true', name: 'n' }),
+      400,
+      errorBody('fragment is too long (limit: 500 characters)'),
+    );
     const longest = 'f'.repeat(500);
     expect((await post(ctx, { fragment: longest, is_pinned: 'true', name: 'a' })).body).toBe(OK);
-    expect((await post(ctx, { fragment: ` ${'😀'.repeat(500)} `, is_pinned: 'true', name: ` ${'é'.repeat(500)} ` })).body)
-      .toBe(OK);
+    expect((await post(ctx, { fragment: ` ${'😀'.repeat(500)} `, is_pinned: 'true', name: ` ${'é'.repeat(500)} ` })).body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([
       { fragment: longest, is_pinned: true, name: 'a' },
       { fragment: '😀'.repeat(500), is_pinned: true, name: 'é'.repeat(500) },
@@ -201,15 +261,25 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('a NUL character, which PostgreSQL text cannot hold, is a 400 rather than a 500', async () => {
-    await expectRefused(ctx, () => post(ctx, { fragment: 'a\u0000b', is_pinned: 'true', name: 'n' }), 400,
-      errorBody('fragment cannot contain NUL characters'));
-    await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n\u0000' }), 400,
-      errorBody('name cannot contain NUL characters'));
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'a\u0000b', is_pinned: 'true', name: 'n' }),
+      400,
+      errorBody('fragment cannot contain NUL characters'),
+    );
+    await expectRefused(
+      ctx,
+      () => post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'n\u0000' }),
+      400,
+      errorBody('name cannot contain NUL characters'),
+    );
   });
 
   it('reports unknown parameters on success; the query string is a source too', async () => {
     const res = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/navigation_views?name=Q&zeta=1', as: 'U',
+      method: 'POST',
+      url: '/api/v1/navigation_views?name=Q&zeta=1',
+      as: 'U',
       form: { fragment: 'narrow/q', is_pinned: 'true', client: 'app', alpha: '2' },
     });
     expect(res.body).toBe(success({ ignored_parameters_unsupported: ['alpha', 'zeta'] }));
@@ -254,7 +324,8 @@ describe('POST /api/v1/navigation_views under concurrency', () => {
     // committing it then makes that INSERT fail with SQLSTATE 23505.
     let pending: ReturnType<typeof post> | undefined;
     await ctx.db.transaction().execute(async (trx) => {
-      await trx.insertInto('navigation_views')
+      await trx
+        .insertInto('navigation_views')
         .values({ realm_id: ids.R, user_id: ids.U, fragment: 'narrow/raw', is_pinned: true, name: 'dup' })
         .execute();
       pending = post(ctx, { fragment: 'narrow/api', is_pinned: 'true', name: 'dup' });

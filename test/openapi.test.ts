@@ -31,14 +31,16 @@ beforeAll(async () => {
 afterAll(() => ctx.close());
 
 /** Fastify route syntax → OpenAPI path: `:name(regex)` → `{name}`; a final `*` is the navigation view fragment. */
-const openApiPath = (url: string) =>
-  url.replace(/:(\w+)(\((?:[^()]|\([^()]*\))*\))?/g, '{$1}').replace(/\*$/, '{fragment}');
+const openApiPath = (url: string) => url.replace(/:(\w+)(\((?:[^()]|\([^()]*\))*\))?/g, '{$1}').replace(/\*$/, '{fragment}');
 
 type Operation = OpenAPIV3.OperationObject;
 function operations(): Array<{ key: string; path: string; method: string; operation: Operation }> {
   return Object.entries(document.paths).flatMap(([path, item]) =>
     Object.entries(item ?? {}).map(([method, operation]) => ({
-      key: `${method.toUpperCase()} ${path}`, path, method: method.toUpperCase(), operation: operation as Operation,
+      key: `${method.toUpperCase()} ${path}`,
+      path,
+      method: method.toUpperCase(),
+      operation: operation as Operation,
     })),
   );
 }
@@ -90,13 +92,29 @@ const EXPECTED: Record<string, ParameterLists> = {
   'PATCH /api/v1/navigation_views/{fragment}': { body: ['is_pinned', 'name'], path: ['fragment'] },
   'DELETE /api/v1/navigation_views/{fragment}': { path: ['fragment'] },
   'POST /api/v1/register': {
-    body: ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'],
+    body: [
+      'client_gravatar',
+      'include_subscribers',
+      'client_capabilities',
+      'event_types',
+      'fetch_event_types',
+      'queue_lifespan_secs',
+      'idle_queue_timeout',
+    ],
   },
   'GET /api/v1/events': { query: ['last_event_id', 'queue_id', 'dont_block'], required: ['last_event_id', 'queue_id'] },
   'DELETE /api/v1/events': { body: ['queue_id'], required: ['queue_id'] },
   // Subscriptions (membership).
   'POST /api/v1/users/me/subscriptions': {
-    body: ['subscriptions', 'principals', 'authorization_errors_fatal', 'invite_only', 'is_web_public', 'history_public_to_subscribers', 'send_new_subscription_messages'],
+    body: [
+      'subscriptions',
+      'principals',
+      'authorization_errors_fatal',
+      'invite_only',
+      'is_web_public',
+      'history_public_to_subscribers',
+      'send_new_subscription_messages',
+    ],
     required: ['subscriptions'],
   },
   'DELETE /api/v1/users/me/subscriptions': { body: ['subscriptions', 'principals'], required: ['subscriptions'] },
@@ -108,7 +126,10 @@ describe('GET /api/openapi.json', () => {
   it('is a valid OpenAPI 3 document, served without authentication outside the Zulip API', async () => {
     expect(document.openapi).toBe('3.0.3');
     await SwaggerParser.validate(structuredClone(document) as never);
-    const withBadCredentials = await api(ctx.app, { url: '/api/openapi.json', headers: { authorization: basicAuth('u@example.com', 'x'.repeat(32)) } });
+    const withBadCredentials = await api(ctx.app, {
+      url: '/api/openapi.json',
+      headers: { authorization: basicAuth('u@example.com', 'x'.repeat(32)) },
+    });
     expect(withBadCredentials.statusCode).toBe(200);
     expect(withBadCredentials.headers['content-type']).toMatch(/^application\/json/);
     expect(withBadCredentials.json()).toEqual(document);
@@ -121,7 +142,11 @@ describe('GET /api/openapi.json', () => {
       .filter(({ method, url }) => method !== 'HEAD' && (url.startsWith('/api/v1/') || url === '/health' || url === '/ready'))
       .map(({ method, url }) => `${method} ${openApiPath(url)}`);
     expect(routes.length).toBeGreaterThanOrEqual(Object.keys(EXPECTED).length);
-    expect(operations().map((entry) => entry.key).sort()).toEqual([...new Set(routes)].sort());
+    expect(
+      operations()
+        .map((entry) => entry.key)
+        .sort(),
+    ).toEqual([...new Set(routes)].sort());
   });
 
   it("lists each endpoint's parameters as the spec tables declare them", () => {
@@ -135,7 +160,12 @@ describe('GET /api/openapi.json', () => {
     }
     const register = document.paths['/api/v1/register']!.post!.requestBody as OpenAPIV3.RequestBodyObject;
     expect(register.required).toBe(false);
-    expect(Object.keys(register.content['multipart/form-data']!.encoding ?? {})).toEqual(['client_capabilities', 'event_types', 'fetch_event_types', 'idle_queue_timeout']);
+    expect(Object.keys(register.content['multipart/form-data']!.encoding ?? {})).toEqual([
+      'client_capabilities',
+      'event_types',
+      'fetch_event_types',
+      'idle_queue_timeout',
+    ]);
   });
 
   it('declares HTTP basic authentication, and responses with the Zulip envelopes', () => {
@@ -152,7 +182,9 @@ describe('GET /api/openapi.json', () => {
       const ok = (operation.responses['200'] as OpenAPIV3.ResponseObject).content!['application/json']!.schema as OpenAPIV3.SchemaObject;
       expect(Object.keys(ok.properties ?? {}).slice(0, 2), key).toEqual(['result', 'msg']);
       expect(Object.keys(ok.properties ?? {}).at(-1), key).toBe('ignored_parameters_unsupported');
-      expect(Object.keys(operation.responses).sort(), key).toEqual(open ? ['200', '503'] : expect.arrayContaining(['200', '400', '401', '429', '503']));
+      expect(Object.keys(operation.responses).sort(), key).toEqual(
+        open ? ['200', '503'] : expect.arrayContaining(['200', '400', '401', '429', '503']),
+      );
     }
   });
 
@@ -160,10 +192,16 @@ describe('GET /api/openapi.json', () => {
   // parameter, sent with a valid value, is decoded, none is reported ignored.
   it('every documented parameter is accepted by its endpoint (real successful requests)', async () => {
     const queue = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/register', as: 'U',
+      method: 'POST',
+      url: '/api/v1/register',
+      as: 'U',
       form: {
-        client_gravatar: 'false', include_subscribers: 'true', client_capabilities: '{"notification_settings_null":true}',
-        event_types: '["navigation_view"]', fetch_event_types: '["navigation_views"]', queue_lifespan_secs: '60',
+        client_gravatar: 'false',
+        include_subscribers: 'true',
+        client_capabilities: '{"notification_settings_null":true}',
+        event_types: '["navigation_view"]',
+        fetch_event_types: '["navigation_views"]',
+        queue_lifespan_secs: '60',
         idle_queue_timeout: '"mobile"',
       },
     });
@@ -174,45 +212,100 @@ describe('GET /api/openapi.json', () => {
       ['GET /api/v1/users/{user}', { url: '/api/v1/users/14?client_gravatar=false&include_custom_profile_fields=true', as: 'U' }],
       ['GET /api/v1/users/me', { url: '/api/v1/users/me', as: 'U' }],
       ['POST /api/v1/users/{user_id}/reactivate', { method: 'POST', url: '/api/v1/users/18/reactivate', as: 'O' }],
-      ['DELETE /api/v1/users/{user_id}', { method: 'DELETE', url: '/api/v1/users/18', as: 'O', form: { deactivation_notification_comment: 'x' } }],
+      [
+        'DELETE /api/v1/users/{user_id}',
+        { method: 'DELETE', url: '/api/v1/users/18', as: 'O', form: { deactivation_notification_comment: 'x' } },
+      ],
       ['GET /api/v1/users/me/subscriptions', { url: '/api/v1/users/me/subscriptions?include_subscribers=true', as: 'U' }],
-      ['POST /api/v1/users/me/subscriptions/properties', {
-        method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U',
-        form: { subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' },
-      }],
-      ['PATCH /api/v1/users/me/subscriptions/{stream_id}', { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'is_muted', value: 'true' } }],
-      ['POST /api/v1/users/me/subscriptions/{stream_id}', { method: 'POST', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'color', value: '#ff0000' } }],
+      [
+        'POST /api/v1/users/me/subscriptions/properties',
+        {
+          method: 'POST',
+          url: '/api/v1/users/me/subscriptions/properties',
+          as: 'U',
+          form: { subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' },
+        },
+      ],
+      [
+        'PATCH /api/v1/users/me/subscriptions/{stream_id}',
+        { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'is_muted', value: 'true' } },
+      ],
+      [
+        'POST /api/v1/users/me/subscriptions/{stream_id}',
+        { method: 'POST', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { property: 'color', value: '#ff0000' } },
+      ],
       ['GET /api/v1/navigation_views', { url: '/api/v1/navigation_views', as: 'U' }],
-      ['POST /api/v1/navigation_views', {
-        method: 'POST', url: '/api/v1/navigation_views', as: 'U', form: { fragment: 'narrow/channel/100-P', is_pinned: 'true', name: 'Channel P' },
-      }],
-      ['PATCH /api/v1/navigation_views/{fragment}', { method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U', form: { is_pinned: 'false', name: 'P' } }],
-      ['DELETE /api/v1/navigation_views/{fragment}', { method: 'DELETE', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U' }],
+      [
+        'POST /api/v1/navigation_views',
+        {
+          method: 'POST',
+          url: '/api/v1/navigation_views',
+          as: 'U',
+          form: { fragment: 'narrow/channel/100-P', is_pinned: 'true', name: 'Channel P' },
+        },
+      ],
+      [
+        'PATCH /api/v1/navigation_views/{fragment}',
+        { method: 'PATCH', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U', form: { is_pinned: 'false', name: 'P' } },
+      ],
+      [
+        'DELETE /api/v1/navigation_views/{fragment}',
+        { method: 'DELETE', url: '/api/v1/navigation_views/narrow%2Fchannel%2F100-P', as: 'U' },
+      ],
       ['GET /api/v1/events', { url: `/api/v1/events?last_event_id=-1&queue_id=${queueId}&dont_block=true`, as: 'U' }],
       ['DELETE /api/v1/events', { method: 'DELETE', url: '/api/v1/events', as: 'U', form: { queue_id: queueId } }],
-      ['POST /api/v1/users', { method: 'POST', url: '/api/v1/users', as: 'A', form: { email: 'new@example.com', password: 'secret-enough', full_name: 'New' } }],
+      [
+        'POST /api/v1/users',
+        { method: 'POST', url: '/api/v1/users', as: 'A', form: { email: 'new@example.com', password: 'secret-enough', full_name: 'New' } },
+      ],
       // new_email is decoded, and refused: no one holds can_change_user_emails here.
-      ['PATCH /api/v1/users/{user}', {
-        method: 'PATCH', url: '/api/v1/users/14', as: 'O',
-        form: { full_name: 'V Renamed', role: '300', profile_data: '[{"id":1,"value":"x"}]', new_email: 'v2@example.com' },
-      }],
+      [
+        'PATCH /api/v1/users/{user}',
+        {
+          method: 'PATCH',
+          url: '/api/v1/users/14',
+          as: 'O',
+          form: { full_name: 'V Renamed', role: '300', profile_data: '[{"id":1,"value":"x"}]', new_email: 'v2@example.com' },
+        },
+      ],
       ['DELETE /api/v1/users/me', { method: 'DELETE', url: '/api/v1/users/me', as: 'M' }],
       // Subscriptions (membership).
-      ['POST /api/v1/users/me/subscriptions', {
-        method: 'POST', url: '/api/v1/users/me/subscriptions', as: 'U',
-        form: {
-          subscriptions: '[{"name":"Q"}]', principals: '[13]', authorization_errors_fatal: 'false', invite_only: 'false', is_web_public: 'false',
-          history_public_to_subscribers: 'false', send_new_subscription_messages: 'true',
+      [
+        'POST /api/v1/users/me/subscriptions',
+        {
+          method: 'POST',
+          url: '/api/v1/users/me/subscriptions',
+          as: 'U',
+          form: {
+            subscriptions: '[{"name":"Q"}]',
+            principals: '[13]',
+            authorization_errors_fatal: 'false',
+            invite_only: 'false',
+            is_web_public: 'false',
+            history_public_to_subscribers: 'false',
+            send_new_subscription_messages: 'true',
+          },
         },
-      }],
-      ['DELETE /api/v1/users/me/subscriptions', { method: 'DELETE', url: '/api/v1/users/me/subscriptions', as: 'U', form: { subscriptions: '["Q"]', principals: '[13]' } }],
+      ],
+      [
+        'DELETE /api/v1/users/me/subscriptions',
+        { method: 'DELETE', url: '/api/v1/users/me/subscriptions', as: 'U', form: { subscriptions: '["Q"]', principals: '[13]' } },
+      ],
       ['GET /api/v1/users/{user_id}/subscriptions/{stream_id}', { url: '/api/v1/users/13/subscriptions/100', as: 'U' }],
       ['GET /api/v1/streams/{stream_id}/members', { url: '/api/v1/streams/100/members', as: 'U' }],
     ];
     const refusedAsDocumented: Record<string, string> = { 'PATCH /api/v1/users/{user}': 'User not authorized to change user emails' };
     await ctx.db.updateTable('users').set({ can_create_users: true }).where('id', '=', 11).execute();
     const documented = Object.fromEntries(operations().map((entry) => [entry.key, documentedParameters(entry.operation)]));
-    const registerBody = ['client_gravatar', 'include_subscribers', 'client_capabilities', 'event_types', 'fetch_event_types', 'queue_lifespan_secs', 'idle_queue_timeout'];
+    const registerBody = [
+      'client_gravatar',
+      'include_subscribers',
+      'client_capabilities',
+      'event_types',
+      'fetch_event_types',
+      'queue_lifespan_secs',
+      'idle_queue_timeout',
+    ];
     expect(registerBody).toEqual(documented['POST /api/v1/register']!.body);
     for (const [key, request] of requests) {
       const { query = [], body = [] } = documented[key]!;
@@ -231,14 +324,31 @@ describe('GET /api/openapi.json', () => {
 
   it('route schemas neither validate, coerce nor serialize: the API answers exactly as before', async () => {
     const cases: Array<[Parameters<typeof api>[1], number, object]> = [
-      [{ url: '/api/v1/users?client_gravatar=yes', as: 'U' }, 400, { result: 'error', msg: 'client_gravatar is not valid JSON', code: 'BAD_REQUEST' }],
-      [{ url: '/api/v1/users/me/subscriptions?include_subscribers=1', as: 'U' }, 400, { result: 'error', msg: 'include_subscribers is not a boolean', code: 'BAD_REQUEST' }],
       [
-        { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { value: 'true' } }, 400,
+        { url: '/api/v1/users?client_gravatar=yes', as: 'U' },
+        400,
+        { result: 'error', msg: 'client_gravatar is not valid JSON', code: 'BAD_REQUEST' },
+      ],
+      [
+        { url: '/api/v1/users/me/subscriptions?include_subscribers=1', as: 'U' },
+        400,
+        { result: 'error', msg: 'include_subscribers is not a boolean', code: 'BAD_REQUEST' },
+      ],
+      [
+        { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as: 'U', form: { value: 'true' } },
+        400,
         { result: 'error', msg: "Missing 'property' argument", var_name: 'property', code: 'REQUEST_VARIABLE_MISSING' },
       ],
-      [{ url: '/api/v1/events?last_event_id=-1', as: 'U' }, 400, { result: 'error', msg: "Missing 'queue_id' argument", code: 'BAD_REQUEST' }],
-      [{ method: 'POST', url: '/api/v1/register', as: 'U', form: { queue_lifespan_secs: '"60"' } }, 400, { result: 'error', msg: 'queue_lifespan_secs is not an integer', code: 'BAD_REQUEST' }],
+      [
+        { url: '/api/v1/events?last_event_id=-1', as: 'U' },
+        400,
+        { result: 'error', msg: "Missing 'queue_id' argument", code: 'BAD_REQUEST' },
+      ],
+      [
+        { method: 'POST', url: '/api/v1/register', as: 'U', form: { queue_lifespan_secs: '"60"' } },
+        400,
+        { result: 'error', msg: 'queue_lifespan_secs is not an integer', code: 'BAD_REQUEST' },
+      ],
     ];
     for (const [request, status, body] of cases) {
       const res = await api(ctx.app, request);
@@ -247,14 +357,29 @@ describe('GET /api/openapi.json', () => {
     }
     // Success bodies keep every key in the handler's order (spec §3.5 example).
     const user = await api(ctx.app, { url: '/api/v1/users/14', as: 'U' });
-    expect(user.body).toBe(JSON.stringify({
-      result: 'success', msg: '',
-      user: {
-        email: 'v@example.com', user_id: 14, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-        is_bot: false, full_name: 'V Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-        delivery_email: 'v@example.com', avatar_url: null, is_imported_stub: false,
-      },
-    }));
+    expect(user.body).toBe(
+      JSON.stringify({
+        result: 'success',
+        msg: '',
+        user: {
+          email: 'v@example.com',
+          user_id: 14,
+          avatar_version: 1,
+          is_admin: false,
+          is_owner: false,
+          is_guest: false,
+          role: 400,
+          is_bot: false,
+          full_name: 'V Member',
+          timezone: '',
+          is_active: true,
+          date_joined: '2024-01-02T03:04+00:00',
+          delivery_email: 'v@example.com',
+          avatar_url: null,
+          is_imported_stub: false,
+        },
+      }),
+    );
     // Path parameters stay what the router matched (no integer coercion of `stream_id`, no renaming of `*`).
     const unknown = await api(ctx.app, { method: 'PATCH', url: '/api/v1/navigation_views/a%2Fb', as: 'U', form: { is_pinned: 'true' } });
     expect(unknown.body).toBe(JSON.stringify({ result: 'error', msg: 'Navigation view does not exist.', code: 'NOT_FOUND' }));

@@ -2,8 +2,21 @@ import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/http/errors.js';
 import Type from 'typebox';
 import {
-  checkDict, compareCodePoints, decodeParameters, formParameters, jsonBoolean, jsonInteger, jsonList, jsonStringList, optional, parseJson,
-  queryParameters, required, requiredLast, text, trimmedText,
+  checkDict,
+  compareCodePoints,
+  decodeParameters,
+  formParameters,
+  jsonBoolean,
+  jsonInteger,
+  jsonList,
+  jsonStringList,
+  optional,
+  parseJson,
+  queryParameters,
+  required,
+  requiredLast,
+  text,
+  trimmedText,
 } from '../src/http/params.js';
 
 function errorOf(fn: () => unknown): unknown {
@@ -17,8 +30,10 @@ function errorOf(fn: () => unknown): unknown {
 
 const bad = (msg: string) => ({ status: 400, body: { result: 'error', msg, code: 'BAD_REQUEST' } });
 
-const sources = (body: Record<string, string>, query: Record<string, string> = {}) =>
-  ({ body: new Map(Object.entries(body)), query: new Map(Object.entries(query)) });
+const sources = (body: Record<string, string>, query: Record<string, string> = {}) => ({
+  body: new Map(Object.entries(body)),
+  query: new Map(Object.entries(query)),
+});
 
 const anyList = jsonList(Type.Unknown(), Number.MAX_SAFE_INTEGER).decode;
 const listOfAtMost = (limit: number) => jsonList(Type.Unknown(), limit).decode;
@@ -28,8 +43,10 @@ describe('Zulip parameter parsing (spec §1.6)', () => {
   it('JSON booleans', () => {
     expect(jsonBoolean.decode('true', 'b')).toBe(true);
     expect(jsonBoolean.decode(' false ', 'b')).toBe(false);
-    for (const raw of ['True', 'yes', '', 'tru']) expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not valid JSON'));
-    for (const raw of ['1', '"true"', 'null', '[]']) expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not a boolean'));
+    for (const raw of ['True', 'yes', '', 'tru'])
+      expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not valid JSON'));
+    for (const raw of ['1', '"true"', 'null', '[]'])
+      expect(errorOf(() => jsonBoolean.decode(raw, 'flag'))).toEqual(bad('flag is not a boolean'));
   });
 
   it('JSON integers', () => {
@@ -74,7 +91,11 @@ describe('Zulip parameter parsing (spec §1.6)', () => {
   });
 
   it('late parameters are reported missing after every other failure, lowest rank first, without var_name', () => {
-    const schema = queryParameters({ n: requiredLast(jsonInteger, '', 3), q: requiredLast(text, '', 2), b: optional(jsonBoolean, '', false) });
+    const schema = queryParameters({
+      n: requiredLast(jsonInteger, '', 3),
+      q: requiredLast(text, '', 2),
+      b: optional(jsonBoolean, '', false),
+    });
     expect(errorOf(() => decodeParameters(schema, sources({}, { b: '1' })))).toEqual(bad('b is not a boolean'));
     expect(errorOf(() => decodeParameters(schema, sources({}, {})))).toEqual(bad("Missing 'q' argument"));
     expect(errorOf(() => decodeParameters(schema, sources({}, { q: 'x' })))).toEqual(bad("Missing 'n' argument"));
@@ -83,7 +104,13 @@ describe('Zulip parameter parsing (spec §1.6)', () => {
   });
 
   it('reads the body before the query string; present-but-empty counts as present; defaults fill the rest', () => {
-    const schema = formParameters({ a: required(text, ''), b: required(text, ''), e: optional(text, '', 'default'), c: optional(text, '', 'default'), d: optional(text, '') });
+    const schema = formParameters({
+      a: required(text, ''),
+      b: required(text, ''),
+      e: optional(text, '', 'default'),
+      c: optional(text, '', 'default'),
+      d: optional(text, ''),
+    });
     const { values } = decodeParameters(schema, sources({ a: 'body', e: '' }, { a: 'query', b: 'query' }));
     expect(values).toEqual({ a: 'body', b: 'query', e: '', c: 'default', d: undefined });
     expect(Object.keys(values)).toEqual(['a', 'b', 'e', 'c', 'd']);

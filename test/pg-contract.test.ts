@@ -64,7 +64,9 @@ async function group(client: pg.ClientBase, statements: readonly GroupStatement[
   try {
     return { rows: await Promise.race([sent.rows, unanswered]), query: sent.query };
   } catch (error) {
-    throw new Error(`${moved('pipelined Query subclass protocol (Parse/Bind/Describe/Execute/Sync)', IMPLICIT)}: ${String(error)}`, { cause: error });
+    throw new Error(`${moved('pipelined Query subclass protocol (Parse/Bind/Describe/Execute/Sync)', IMPLICIT)}: ${String(error)}`, {
+      cause: error,
+    });
   } finally {
     clearTimeout(timer);
   }
@@ -103,14 +105,17 @@ describe('pg contract: versions', () => {
   // (PG_CONTRACT_ANY_VERSION=1, scripts/pg-upstream.sh), the versions whose surfaces the other tests check.
   it('the installed pg and pg-protocol are exactly the pinned ones (package.json: dependencies, overrides)', () => {
     if (anyVersion) {
-      console.info(`pg contract: checking pg ${installedPg}, pg-protocol ${installedProtocol} (pinned: pg ${manifest.dependencies['pg']}, pg-protocol ${manifest.overrides?.['pg-protocol']})`);
+      console.info(
+        `pg contract: checking pg ${installedPg}, pg-protocol ${installedProtocol} (pinned: pg ${manifest.dependencies['pg']}, pg-protocol ${manifest.overrides?.['pg-protocol']})`,
+      );
       expect(installedPg).toMatch(/^8\./);
       return;
     }
     expect(installedPg, `installed pg ${installedPg} is not the pinned one: ${READ_FIRST}`).toBe(manifest.dependencies['pg']);
-    expect(installedProtocol, `installed pg-protocol ${installedProtocol} is not the pinned one (package.json overrides): ${READ_FIRST}`).toBe(
-      manifest.overrides?.['pg-protocol'],
-    );
+    expect(
+      installedProtocol,
+      `installed pg-protocol ${installedProtocol} is not the pinned one (package.json overrides): ${READ_FIRST}`,
+    ).toBe(manifest.overrides?.['pg-protocol']);
   });
 });
 
@@ -127,7 +132,14 @@ describe('pg contract: modules', () => {
   it("pg/lib/utils.js exports prepareValue, and Query's prototype has the methods the subclass overrides or wraps", () => {
     expect(utils.prepareValue, moved('pg/lib/utils.js prepareValue', IMPLICIT)).toBeTypeOf('function');
     const prototype = pg.Query.prototype as unknown as Record<string, unknown>;
-    for (const method of ['submit', 'handleCommandComplete', 'handleRowDescription', 'handleDataRow', 'handleError', 'handleReadyForQuery']) {
+    for (const method of [
+      'submit',
+      'handleCommandComplete',
+      'handleRowDescription',
+      'handleDataRow',
+      'handleError',
+      'handleReadyForQuery',
+    ]) {
       expect(prototype[method], moved(`Query.prototype.${method}`, IMPLICIT)).toBeTypeOf('function');
     }
     // The subclass's own submit and its wrapped handleCommandComplete are set on the instance.
@@ -149,11 +161,19 @@ describe('pg contract: modules', () => {
       ['a JSON text', '[{"a":1}]', '[{"a":1}]'],
       ['an array of numbers', [1, 2, 3], '{"1","2","3"}'],
       ['an array of strings with NULL', ['a"b', 'c\\d', 'e,f', null], '{"a\\"b","c\\\\d","e,f",NULL}'],
-      ['a nested array', [[1, 2], [3, 4]], '{{"1","2"},{"3","4"}}'],
+      [
+        'a nested array',
+        [
+          [1, 2],
+          [3, 4],
+        ],
+        '{{"1","2"},{"3","4"}}',
+      ],
       ['an object (as JSON)', { a: [1, 'x'] }, '{"a":[1,"x"]}'],
       ['a Buffer (as it is)', bytes, bytes],
     ];
-    for (const [kind, value, expected] of cases) expect(prepareValue(value), moved(`prepareValue of ${kind}`, IMPLICIT)).toStrictEqual(expected);
+    for (const [kind, value, expected] of cases)
+      expect(prepareValue(value), moved(`prepareValue of ${kind}`, IMPLICIT)).toStrictEqual(expected);
     const date = new Date('2026-01-02T03:04:05.678Z');
     const dateText = prepareValue(date);
     expect(dateText, moved('prepareValue of a Date', IMPLICIT)).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$/);
@@ -191,13 +211,22 @@ describe('pg contract: a live pipelined client', () => {
     expect(connection.stream?.['uncork'], moved('Connection#stream.uncork', SOCKET)).toBeTypeOf('function');
     expect(client.pipeline, moved('Client#pipeline', 'src/db/pipelined-connections.ts')).toBe(true);
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    expect((client as unknown as { processID?: unknown }).processID, moved('Client#processID', 'src/db/user-transactions.ts (cancel)')).toBe(rows[0]!.pid);
+    expect(
+      (client as unknown as { processID?: unknown }).processID,
+      moved('Client#processID', 'src/db/user-transactions.ts (cancel)'),
+    ).toBe(rows[0]!.pid);
   });
 
   it('pipeline mode admits the Query subclass; N statements under one Sync answer N results, in order, from one transaction', async () => {
     const xid = { text: 'SELECT pg_current_xact_id()::text AS xid, $1::int AS n' };
-    const { rows, query } = await group(client, [0, 1, 2].map((n) => ({ ...xid, values: [n] })));
-    expect(rows.map((row) => (row as { n: number }[]).map((r) => r.n)), moved('several results of one Query (one per statement, in order)', IMPLICIT)).toEqual([[0], [1], [2]]);
+    const { rows, query } = await group(
+      client,
+      [0, 1, 2].map((n) => ({ ...xid, values: [n] })),
+    );
+    expect(
+      rows.map((row) => (row as { n: number }[]).map((r) => r.n)),
+      moved('several results of one Query (one per statement, in order)', IMPLICIT),
+    ).toEqual([[0], [1], [2]]);
     const xids = new Set(rows.map((row) => (row as { xid: string }[])[0]!.xid));
     expect(xids.size, moved('one Sync for the statements of a group: one implicit transaction', IMPLICIT)).toBe(1);
     expect(query.completed, moved('Query#handleCommandComplete called once per statement', IMPLICIT)).toBe(3);
@@ -226,14 +255,24 @@ describe('pg contract: a live pipelined client', () => {
     expect(maps.parsed[a.name], moved('Connection#parsedStatements (pg records its own Parse)', IMPLICIT)).toBe(a.text);
     expect(maps.submitted[a.name], moved('Connection#submittedNamedStatements (cleared once parsed)', IMPLICIT)).toBeUndefined();
     // b is new: two groups in one turn, the second sent before the first's Parse is answered.
-    const [first, second] = await Promise.all([group(client, [{ ...a, values: [2] }, { ...b, values: [2] }]), group(client, [{ ...b, values: [5] }])]);
+    const [first, second] = await Promise.all([
+      group(client, [
+        { ...a, values: [2] },
+        { ...b, values: [2] },
+      ]),
+      group(client, [{ ...b, values: [5] }]),
+    ]);
     expect(first.rows).toEqual([[{ n: 2 }], [{ n: 3 }]]);
     expect(second.rows).toEqual([[{ n: 6 }]]);
     expect(maps.parsed[b.name], moved('Connection#parsedStatements (the group records its Parse)', IMPLICIT)).toBe(b.text);
     expect(maps.submitted[b.name], moved('Connection#submittedNamedStatements', IMPLICIT)).toBeUndefined();
     // pg's own Query now skips the Parse of b.
-    expect((await client.query({ ...b, values: [9] })).rows, moved('Query#hasBeenParsed reads parsedStatements', IMPLICIT)).toEqual([{ n: 10 }]);
-    const prepared = await client.query<{ name: string }>("SELECT name FROM pg_prepared_statements WHERE name LIKE 'contract\\_%' ORDER BY name");
+    expect((await client.query({ ...b, values: [9] })).rows, moved('Query#hasBeenParsed reads parsedStatements', IMPLICIT)).toEqual([
+      { n: 10 },
+    ]);
+    const prepared = await client.query<{ name: string }>(
+      "SELECT name FROM pg_prepared_statements WHERE name LIKE 'contract\\_%' ORDER BY name",
+    );
     expect(prepared.rows).toEqual([{ name: a.name }, { name: b.name }]);
   });
 
@@ -249,10 +288,12 @@ describe('pg contract: a live pipelined client', () => {
 
   it('the values prepareValue converted arrive as PostgreSQL reads them (Bind with valueMapper)', async () => {
     const date = new Date('2026-01-02T03:04:05.678Z');
-    const { rows } = await group(client, [{
-      text: 'SELECT $1::int[] AS a, $2::text[] AS b, $3::jsonb AS c, $4::timestamptz AS d, $5::bool AS e, $6::text AS f, $7::bytea AS g, $8::float8 AS h',
-      values: [[1, 2], ['x"y', 'z\\w', null], { k: ['v'] }, date, false, null, Buffer.from([0, 255]), -1.5],
-    }]);
+    const { rows } = await group(client, [
+      {
+        text: 'SELECT $1::int[] AS a, $2::text[] AS b, $3::jsonb AS c, $4::timestamptz AS d, $5::bool AS e, $6::text AS f, $7::bytea AS g, $8::float8 AS h',
+        values: [[1, 2], ['x"y', 'z\\w', null], { k: ['v'] }, date, false, null, Buffer.from([0, 255]), -1.5],
+      },
+    ]);
     expect(rows, moved('Connection#bind with valueMapper, after prepareValue', IMPLICIT)).toEqual([
       [{ a: [1, 2], b: ['x"y', 'z\\w', null], c: { k: ['v'] }, d: date, e: false, f: null, g: Buffer.from([0, 255]), h: -1.5 }],
     ]);
@@ -273,7 +314,14 @@ describe('pg contract: a live pipelined client', () => {
     const pooled = await database.pool.connect();
     try {
       expect(pooled.pipeline, moved('Pool config pipeline: true reaching its clients', 'src/db/database.ts')).toBe(true);
-      expect((await group(pooled, [{ text: 'SELECT 1 AS n', values: [] }, { text: 'SELECT 2 AS n', values: [] }])).rows).toEqual([[{ n: 1 }], [{ n: 2 }]]);
+      expect(
+        (
+          await group(pooled, [
+            { text: 'SELECT 1 AS n', values: [] },
+            { text: 'SELECT 2 AS n', values: [] },
+          ])
+        ).rows,
+      ).toEqual([[{ n: 1 }], [{ n: 2 }]]);
     } finally {
       pooled.release();
     }

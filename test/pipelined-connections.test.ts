@@ -25,19 +25,28 @@ afterAll(async () => {
 
 function pipelinedReads(options: Partial<PipelinedConnectionsOptions> = {}): PipelinedConnections {
   const reads = new PipelinedConnections({
-    connectionString: database.url, connections: 1, connectTimeoutMs: 2000, statementTimeoutMs: 0, keepAliveInitialDelayMs: 10_000, types: pg.types, ...options,
+    connectionString: database.url,
+    connections: 1,
+    connectTimeoutMs: 2000,
+    statementTimeoutMs: 0,
+    keepAliveInitialDelayMs: 10_000,
+    types: pg.types,
+    ...options,
   });
   opened.push(reads);
   return reads;
 }
 
-const backendPid = async (reads: PipelinedConnections) => (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
+const backendPid = async (reads: PipelinedConnections) =>
+  (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
 
 describe('PipelinedConnections', () => {
   it('answers concurrent statements each with its own rows, on no more connections than configured', async () => {
     const reads = pipelinedReads({ connections: 2 });
     const answers = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => reads.run<{ n: number; pid: number }>({ text: 'SELECT $1::int AS n, pg_backend_pid() AS pid' }, [i])),
+      Array.from({ length: 200 }, (_, i) =>
+        reads.run<{ n: number; pid: number }>({ text: 'SELECT $1::int AS n, pg_backend_pid() AS pid' }, [i]),
+      ),
     );
     expect(answers.map((rows) => rows.map((row) => row.n))).toEqual(Array.from({ length: 200 }, (_, i) => [i]));
     expect(new Set(answers.map((rows) => rows[0]!.pid)).size).toBe(2);
@@ -56,9 +65,14 @@ describe('PipelinedConnections', () => {
   it('a named statement is prepared once per connection, also when its first executions are pipelined together', async () => {
     const reads = pipelinedReads();
     const text = 'SELECT $1::int + 1 AS next';
-    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => reads.run<{ next: number }>({ name: 'pipelined_probe', text }, [i])));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => reads.run<{ next: number }>({ name: 'pipelined_probe', text }, [i])),
+    );
     expect(answers).toEqual(Array.from({ length: 20 }, (_, i) => [{ next: i + 1 }]));
-    const prepared = await reads.run<{ statement: string }>({ text: "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'" }, []);
+    const prepared = await reads.run<{ statement: string }>(
+      { text: "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'" },
+      [],
+    );
     expect(prepared).toEqual([{ statement: text }]);
   });
 
@@ -80,7 +94,9 @@ describe('PipelinedConnections', () => {
     // Settled from the start: the connection's errors may arrive before the terminate statement returns.
     const outcomes = Promise.allSettled([reads.run({ text: 'SELECT pg_sleep(5)' }, []), reads.run({ text: 'SELECT 1 AS one' }, [])]);
     await vi.waitFor(async () => {
-      const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
+      const { rows } = await sql<{
+        n: number;
+      }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
       expect(rows[0]!.n).toBe(1);
     });
     await sql`SELECT pg_terminate_backend(${pid})`.execute(database.db);
@@ -91,10 +107,13 @@ describe('PipelinedConnections', () => {
     expect(await reads.run({ text: 'SELECT 2 AS two' }, [])).toEqual([{ two: 2 }]);
   });
 
-  it('a statement running past the connections\' statement_timeout fails as unavailable; the statements queued behind it are answered', async () => {
+  it("a statement running past the connections' statement_timeout fails as unavailable; the statements queued behind it are answered", async () => {
     const reads = pipelinedReads({ statementTimeoutMs: 200 });
     const started = Date.now();
-    const [slow, next] = await Promise.allSettled([reads.run({ text: 'SELECT pg_sleep(5)' }, []), reads.run({ text: 'SELECT 7 AS seven' }, [])]);
+    const [slow, next] = await Promise.allSettled([
+      reads.run({ text: 'SELECT pg_sleep(5)' }, []),
+      reads.run({ text: 'SELECT 7 AS seven' }, []),
+    ]);
     expect(slow).toMatchObject({ status: 'rejected', reason: { code: '57014' } }); // query_canceled
     expect(isDatabaseUnavailable((slow as PromiseRejectedResult).reason)).toBe(true);
     expect(next).toEqual({ status: 'fulfilled', value: [{ seven: 7 }] });
@@ -150,7 +169,9 @@ describe('PipelinedConnections', () => {
     expect(isDatabaseUnavailable(await ended.catch((error: unknown) => error))).toBe(true);
     expect(pids.size).toBe(2);
     await vi.waitFor(async () => {
-      const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY(${[...pids]}::int[])`.execute(database.db);
+      const { rows } = await sql<{
+        n: number;
+      }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY(${[...pids]}::int[])`.execute(database.db);
       expect(rows).toEqual([{ n: 0 }]);
     });
   });

@@ -46,7 +46,13 @@ async function secondInstance(ctx: TestContext): Promise<{ app: FastifyInstance;
   const handle = createDatabase(ctx.database.url);
   const app = await buildApp({ config: ctx.config, ...handle });
   await app.ready();
-  return { app, close: async () => { await app.close(); await handle.close(); } };
+  return {
+    app,
+    close: async () => {
+      await app.close();
+      await handle.close();
+    },
+  };
 }
 
 const getV = (app: FastifyInstance, query = '') => api(app, { url: `/api/v1/users/14${query}`, as: 'U' });
@@ -105,15 +111,25 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     const hits = await hitsOf(ctx, ids.U);
     expectRefused(await getV(ctx.app, '?client_gravatar=yes'));
     const bulk = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U', form: { subscription_data: 'nope' },
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      form: { subscription_data: 'nope' },
     });
     expectRefused(bulk);
     const write = await api(ctx.app, {
-      method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U',
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]) },
     });
     expectRefused(write);
-    const sub = await ctx.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow();
+    const sub = await ctx.db
+      .selectFrom('subscriptions')
+      .select('pin_to_top')
+      .where('user_id', '=', ids.U)
+      .where('stream_id', '=', ids.P)
+      .executeTakeFirstOrThrow();
     expect(sub.pin_to_top).toBe(false); // the refused write did not happen
 
     // Failed authentication, also with V's address: no headers, nothing recorded for anyone.
@@ -174,7 +190,12 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     }
     expect(await hitsOf(ctx, ids.U)).toHaveLength(3);
     // Nor are 404, 405, OPTIONS and the operational endpoints.
-    for (const [method, url] of [['GET', '/api/v1/nope'], ['DELETE', '/api/v1/users/14'], ['OPTIONS', '/api/v1/users/14'], ['GET', '/health']] as const) {
+    for (const [method, url] of [
+      ['GET', '/api/v1/nope'],
+      ['DELETE', '/api/v1/users/14'],
+      ['OPTIONS', '/api/v1/users/14'],
+      ['GET', '/health'],
+    ] as const) {
       expectNoRateHeaders(await api(ctx.app, { method, url, as: 'V' }));
     }
     expect((await allLogs(ctx)).map((log) => log.user_id)).toEqual([ids.U]);
@@ -205,14 +226,21 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
   it('adds no SQL statement: the decision rides in the authentication statement', async () => {
     const unlimited = await buildApp({ config: { ...ctx.config, rateLimiting: false }, ...ctx.database });
     try {
-      for (const [url, as] of [['/api/v1/users/14', 'M'], ['/api/v1/users/me/subscriptions', 'V'], ['/api/v1/users/14?client_gravatar=yes', 'G']] as const) {
+      for (const [url, as] of [
+        ['/api/v1/users/14', 'M'],
+        ['/api/v1/users/me/subscriptions', 'V'],
+        ['/api/v1/users/14?client_gravatar=yes', 'G'],
+      ] as const) {
         ctx.database.statements.length = 0;
         await api(unlimited, { url, as });
         const baseline = ctx.database.statements.length;
         ctx.database.statements.length = 0;
         await api(ctx.app, { url, as });
         expect(ctx.database.statements.length, url).toBe(baseline);
-        expect(ctx.database.statements.filter((text) => text.includes('rate_limit_logs')), url).toHaveLength(1);
+        expect(
+          ctx.database.statements.filter((text) => text.includes('rate_limit_logs')),
+          url,
+        ).toHaveLength(1);
       }
       // A refusal costs that one statement and nothing else.
       await exhaustU();
@@ -270,9 +298,7 @@ describe('rate limiting under concurrency', () => {
   it('20 simultaneous requests over two instances: exactly 5 accepted', async () => {
     const other = await secondInstance(ctx);
     try {
-      const responses = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => getV(i % 2 === 0 ? ctx.app : other.app)),
-      );
+      const responses = await Promise.all(Array.from({ length: 20 }, (_, i) => getV(i % 2 === 0 ? ctx.app : other.app)));
       const accepted = responses.filter((res) => res.statusCode === 200);
       expect(accepted).toHaveLength(5);
       expect(responses.filter((res) => res.statusCode === 429)).toHaveLength(15);
@@ -333,7 +359,9 @@ describe('authentication statements of one turn of the event loop go out togethe
   it('one key twice in a turn: the second request gets a statement of its own, decided after the first', async () => {
     ctx.database.statements.length = 0;
     const [first, second, other, refusedAuth] = await Promise.all([
-      getV(ctx.app), getV(ctx.app), api(ctx.app, { url: '/api/v1/users/13', as: 'V' }),
+      getV(ctx.app),
+      getV(ctx.app),
+      api(ctx.app, { url: '/api/v1/users/13', as: 'V' }),
       api(ctx.app, { url: '/api/v1/users/13', headers: { authorization: basicAuth('u@example.com', apiKeys.V) } }),
     ]);
     // U's two requests are decided one after the other (which one first depends on the order they
@@ -343,7 +371,7 @@ describe('authentication statements of one turn of the event loop go out togethe
     expect(refusedAuth.statusCode).toBe(401);
     // [U], then [U, V], then [V's key with U's address]: each repeated key starts a new batch.
     expect(batchStatements()).toHaveLength(3);
-    expect((await hitsOf(ctx, ids.V))).toHaveLength(1); // the refused request was not counted
+    expect(await hitsOf(ctx, ids.V)).toHaveLength(1); // the refused request was not counted
   });
 });
 
@@ -356,8 +384,14 @@ describe('batches of two instances sharing users', () => {
       for (let round = 0; round < 40; round++) {
         // Each instance batches the same users, in opposite orders.
         const responses = await Promise.all([
-          ask(ctx.app, 'U'), ask(ctx.app, 'V'), ask(ctx.app, 'O'), ask(ctx.app, 'A'),
-          ask(other.app, 'A'), ask(other.app, 'O'), ask(other.app, 'V'), ask(other.app, 'U'),
+          ask(ctx.app, 'U'),
+          ask(ctx.app, 'V'),
+          ask(ctx.app, 'O'),
+          ask(ctx.app, 'A'),
+          ask(other.app, 'A'),
+          ask(other.app, 'O'),
+          ask(other.app, 'V'),
+          ask(other.app, 'U'),
         ]);
         expect(responses.map((res) => res.statusCode)).toEqual(Array(8).fill(200));
       }

@@ -11,19 +11,57 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{1
 const JOINED = '2024-01-02T03:04+00:00';
 
 const human = (id: number, fullName: string, email: string, role: number, extra: object = {}) => ({
-  email, user_id: id, avatar_version: 1, is_admin: role <= 200, is_owner: role === 100, is_guest: role === 600, role,
-  is_bot: false, full_name: fullName, timezone: '', date_joined: JOINED, delivery_email: email, avatar_url: null,
-  is_imported_stub: false, profile_data: {}, ...extra,
+  email,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: role <= 200,
+  is_owner: role === 100,
+  is_guest: role === 600,
+  role,
+  is_bot: false,
+  full_name: fullName,
+  timezone: '',
+  date_joined: JOINED,
+  delivery_email: email,
+  avatar_url: null,
+  is_imported_stub: false,
+  profile_data: {},
+  ...extra,
 });
 const bot = (id: number, fullName: string, email: string, botType: number) => ({
-  email, user_id: id, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400, is_bot: true,
-  full_name: fullName, timezone: '', date_joined: JOINED, delivery_email: email, avatar_url: null, is_imported_stub: false,
-  bot_type: botType, bot_owner_id: 13,
+  email,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: false,
+  is_owner: false,
+  is_guest: false,
+  role: 400,
+  is_bot: true,
+  full_name: fullName,
+  timezone: '',
+  date_joined: JOINED,
+  delivery_email: email,
+  avatar_url: null,
+  is_imported_stub: false,
+  bot_type: botType,
+  bot_owner_id: 13,
 });
 const placeholder = (id: number) => ({
-  email: `user${id}@chat.example.com`, user_id: id, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false,
-  role: 400, is_bot: false, full_name: 'Unknown user', timezone: '', date_joined: '1970-01-01T00:00:00+00:00',
-  delivery_email: null, avatar_url: '/static/images/unknown-user-avatar.png', is_imported_stub: false, profile_data: {},
+  email: `user${id}@chat.example.com`,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: false,
+  is_owner: false,
+  is_guest: false,
+  role: 400,
+  is_bot: false,
+  full_name: 'Unknown user',
+  timezone: '',
+  date_joined: '1970-01-01T00:00:00+00:00',
+  delivery_email: null,
+  avatar_url: '/static/images/unknown-user-avatar.png',
+  is_imported_stub: false,
+  profile_data: {},
 });
 
 const V_PROFILE_DATA = {
@@ -47,16 +85,39 @@ const USERS = {
 
 /** P as U sees it, notification settings as a client without notification_settings_null gets them. */
 const P_SUBSCRIPTION = {
-  is_archived: false, audible_notifications: false, color: '#76ce90', creator_id: null, date_created: 1704164645,
-  description: 'General chat', desktop_notifications: false, email_notifications: false, first_message_id: null,
-  history_public_to_subscribers: true, in_home_view: true, invite_only: false, is_muted: false, is_web_public: false,
-  message_retention_days: null, name: 'P', pin_to_top: false, push_notifications: false,
-  rendered_description: '<p>General chat</p>', stream_id: 100, stream_weekly_traffic: null, wildcard_mentions_notify: null,
+  is_archived: false,
+  audible_notifications: false,
+  color: '#76ce90',
+  creator_id: null,
+  date_created: 1704164645,
+  description: 'General chat',
+  desktop_notifications: false,
+  email_notifications: false,
+  first_message_id: null,
+  history_public_to_subscribers: true,
+  in_home_view: true,
+  invite_only: false,
+  is_muted: false,
+  is_web_public: false,
+  message_retention_days: null,
+  name: 'P',
+  pin_to_top: false,
+  push_notifications: false,
+  rendered_description: '<p>General chat</p>',
+  stream_id: 100,
+  stream_weekly_traffic: null,
+  wildcard_mentions_notify: null,
 };
 
 const header = (queueId: string, idleQueueTimeoutSecs = 600) => ({
-  result: 'success', msg: '', queue_id: queueId, idle_queue_timeout_secs: idleQueueTimeoutSecs, zulip_version: '12.0-dev', zulip_feature_level: 490,
-  zulip_merge_base: '12.0-dev', event_queue_longpoll_timeout_seconds: 90,
+  result: 'success',
+  msg: '',
+  queue_id: queueId,
+  idle_queue_timeout_secs: idleQueueTimeoutSecs,
+  zulip_version: '12.0-dev',
+  zulip_feature_level: 490,
+  zulip_merge_base: '12.0-dev',
+  event_queue_longpoll_timeout_seconds: 90,
 });
 
 const queues = (db: Database) => db.selectFrom('event_queues').selectAll().orderBy('created_at').execute();
@@ -73,18 +134,27 @@ describe('POST /api/v1/register', () => {
   it('case 150: every section, keys in order, and a new queue for the caller', async () => {
     const { res, body } = await registered();
     expect(body.queue_id).toMatch(UUID);
-    expect(res.body).toBe(JSON.stringify({
-      ...header(body.queue_id),
-      realm_users: [10, 11, 12, 13, 14, 15, 16, 17].map((id) => USERS[id as keyof typeof USERS]),
-      realm_non_active_users: [USERS[18]],
-      subscriptions: [P_SUBSCRIPTION],
-      navigation_views: [],
-      last_event_id: -1,
-    }));
+    expect(res.body).toBe(
+      JSON.stringify({
+        ...header(body.queue_id),
+        realm_users: [10, 11, 12, 13, 14, 15, 16, 17].map((id) => USERS[id as keyof typeof USERS]),
+        realm_non_active_users: [USERS[18]],
+        subscriptions: [P_SUBSCRIPTION],
+        navigation_views: [],
+        last_event_id: -1,
+      }),
+    );
     const [queue] = await queues(ctx.db);
     expect(queue).toMatchObject({
-      id: body.queue_id, realm_id: 1, user_id: 13, event_types: null, last_acked_id: -1, next_event_id: 0,
-      lifespan_seconds: 600, poll_id: null, poll_lease_until: null,
+      id: body.queue_id,
+      realm_id: 1,
+      user_id: 13,
+      event_types: null,
+      last_acked_id: -1,
+      next_event_id: 0,
+      lifespan_seconds: 600,
+      poll_id: null,
+      poll_lease_until: null,
     });
     expect(await pendingEvents(ctx.app, body.queue_id)).toEqual([]);
   });
@@ -116,7 +186,11 @@ describe('POST /api/v1/register', () => {
   it('event_types picks the sections when fetch_event_types is absent; fetch_event_types wins when present', async () => {
     const bySubscription = await registered({ event_types: '["subscription","realm_user"]' });
     expect(Object.keys(bySubscription.body)).toEqual([
-      ...Object.keys(header('')), 'realm_users', 'realm_non_active_users', 'subscriptions', 'last_event_id',
+      ...Object.keys(header('')),
+      'realm_users',
+      'realm_non_active_users',
+      'subscriptions',
+      'last_event_id',
     ]);
     const fetchWins = await registered({ event_types: '["subscription"]', fetch_event_types: '["navigation_views"]' });
     expect(Object.keys(fetchWins.body)).toEqual([...Object.keys(header('')), 'navigation_views', 'last_event_id']);
@@ -124,7 +198,9 @@ describe('POST /api/v1/register', () => {
 
   it('case 153: realm_users and realm_non_active_users carry no is_active key', async () => {
     const { body } = await registered({ fetch_event_types: '["realm_user"]' });
-    expect(JSON.stringify(body.realm_users)).toBe(JSON.stringify([10, 11, 12, 13, 14, 15, 16, 17].map((id) => USERS[id as keyof typeof USERS])));
+    expect(JSON.stringify(body.realm_users)).toBe(
+      JSON.stringify([10, 11, 12, 13, 14, 15, 16, 17].map((id) => USERS[id as keyof typeof USERS])),
+    );
     expect(JSON.stringify(body.realm_non_active_users)).toBe(JSON.stringify([USERS[18]]));
     expect(JSON.stringify(body)).not.toContain('is_active');
   });
@@ -142,17 +218,29 @@ describe('POST /api/v1/register', () => {
     expect(JSON.stringify((await registered(fetch)).body.subscriptions)).toBe(JSON.stringify([P_SUBSCRIPTION]));
 
     const nulls = await registered({ ...fetch, client_capabilities: '{"notification_settings_null":true}' });
-    expect(JSON.stringify(nulls.body.subscriptions)).toBe(JSON.stringify([{
-      ...P_SUBSCRIPTION, audible_notifications: null, desktop_notifications: null, email_notifications: null, push_notifications: null,
-    }]));
+    expect(JSON.stringify(nulls.body.subscriptions)).toBe(
+      JSON.stringify([
+        {
+          ...P_SUBSCRIPTION,
+          audible_notifications: null,
+          desktop_notifications: null,
+          email_notifications: null,
+          push_notifications: null,
+        },
+      ]),
+    );
 
     await ctx.db.updateTable('users').set({ enable_stream_push_notifications: true }).where('id', '=', 13).execute();
     const push = await registered(fetch);
     expect(JSON.stringify(push.body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, push_notifications: true }]));
 
     // A stored value is never replaced.
-    await ctx.db.updateTable('subscriptions').set({ push_notifications: false, desktop_notifications: true })
-      .where('user_id', '=', 13).where('stream_id', '=', 100).execute();
+    await ctx.db
+      .updateTable('subscriptions')
+      .set({ push_notifications: false, desktop_notifications: true })
+      .where('user_id', '=', 13)
+      .where('stream_id', '=', 100)
+      .execute();
     const stored = await registered(fetch);
     expect(JSON.stringify(stored.body.subscriptions)).toBe(JSON.stringify([{ ...P_SUBSCRIPTION, desktop_notifications: true }]));
   });
@@ -168,9 +256,19 @@ describe('POST /api/v1/register', () => {
     await restrict(ctx.db);
     const fetch = { fetch_event_types: '["realm_user"]' };
     const full = await registered(fetch, 'G');
-    expect(JSON.stringify(full.body.realm_users)).toBe(JSON.stringify([
-      placeholder(10), placeholder(11), placeholder(12), USERS[13], USERS[14], USERS[15], USERS[16], USERS[17], placeholder(18),
-    ]));
+    expect(JSON.stringify(full.body.realm_users)).toBe(
+      JSON.stringify([
+        placeholder(10),
+        placeholder(11),
+        placeholder(12),
+        USERS[13],
+        USERS[14],
+        USERS[15],
+        USERS[16],
+        USERS[17],
+        placeholder(18),
+      ]),
+    );
     expect(full.body.realm_non_active_users).toEqual([]);
 
     const incomplete = await registered({ ...fetch, client_capabilities: '{"user_list_incomplete":true}' }, 'G');
@@ -178,16 +276,22 @@ describe('POST /api/v1/register', () => {
     expect(incomplete.body.realm_non_active_users).toEqual([]);
   });
 
-  it('navigation_views lists the caller\'s views in creation order', async () => {
-    await ctx.db.insertInto('navigation_views').values([
-      { realm_id: 1, user_id: 13, fragment: 'feed', is_pinned: true, name: null },
-      { realm_id: 1, user_id: 13, fragment: 'narrow/x', is_pinned: false, name: 'X' },
-      { realm_id: 1, user_id: 14, fragment: 'inbox', is_pinned: true, name: null },
-    ]).execute();
+  it("navigation_views lists the caller's views in creation order", async () => {
+    await ctx.db
+      .insertInto('navigation_views')
+      .values([
+        { realm_id: 1, user_id: 13, fragment: 'feed', is_pinned: true, name: null },
+        { realm_id: 1, user_id: 13, fragment: 'narrow/x', is_pinned: false, name: 'X' },
+        { realm_id: 1, user_id: 14, fragment: 'inbox', is_pinned: true, name: null },
+      ])
+      .execute();
     const { body } = await registered({ fetch_event_types: '["navigation_views"]' });
-    expect(JSON.stringify(body.navigation_views)).toBe(JSON.stringify([
-      { fragment: 'feed', is_pinned: true, name: null }, { fragment: 'narrow/x', is_pinned: false, name: 'X' },
-    ]));
+    expect(JSON.stringify(body.navigation_views)).toBe(
+      JSON.stringify([
+        { fragment: 'feed', is_pinned: true, name: null },
+        { fragment: 'narrow/x', is_pinned: false, name: 'X' },
+      ]),
+    );
   });
 
   it('case 157: parameter errors, in table order, create no queue', async () => {
@@ -216,13 +320,23 @@ describe('POST /api/v1/register', () => {
 
   it('case 158: parameters Zulip knows but this server does not are reported', async () => {
     const { res, body } = await registered({ apply_markdown: 'true', narrow: '[]', fetch_event_types: '[]', client: 'x' });
-    expect(res.body).toBe(JSON.stringify({
-      ...header(body.queue_id), last_event_id: -1, ignored_parameters_unsupported: ['apply_markdown', 'narrow'],
-    }));
+    expect(res.body).toBe(
+      JSON.stringify({
+        ...header(body.queue_id),
+        last_event_id: -1,
+        ignored_parameters_unsupported: ['apply_markdown', 'narrow'],
+      }),
+    );
   });
 
   it('queue_lifespan_secs: ≤ 0 means the default, larger values are capped', async () => {
-    const lifespans: [string, number][] = [['0', 600], ['-5', 600], ['2', 2], ['604800', 604800], ['999999999999', 604800]];
+    const lifespans: [string, number][] = [
+      ['0', 600],
+      ['-5', 600],
+      ['2', 2],
+      ['604800', 604800],
+      ['999999999999', 604800],
+    ];
     for (const [requested] of lifespans) await registered({ queue_lifespan_secs: requested, fetch_event_types: '[]' });
     expect((await queues(ctx.db)).map((queue) => queue.lifespan_seconds).sort((a, b) => a - b)).toEqual(
       lifespans.map(([, stored]) => stored).sort((a, b) => a - b),
@@ -246,7 +360,11 @@ describe('POST /api/v1/register', () => {
     for (const [form, seconds] of cases) {
       const { res, body } = await registered({ ...form, fetch_event_types: '[]' });
       expect(res.body, JSON.stringify(form)).toBe(JSON.stringify({ ...header(body.queue_id, seconds), last_event_id: -1 }));
-      const queue = await ctx.db.selectFrom('event_queues').select('lifespan_seconds').where('id', '=', body.queue_id).executeTakeFirstOrThrow();
+      const queue = await ctx.db
+        .selectFrom('event_queues')
+        .select('lifespan_seconds')
+        .where('id', '=', body.queue_id)
+        .executeTakeFirstOrThrow();
       expect(queue.lifespan_seconds).toBe(seconds);
     }
   });
@@ -275,7 +393,10 @@ describe('POST /api/v1/register', () => {
   });
 
   it('event types containing NUL are accepted; they match no event (never a 500)', async () => {
-    const { body } = await registered({ event_types: '["\\u0000","navigation_view\\u0000x","subscription"]', fetch_event_types: '["\\u0000"]' });
+    const { body } = await registered({
+      event_types: '["\\u0000","navigation_view\\u0000x","subscription"]',
+      fetch_event_types: '["\\u0000"]',
+    });
     const queue = await ctx.db.selectFrom('event_queues').selectAll().where('id', '=', body.queue_id).executeTakeFirstOrThrow();
     expect(queue.event_types).toEqual(['subscription']);
     expect(Object.keys(body)).toEqual([...Object.keys(header('')), 'last_event_id']);

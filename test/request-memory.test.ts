@@ -79,10 +79,13 @@ describe('the instance', () => {
     const held = bulk(ctx, pinTo(true), 'U', padded(3000));
     await eventually(async () => (await userLockWaiters(locker!, ids.U)) === 1);
     const body = `subscription_data=${encodeURIComponent(pinTo(true))}&padding=${'y'.repeat(2000)}`;
-    const send = (authorization: string, headers: Record<string, string> = {}) => api(ctx!.app, {
-      method: 'POST', url: PROPERTIES_URL, payload: body,
-      headers: { authorization, 'content-type': 'application/x-www-form-urlencoded', ...headers },
-    });
+    const send = (authorization: string, headers: Record<string, string> = {}) =>
+      api(ctx!.app, {
+        method: 'POST',
+        url: PROPERTIES_URL,
+        payload: body,
+        headers: { authorization, 'content-type': 'application/x-www-form-urlencoded', ...headers },
+      });
     const refused = await send(auth('V'));
     expect(refused.statusCode).toBe(503);
     expect(refused.body).toBe(UNAVAILABLE);
@@ -105,7 +108,11 @@ describe('a burst of large writes from one account', () => {
   it('keeps the heap bounded (under 150 MB above where it started) and fails nobody with 500', async () => {
     ctx = await createTestContext({ env: { RATE_LIMITING: 'true' } });
     // 10,000 entries on one subscription (about 500 KB urlencoded), the largest update the limits allow.
-    const entries = Array.from({ length: 10_000 }, (_, index) => ({ stream_id: ids.P, property: 'color', value: `#${String(index).padStart(6, '0')}` }));
+    const entries = Array.from({ length: 10_000 }, (_, index) => ({
+      stream_id: ids.P,
+      property: 'color',
+      value: `#${String(index).padStart(6, '0')}`,
+    }));
     const payload = `subscription_data=${encodeURIComponent(JSON.stringify(entries))}`;
     global.gc?.();
     const baseline = process.memoryUsage().heapUsed;
@@ -114,10 +121,17 @@ describe('a burst of large writes from one account', () => {
       peak = Math.max(peak, process.memoryUsage().heapUsed);
     }, 5);
     try {
-      const responses = await Promise.all(Array.from({ length: 150 }, () => api(ctx!.app, {
-        method: 'POST', url: PROPERTIES_URL, as: 'U', payload,
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      })));
+      const responses = await Promise.all(
+        Array.from({ length: 150 }, () =>
+          api(ctx!.app, {
+            method: 'POST',
+            url: PROPERTIES_URL,
+            as: 'U',
+            payload,
+            headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          }),
+        ),
+      );
       const statuses = responses.map((res) => res.statusCode);
       expect(statuses.filter((status) => ![200, 429, 503].includes(status))).toEqual([]);
       expect(statuses.filter((status) => status === 200).length).toBeGreaterThan(0);

@@ -36,7 +36,9 @@ describe('reusableStatement', () => {
 
     database.statements.length = 0;
     // D (deactivated) is never listed: the constant `true` was not taken for the `false` argument.
-    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: false })).toEqual([ids.O, ids.A, ids.M, ids.U, ids.V, ids.G, ids.B, ids.H].map((id) => ({ id })));
+    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: false })).toEqual(
+      [ids.O, ids.A, ids.M, ids.U, ids.V, ids.G, ids.B, ids.H].map((id) => ({ id })),
+    );
     expect(await usersInRealm(database.reads, { realmId: ids.R2, isStub: false })).toEqual([{ id: ids.X }]);
     expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: true })).toEqual([]);
     expect(builds).toBe(1);
@@ -45,11 +47,14 @@ describe('reusableStatement', () => {
 
   it('refuses, at its first run, a query that does not bind each declared argument as it was given, or binds an undeclared one', async () => {
     const unused = reusableStatement<{ userId: number; other: number }, { id: number }>(['userId', 'other'], (db, args) =>
-      db.selectFrom('users').select('id').where('id', '=', args.userId));
+      db.selectFrom('users').select('id').where('id', '=', args.userId),
+    );
     const transformed = reusableStatement<{ email: string }, { id: number }>(['email'], (db, args) =>
-      db.selectFrom('users').select('id').where('delivery_email', '=', String(args.email).toLowerCase()));
+      db.selectFrom('users').select('id').where('delivery_email', '=', String(args.email).toLowerCase()),
+    );
     const undeclared = reusableStatement<{ userId: number; realmId: number }, { id: number }>(['userId'], (db, args) =>
-      db.selectFrom('users').select('id').where('id', '=', args.userId).where('realm_id', '=', args.realmId));
+      db.selectFrom('users').select('id').where('id', '=', args.userId).where('realm_id', '=', args.realmId),
+    );
     database.statements.length = 0;
     await expect(unused(database.reads, { userId: ids.U, other: 0 })).rejects.toThrow('argument other is not bound');
     await expect(transformed(database.reads, { email: 'u@example.com' })).rejects.toThrow('argument email is not bound');
@@ -59,13 +64,22 @@ describe('reusableStatement', () => {
 
   it('an argument used in several places is one parameter, referenced each time', async () => {
     const sent: { text: string; values: readonly unknown[] }[] = [];
-    const recording = { run: <R>(statement: { text: string }, values: readonly unknown[]) => {
-      sent.push({ text: statement.text, values });
-      return database.reads.run<R>(statement, values);
-    } };
+    const recording = {
+      run: <R>(statement: { text: string }, values: readonly unknown[]) => {
+        sent.push({ text: statement.text, values });
+        return database.reads.run<R>(statement, values);
+      },
+    };
     const ownedBots = reusableStatement<{ userId: number; active: boolean }, { id: number }>(['userId', 'active'], (db, args) =>
-      db.selectFrom('users').select('id').where('bot_owner_id', '=', args.userId).where('is_active', '=', args.active)
-        .where('id', '<>', args.userId).where('bot_type', '=', 1).orderBy('id'));
+      db
+        .selectFrom('users')
+        .select('id')
+        .where('bot_owner_id', '=', args.userId)
+        .where('is_active', '=', args.active)
+        .where('id', '<>', args.userId)
+        .where('bot_type', '=', 1)
+        .orderBy('id'),
+    );
     expect(await ownedBots(recording, { userId: ids.U, active: true })).toEqual([{ id: ids.B }]);
     // userId twice as $1, active as $2, the constant 1 as $3: Kysely's four parameters become three.
     expect(sent[0]!.text).toMatch(/"bot_owner_id" = \$1 and "is_active" = \$2 and "id" <> \$1 and "bot_type" = \$3/);
@@ -74,7 +88,11 @@ describe('reusableStatement', () => {
 
   it('a failing statement rejects with the database error, and is counted', async () => {
     const divide = reusableStatement<{ divisor: number }, { quotient: number }>(['divisor'], (db, args) =>
-      db.selectFrom('users').select(sql<number>`1 / ${args.divisor}`.as('quotient')).where('id', '=', ids.U));
+      db
+        .selectFrom('users')
+        .select(sql<number>`1 / ${args.divisor}`.as('quotient'))
+        .where('id', '=', ids.U),
+    );
     database.statements.length = 0;
     await expect(divide(database.reads, { divisor: 0 })).rejects.toMatchObject({ code: '22012' }); // division_by_zero
     expect(database.statements).toHaveLength(1);
@@ -83,17 +101,20 @@ describe('reusableStatement', () => {
 
   it('runs as a named prepared statement on the connection that runs it; queries through the pool stay unnamed', async () => {
     const fullName = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
-      db.selectFrom('users').select('full_name').where('id', '=', args.userId));
+      db.selectFrom('users').select('full_name').where('id', '=', args.userId),
+    );
     const fullNameSql = database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql;
     const preparedHere = reusableStatement<{ userId: number }, { prepared: string[]; names: string[] }>(['userId'], (db, args) =>
       db
         .selectFrom('users')
         .select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared'))
         .select(sql<string[]>`(SELECT array_agg(name) FROM pg_prepared_statements)`.as('names'))
-        .where('id', '=', args.userId));
+        .where('id', '=', args.userId),
+    );
     // The same text built a second time: one name, one preparation per connection.
     const fullNameAgain = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
-      db.selectFrom('users').select('full_name').where('id', '=', args.userId));
+      db.selectFrom('users').select('full_name').where('id', '=', args.userId),
+    );
 
     expect(await fullName(database.reads, { userId: ids.O })).toEqual([{ full_name: 'O Owner' }]);
     expect(await fullNameAgain(database.reads, { userId: ids.U })).toEqual([{ full_name: 'U Member' }]);

@@ -5,8 +5,19 @@ const EXAMPLE = {
   result: 'success',
   msg: '',
   authentication_methods: {
-    password: false, dev: false, email: false, ldap: false, remoteuser: false, github: false, azuread: false,
-    gitlab: false, apple: false, google: false, saml: false, 'openid connect': false, discord: false,
+    password: false,
+    dev: false,
+    email: false,
+    ldap: false,
+    remoteuser: false,
+    github: false,
+    azuread: false,
+    gitlab: false,
+    apple: false,
+    google: false,
+    saml: false,
+    'openid connect': false,
+    discord: false,
   },
   zulip_version: '12.0-dev',
   zulip_merge_base: '12.0-dev',
@@ -38,8 +49,7 @@ describe('GET /api/v1/server_settings', () => {
   it('case 39: an unknown organization host gets no realm keys', async () => {
     const res = await api(ctx.app, { url: '/api/v1/server_settings', host: 'nosuch.chat.example.com' });
     expect(res.statusCode).toBe(200);
-    const { realm_url, realm_uri, realm_name, realm_icon, realm_description, realm_web_public_access_enabled, ...rest } =
-      EXAMPLE;
+    const { realm_url, realm_uri, realm_name, realm_icon, realm_description, realm_web_public_access_enabled, ...rest } = EXAMPLE;
     expect(res.body).toBe(JSON.stringify(rest));
   });
 

@@ -31,10 +31,12 @@ afterEach(async () => {
 /** A request on a fresh connection (no keep-alive reuse): tells whether the port still accepts. */
 function freshRequest(url: string): Promise<number> {
   return new Promise((resolve, reject) => {
-    http.get(`${url}/health`, { agent: false }, (res) => {
-      res.resume();
-      resolve(res.statusCode!);
-    }).on('error', reject);
+    http
+      .get(`${url}/health`, { agent: false }, (res) => {
+        res.resume();
+        resolve(res.statusCode!);
+      })
+      .on('error', reject);
   });
 }
 
@@ -53,8 +55,15 @@ describe('graceful shutdown on SIGTERM', () => {
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
-        ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'test-salt', EXTERNAL_HOST: 'chat.example.com',
-        PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITING: 'false', PGAPPNAME: APP_NAME,
+        ...baseEnvironment(),
+        DATABASE_URL: database.url,
+        AVATAR_SALT: 'test-salt',
+        EXTERNAL_HOST: 'chat.example.com',
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        RATE_LIMITING: 'false',
+        PGAPPNAME: APP_NAME,
         // The close itself; the drain before it has its own tests below.
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
@@ -63,12 +72,15 @@ describe('graceful shutdown on SIGTERM', () => {
 
     // A long poll waiting for events.
     const registered = await fetch(`${server.url}/api/v1/register`, {
-      method: 'POST', headers, body: new URLSearchParams({ event_types: '["subscription"]' }),
+      method: 'POST',
+      headers,
+      body: new URLSearchParams({ event_types: '["subscription"]' }),
     });
     const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
     const poll = fetch(`${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=-1`, { headers });
     await eventually(
-      async () => (await database!.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id != null,
+      async () =>
+        (await database!.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id != null,
       'the poll to wait',
     );
 
@@ -78,7 +90,9 @@ describe('graceful shutdown on SIGTERM', () => {
     await blocker.query('BEGIN');
     await blocker.query('SELECT 1 FROM subscriptions WHERE user_id = 13 AND stream_id = 100 FOR UPDATE');
     const write = fetch(`${server.url}/api/v1/users/me/subscriptions/properties`, {
-      method: 'POST', headers, body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
+      method: 'POST',
+      headers,
+      body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
     });
     const waitingOnLock = async () => {
       // The blocker is inside a transaction, where pg_stat_activity is read once and kept.
@@ -102,7 +116,11 @@ describe('graceful shutdown on SIGTERM', () => {
 
     // No new connections, but the process waits for the in-flight write.
     const url = server.url;
-    const refused = () => freshRequest(url).then(() => false, (error: NodeJS.ErrnoException) => error.code === 'ECONNREFUSED');
+    const refused = () =>
+      freshRequest(url).then(
+        () => false,
+        (error: NodeJS.ErrnoException) => error.code === 'ECONNREFUSED',
+      );
     await eventually(refused, 'the port to refuse new connections', 3000);
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(server.child.exitCode).toBeNull();
@@ -112,7 +130,12 @@ describe('graceful shutdown on SIGTERM', () => {
     const written = await write;
     expect(written.status).toBe(200);
     expect(await written.text()).toBe(OK);
-    const row = await database.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', 13).where('stream_id', '=', 100).executeTakeFirstOrThrow();
+    const row = await database.db
+      .selectFrom('subscriptions')
+      .select('pin_to_top')
+      .where('user_id', '=', 13)
+      .where('stream_id', '=', 100)
+      .executeTakeFirstOrThrow();
     expect(row.pin_to_top).toBe(true);
 
     const exit = await exitWithin(server, 10_000);
@@ -123,10 +146,15 @@ describe('graceful shutdown on SIGTERM', () => {
 
     // The pool and the LISTEN connection are closed: no session of the server is left.
     const sessions = async () =>
-      Number((await database!.pool.query(
-        'SELECT count(*) AS n FROM pg_stat_activity WHERE datname = $1 AND application_name IN ($2, $3)',
-        [dbName, APP_NAME, LISTENER_APPLICATION_NAME],
-      )).rows[0].n);
+      Number(
+        (
+          await database!.pool.query('SELECT count(*) AS n FROM pg_stat_activity WHERE datname = $1 AND application_name IN ($2, $3)', [
+            dbName,
+            APP_NAME,
+            LISTENER_APPLICATION_NAME,
+          ])
+        ).rows[0].n,
+      );
     await eventually(async () => (await sessions()) === 0, 'the server sessions to end', 3000);
   });
 
@@ -135,7 +163,12 @@ describe('graceful shutdown on SIGTERM', () => {
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
-        ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', EXTERNAL_HOST: 'chat.example.com',
+        ...baseEnvironment(),
+        DATA_DIR: dataDir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        EXTERNAL_HOST: 'chat.example.com',
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
       startTimeoutMs: 180_000,
@@ -165,8 +198,15 @@ describe('draining before the close (SIGTERM)', () => {
     return spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
-        ...baseEnvironment(), DATABASE_URL: database.url, AVATAR_SALT: 'test-salt', EXTERNAL_HOST: 'chat.example.com',
-        PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITING: 'false', SHUTDOWN_DRAIN_SECONDS: String(drainSeconds),
+        ...baseEnvironment(),
+        DATABASE_URL: database.url,
+        AVATAR_SALT: 'test-salt',
+        EXTERNAL_HOST: 'chat.example.com',
+        PORT: '0',
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        RATE_LIMITING: 'false',
+        SHUTDOWN_DRAIN_SECONDS: String(drainSeconds),
       },
     });
   }
@@ -182,10 +222,13 @@ describe('draining before the close (SIGTERM)', () => {
     server = await drainingServer(11);
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
     const registered = await fetch(`${server.url}/api/v1/register`, {
-      method: 'POST', headers, body: new URLSearchParams({ event_types: '["subscription"]' }),
+      method: 'POST',
+      headers,
+      body: new URLSearchParams({ event_types: '["subscription"]' }),
     });
     const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
-    const poll = (lastEventId: number) => fetch(`${server!.url}/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`, { headers });
+    const poll = (lastEventId: number) =>
+      fetch(`${server!.url}/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`, { headers });
     const firstPoll = poll(-1);
 
     const signalledAt = Date.now();
@@ -196,7 +239,9 @@ describe('draining before the close (SIGTERM)', () => {
     expect(await freshRequest(server.url)).toBe(200);
     expect((await get('/api/v1/users/13')).status).toBe(200);
     const write = await fetch(`${server.url}/api/v1/users/me/subscriptions/properties`, {
-      method: 'POST', headers, body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
+      method: 'POST',
+      headers,
+      body: new URLSearchParams({ subscription_data: '[{"stream_id":100,"property":"pin_to_top","value":true}]' }),
     });
     expect(write.status).toBe(200);
     // The waiting poll is woken by the write's event, as on any other day.
@@ -231,7 +276,9 @@ describe('draining before the close (SIGTERM)', () => {
     expect((await get('/api/v1/users/13')).status).toBe(200);
     server.child.kill('SIGTERM');
     expect(await exitWithin(server, 5000)).toEqual({ code: 0, signal: null });
-    expect(logLines(server).map((line) => line.msg)).toEqual(expect.arrayContaining(['draining', 'second signal, ending the drain', 'shutting down']));
+    expect(logLines(server).map((line) => line.msg)).toEqual(
+      expect.arrayContaining(['draining', 'second signal, ending the drain', 'shutting down']),
+    );
   });
 
   it('SIGINT (Ctrl-C) does not drain: the server closes at once', async () => {
@@ -255,12 +302,14 @@ function processExists(pid: number): boolean {
 
 /** Command lines of running processes that name this directory (e.g. `postgres -D <dir>`). */
 function processesMentioning(directory: string): string[] {
-  return readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).flatMap((pid) => {
-    try {
-      const commandLine = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
-      return commandLine.includes(directory) ? [commandLine] : [];
-    } catch {
-      return [];
-    }
-  });
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .flatMap((pid) => {
+      try {
+        const commandLine = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+        return commandLine.includes(directory) ? [commandLine] : [];
+      } catch {
+        return [];
+      }
+    });
 }

@@ -27,7 +27,12 @@ describe('a real port', () => {
     const form = new URLSearchParams({ subscription_data: JSON.stringify([{ stream_id: 100, property: 'pin_to_top', value: true }]) });
     const update = await fetch(`${base}/api/v1/users/me/subscriptions/properties`, { method: 'POST', headers, body: form });
     expect(await update.json()).toEqual({ result: 'success', msg: '' });
-    const row = await ctx.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', 13).where('stream_id', '=', 100).executeTakeFirstOrThrow();
+    const row = await ctx.db
+      .selectFrom('subscriptions')
+      .select('pin_to_top')
+      .where('user_id', '=', 13)
+      .where('stream_id', '=', 100)
+      .executeTakeFirstOrThrow();
     expect(row.pin_to_top).toBe(true);
 
     const denied = await fetch(`${base}/api/v1/users/14`, { headers: { host: 'chat.example.com' } });

@@ -17,10 +17,13 @@ let ctx: TestContext;
 beforeEach(async () => {
   ctx = await createTestContext();
   // More than one subscription, so that entries touch several rows.
-  await ctx.db.insertInto('subscriptions').values([
-    { realm_id: 1, user_id: U, stream_id: Q },
-    { realm_id: 1, user_id: U, stream_id: W },
-  ]).execute();
+  await ctx.db
+    .insertInto('subscriptions')
+    .values([
+      { realm_id: 1, user_id: U, stream_id: Q },
+      { realm_id: 1, user_id: U, stream_id: W },
+    ])
+    .execute();
 });
 afterEach(() => ctx.close());
 
@@ -36,7 +39,10 @@ const PROPERTY_CYCLE = [
 /** n valid entries spread over U's three subscriptions and every kind of property. */
 function entries(n: number) {
   const streams = [P, Q, W];
-  return Array.from({ length: n }, (_, i) => ({ stream_id: streams[i % streams.length]!, ...PROPERTY_CYCLE[i % PROPERTY_CYCLE.length]!(i) }));
+  return Array.from({ length: n }, (_, i) => ({
+    stream_id: streams[i % streams.length]!,
+    ...PROPERTY_CYCLE[i % PROPERTY_CYCLE.length]!(i),
+  }));
 }
 
 /** What the entries should leave behind: the last value per (stream, stored column). */
@@ -91,7 +97,12 @@ describe('bulk update cost and scale', () => {
     const list = entries(10_000);
     // is_muted and in_home_view make two events each.
     expect(eventCount(list)).toBeGreaterThan(ctx.config.queueMaxPendingEvents);
-    const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(list) }) });
+    const res = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: JSON.stringify(list) }),
+    });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
     for (const [streamId, values] of expectedFinal(list)) {
@@ -105,7 +116,12 @@ describe('bulk update cost and scale', () => {
   it('10,000 one-event entries reach a caught-up queue whole (the default cap), numbered in order', async () => {
     const queue = await createQueue(ctx.db, 'U');
     const list = Array.from({ length: 10_000 }, (_, i) => ({ stream_id: [P, Q, W][i % 3]!, property: 'pin_to_top', value: i % 2 === 0 }));
-    const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(list) }) });
+    const res = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: JSON.stringify(list) }),
+    });
     expect(res.body).toBe(OK);
     const events = await queueEvents(ctx.db, queue);
     expect(events).toHaveLength(ctx.config.queueMaxPendingEvents);
@@ -155,7 +171,12 @@ describe('bulk update concurrency', () => {
       expect(index).toBeGreaterThanOrEqual(0);
       seen.add(index);
       const request = requests[index]!;
-      expect([color!.property, pin!.property, inHomeView!.property, muted!.property]).toEqual(['color', 'pin_to_top', 'in_home_view', 'is_muted']);
+      expect([color!.property, pin!.property, inHomeView!.property, muted!.property]).toEqual([
+        'color',
+        'pin_to_top',
+        'in_home_view',
+        'is_muted',
+      ]);
       expect(pin!.value).toBe(request.pin);
       expect(muted!.value).toBe(request.data[2]!.value);
       expect(inHomeView!.value).toBe(!request.data[2]!.value);
@@ -189,7 +210,9 @@ describe('bulk update concurrency', () => {
       });
       await eventually(async () => (await ctx.db.selectFrom('event_queues').select('id').where('id', '=', deleted).execute()).length === 1);
       const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
-      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`.execute(ctx.db)).rows[0]!.n > 0);
+      await eventually(
+        async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`.execute(ctx.db)).rows[0]!.n > 0,
+      );
       release();
       await deleting;
       expect((await response).body).toBe(OK);
@@ -197,8 +220,12 @@ describe('bulk update concurrency', () => {
       await holder.close();
     }
     expect(await queueEvents(ctx.db, deleted)).toEqual([]);
-    expect(await queueEvents(ctx.db, kept)).toEqual([{ type: 'subscription', op: 'update', stream_id: P, property: 'pin_to_top', value: true, id: 0 }]);
-    expect((await ctx.db.selectFrom('event_queues').select('next_event_id').where('id', '=', kept).executeTakeFirstOrThrow()).next_event_id).toBe(1);
+    expect(await queueEvents(ctx.db, kept)).toEqual([
+      { type: 'subscription', op: 'update', stream_id: P, property: 'pin_to_top', value: true, id: 0 },
+    ]);
+    expect(
+      (await ctx.db.selectFrom('event_queues').select('next_event_id').where('id', '=', kept).executeTakeFirstOrThrow()).next_event_id,
+    ).toBe(1);
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: true });
     expect(await auditRows(ctx)).toHaveLength(1);
   });
@@ -210,8 +237,14 @@ describe('bulk update concurrency', () => {
     const [u, v] = await Promise.all([bulk(ctx, pin), bulk(ctx, pin, 'V')]);
     expect([u.body, v.body]).toEqual([OK, OK]);
     // One commit: the rows of both carry the same transaction id.
-    const writers = await sql<{ acting_user_id: number; xid: string }>`SELECT acting_user_id, xmin::text AS xid FROM subscription_audit_log ORDER BY acting_user_id`.execute(ctx.db);
-    expect(writers.rows).toEqual([{ acting_user_id: U, xid: expect.any(String) }, { acting_user_id: ids.V, xid: writers.rows[0]!.xid }]);
+    const writers = await sql<{
+      acting_user_id: number;
+      xid: string;
+    }>`SELECT acting_user_id, xmin::text AS xid FROM subscription_audit_log ORDER BY acting_user_id`.execute(ctx.db);
+    expect(writers.rows).toEqual([
+      { acting_user_id: U, xid: expect.any(String) },
+      { acting_user_id: ids.V, xid: writers.rows[0]!.xid },
+    ]);
     expect((await queueEvents(ctx.db, queueV)).map((event) => event.id)).toEqual([0]);
 
     // A refusal of one (no such channel) leaves the other's write whole, and writes nothing of its own.
@@ -224,9 +257,16 @@ describe('bulk update concurrency', () => {
     expect(refused.body).toBe(errorBody('Invalid channel ID'));
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: false });
     expect(await subscriptionOf(ctx, ids.V, P)).toMatchObject({ pin_to_top: true });
-    expect((await queueEvents(ctx.db, queueU)).map((event) => [event.id, event.value])).toEqual([[0, true], [1, false]]);
+    expect((await queueEvents(ctx.db, queueU)).map((event) => [event.id, event.value])).toEqual([
+      [0, true],
+      [1, false],
+    ]);
     expect((await queueEvents(ctx.db, queueV)).map((event) => event.id)).toEqual([0]);
-    expect((await auditRows(ctx)).map((row) => [row.acting_user_id, row.new_value])).toEqual([[U, true], [ids.V, true], [U, false]]);
+    expect((await auditRows(ctx)).map((row) => [row.acting_user_id, row.new_value])).toEqual([
+      [U, true],
+      [ids.V, true],
+      [U, false],
+    ]);
   });
 
   it('an audit row is stamped when it is written, after the lock, not when its transaction began', async () => {
@@ -234,7 +274,16 @@ describe('bulk update concurrency', () => {
     try {
       await sql`SELECT pg_advisory_lock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);
       const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
-      await eventually(async () => (await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.execute(ctx.db)).rows[0]!.n === 1);
+      await eventually(
+        async () =>
+          (
+            await sql<{
+              n: number;
+            }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.execute(
+              ctx.db,
+            )
+          ).rows[0]!.n === 1,
+      );
       await new Promise((resolve) => setTimeout(resolve, 300));
       const releasedAt = (await sql<{ at: Date }>`SELECT clock_timestamp() AS at`.execute(other.db)).rows[0]!.at;
       await sql`SELECT pg_advisory_unlock(${USER_EVENT_LOCK_NAMESPACE}, ${U})`.execute(other.db);

@@ -14,7 +14,11 @@ import {
 
 const { U, P, Q, S, Z, W, C2 } = ids;
 const BOOLEAN_PROPERTIES = [
-  'pin_to_top', 'desktop_notifications', 'audible_notifications', 'push_notifications', 'email_notifications',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
   'wildcard_mentions_notify',
 ] as const;
 
@@ -51,10 +55,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
   it('case 46: is_muted true gives in_home_view then is_muted events', async () => {
     expect((await bulk(ctx, [{ stream_id: P, property: 'is_muted', value: true }])).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([
-      event('in_home_view', false, P, 0),
-      event('is_muted', true, P, 1),
-    ]);
+    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
   });
 
   it('case 47: in_home_view true on a muted channel unmutes it', async () => {
@@ -109,8 +110,10 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(false);
     expect(await queueEvents(ctx.db, queue)).toEqual([
-      event('in_home_view', false, P, 0), event('is_muted', true, P, 1),
-      event('in_home_view', true, P, 2), event('is_muted', false, P, 3),
+      event('in_home_view', false, P, 0),
+      event('is_muted', true, P, 1),
+      event('in_home_view', true, P, 2),
+      event('is_muted', false, P, 3),
     ]);
   });
 
@@ -129,13 +132,16 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect(res.body).toBe(OK);
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: true, color: '#123456', desktop_notifications: false });
     expect(await queueEvents(ctx.db, queue)).toEqual([
-      event('pin_to_top', true, P, 0), event('color', '#123456', P, 1), event('desktop_notifications', false, P, 2),
+      event('pin_to_top', true, P, 0),
+      event('color', '#123456', P, 1),
+      event('desktop_notifications', false, P, 2),
     ]);
   });
 
   it('case 72: unknown parameters are reported, client is not', async () => {
     const res = await bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }], 'U', {
-      invalid_parameter: 'x', client: 'foo',
+      invalid_parameter: 'x',
+      client: 'foo',
     });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(success({ ignored_parameters_unsupported: ['invalid_parameter'] }));
@@ -160,10 +166,13 @@ describe('POST /users/me/subscriptions/properties: success', () => {
   });
 
   it('changes several channels in one request', async () => {
-    await ctx.db.insertInto('subscriptions').values([
-      { realm_id: 1, user_id: U, stream_id: Q, color: '#000001' },
-      { realm_id: 1, user_id: U, stream_id: W, color: '#000002' },
-    ]).execute();
+    await ctx.db
+      .insertInto('subscriptions')
+      .values([
+        { realm_id: 1, user_id: U, stream_id: Q, color: '#000001' },
+        { realm_id: 1, user_id: U, stream_id: W, color: '#000002' },
+      ])
+      .execute();
     const res = await bulk(ctx, [
       { stream_id: W, property: 'is_muted', value: true },
       { stream_id: P, property: 'color', value: '#abcdef' },
@@ -175,8 +184,11 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ color: '#abcdef', is_muted: false, pin_to_top: false });
     expect(await subscriptionOf(ctx, U, Q)).toMatchObject({ pin_to_top: true, color: '#000001', is_muted: false });
     expect(await queueEvents(ctx.db, queue)).toEqual([
-      event('in_home_view', false, W, 0), event('is_muted', true, W, 1), event('color', '#abcdef', P, 2),
-      event('pin_to_top', true, Q, 3), event('email_notifications', true, W, 4),
+      event('in_home_view', false, W, 0),
+      event('is_muted', true, W, 1),
+      event('color', '#abcdef', P, 2),
+      event('pin_to_top', true, Q, 3),
+      event('email_notifications', true, W, 4),
     ]);
   });
 });
@@ -193,7 +205,12 @@ describe('POST /users/me/subscriptions/properties: audit log', () => {
     ]);
     expect(res.body).toBe(OK);
     const row = (property: string, oldValue: unknown, newValue: unknown) => ({
-      realm_id: 1, acting_user_id: U, stream_id: P, property, old_value: oldValue, new_value: newValue,
+      realm_id: 1,
+      acting_user_id: U,
+      stream_id: P,
+      property,
+      old_value: oldValue,
+      new_value: newValue,
     });
     expect(await auditRows(ctx)).toEqual([
       row('color', '#76ce90', '#111111'),
@@ -212,7 +229,10 @@ describe('POST /users/me/subscriptions/properties: parameter and entry errors', 
   it.each([['3ffrff'], [false], ['#ffffff\n'], ['#fffffff'], ['#ggg'], [null], [5], ['#ff'], [['#fff']], [{}]])(
     'case 45: colour %j is rejected',
     async (value) => {
-      await rejects([{ stream_id: P, property: 'color', value }], 'Invalid subscription_data[0]: Value error, color is not a valid hex color code');
+      await rejects(
+        [{ stream_id: P, property: 'color', value }],
+        'Invalid subscription_data[0]: Value error, color is not a valid hex color code',
+      );
       expect((await subscriptionOf(ctx, U, P)).color).toBe('#76ce90');
     },
   );
@@ -302,43 +322,58 @@ describe('POST /users/me/subscriptions/properties: channel checks', () => {
   });
 
   it('case 65 and case 170 (first half): all or nothing, no event on failure', async () => {
-    await rejects([
-      { stream_id: P, property: 'pin_to_top', value: true },
-      { stream_id: Q, property: 'pin_to_top', value: true },
-    ], 'Not subscribed to channel ID 101');
+    await rejects(
+      [
+        { stream_id: P, property: 'pin_to_top', value: true },
+        { stream_id: Q, property: 'pin_to_top', value: true },
+      ],
+      'Not subscribed to channel ID 101',
+    );
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(false);
     expect(await queueEvents(ctx.db, queue)).toEqual([]);
   });
 
   it('case 66: the lowest-index failing entry decides', async () => {
-    await rejects([
-      { stream_id: 999999, property: 'is_muted', value: true },
-      { stream_id: P, property: 'bad', value: 1 },
-    ], 'Invalid channel ID');
-    await rejects([
-      { stream_id: P, property: 'pin_to_top', value: true },
-      { stream_id: P, property: 'bad', value: 1 },
-    ], 'Unknown subscription property: bad');
-    await rejects([
-      { stream_id: Q, property: 'pin_to_top', value: true },
-      5,
-    ], 'Not subscribed to channel ID 101');
-    await rejects([
-      { stream_id: P, property: 'pin_to_top', value: true },
-      { stream_id: Q, property: 'pin_to_top', value: true },
-      { stream_id: 999999, property: 'pin_to_top', value: true },
-    ], 'Not subscribed to channel ID 101');
+    await rejects(
+      [
+        { stream_id: 999999, property: 'is_muted', value: true },
+        { stream_id: P, property: 'bad', value: 1 },
+      ],
+      'Invalid channel ID',
+    );
+    await rejects(
+      [
+        { stream_id: P, property: 'pin_to_top', value: true },
+        { stream_id: P, property: 'bad', value: 1 },
+      ],
+      'Unknown subscription property: bad',
+    );
+    await rejects([{ stream_id: Q, property: 'pin_to_top', value: true }, 5], 'Not subscribed to channel ID 101');
+    await rejects(
+      [
+        { stream_id: P, property: 'pin_to_top', value: true },
+        { stream_id: Q, property: 'pin_to_top', value: true },
+        { stream_id: 999999, property: 'pin_to_top', value: true },
+      ],
+      'Not subscribed to channel ID 101',
+    );
   });
 
   it('case 67: messages carry the failing index', async () => {
-    await rejects([
-      { stream_id: P, property: 'pin_to_top', value: true },
-      { stream_id: P, property: 'color', value: 'zzz' },
-    ], 'Invalid subscription_data[1]: Value error, color is not a valid hex color code');
-    await rejects([
-      { stream_id: P, property: 'pin_to_top', value: true },
-      { stream_id: 'x', property: 'color', value: '#fff' },
-    ], 'subscription_data[1]["stream_id"] is not an integer');
+    await rejects(
+      [
+        { stream_id: P, property: 'pin_to_top', value: true },
+        { stream_id: P, property: 'color', value: 'zzz' },
+      ],
+      'Invalid subscription_data[1]: Value error, color is not a valid hex color code',
+    );
+    await rejects(
+      [
+        { stream_id: P, property: 'pin_to_top', value: true },
+        { stream_id: 'x', property: 'color', value: '#fff' },
+      ],
+      'subscription_data[1]["stream_id"] is not an integer',
+    );
   });
 });
 
@@ -348,8 +383,11 @@ describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
   it('case 10: a JSON body is not a parameter source', async () => {
     const before = await writableState(ctx);
     const res = await api(ctx.app, {
-      method: 'POST', url: PROPERTIES_URL, as: 'U',
-      headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ subscription_data: payload }),
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify({ subscription_data: payload }),
     });
     expect(res.statusCode).toBe(400);
     expect(res.body).toBe(missingArgument('subscription_data'));
@@ -357,14 +395,21 @@ describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
   });
 
   it('case 11: multipart field', async () => {
-    const res = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(payload) }) });
+    const res = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: JSON.stringify(payload) }),
+    });
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
   });
 
   it('case 12: query string of a POST with an empty body', async () => {
     const res = await api(ctx.app, {
-      method: 'POST', url: `${PROPERTIES_URL}?subscription_data=${encodeURIComponent(JSON.stringify(payload))}`, as: 'U',
+      method: 'POST',
+      url: `${PROPERTIES_URL}?subscription_data=${encodeURIComponent(JSON.stringify(payload))}`,
+      as: 'U',
     });
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
@@ -372,15 +417,23 @@ describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
 
   it('the body wins over the query string', async () => {
     const res = await api(ctx.app, {
-      method: 'POST', url: `${PROPERTIES_URL}?subscription_data=not-json`, as: 'U', form: { subscription_data: JSON.stringify(payload) },
+      method: 'POST',
+      url: `${PROPERTIES_URL}?subscription_data=not-json`,
+      as: 'U',
+      form: { subscription_data: JSON.stringify(payload) },
     });
     expect(res.body).toBe(OK);
   });
 
   it('the last occurrence of the field wins', async () => {
     const res = await api(ctx.app, {
-      method: 'POST', url: PROPERTIES_URL, as: 'U',
-      form: [['subscription_data', 'not-json'], ['subscription_data', JSON.stringify(payload)]],
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      form: [
+        ['subscription_data', 'not-json'],
+        ['subscription_data', JSON.stringify(payload)],
+      ],
     });
     expect(res.body).toBe(OK);
   });

@@ -9,11 +9,27 @@ const URL = '/api/v1/users/me/subscriptions';
 
 /** P's object for U, exactly the example of spec §3.4. */
 const P_FOR_U = {
-  is_archived: false, audible_notifications: null, color: '#76ce90', creator_id: null, date_created: 1704164645,
-  description: 'General chat', desktop_notifications: null, email_notifications: null, first_message_id: null,
-  history_public_to_subscribers: true, in_home_view: true, invite_only: false, is_muted: false,
-  is_web_public: false, message_retention_days: null, name: 'P', pin_to_top: false, push_notifications: null,
-  rendered_description: '<p>General chat</p>', stream_id: 100, stream_weekly_traffic: null,
+  is_archived: false,
+  audible_notifications: null,
+  color: '#76ce90',
+  creator_id: null,
+  date_created: 1704164645,
+  description: 'General chat',
+  desktop_notifications: null,
+  email_notifications: null,
+  first_message_id: null,
+  history_public_to_subscribers: true,
+  in_home_view: true,
+  invite_only: false,
+  is_muted: false,
+  is_web_public: false,
+  message_retention_days: null,
+  name: 'P',
+  pin_to_top: false,
+  push_notifications: null,
+  rendered_description: '<p>General chat</p>',
+  stream_id: 100,
+  stream_weekly_traffic: null,
   wildcard_mentions_notify: null,
 };
 
@@ -30,8 +46,19 @@ describe('GET /users/me/subscriptions', () => {
 
   it('case 88: V sees P, Q, S, W sorted by name', async () => {
     const res = await list('V');
-    const subscriptions = res.json().subscriptions as { name: string; stream_id: number; invite_only: boolean; is_web_public: boolean; color: string }[];
-    expect(subscriptions.map((s) => [s.name, s.stream_id])).toEqual([['P', 100], ['Q', 101], ['S', 102], ['W', 104]]);
+    const subscriptions = res.json().subscriptions as {
+      name: string;
+      stream_id: number;
+      invite_only: boolean;
+      is_web_public: boolean;
+      color: string;
+    }[];
+    expect(subscriptions.map((s) => [s.name, s.stream_id])).toEqual([
+      ['P', 100],
+      ['Q', 101],
+      ['S', 102],
+      ['W', 104],
+    ]);
     expect(subscriptions[2]).toMatchObject({ invite_only: true, is_web_public: false, color: '#c2c2c2' });
     expect(subscriptions[3]).toMatchObject({ invite_only: false, is_web_public: true });
     for (const subscription of subscriptions) expect(Object.keys(subscription)).toEqual(Object.keys(P_FOR_U));
@@ -54,7 +81,10 @@ describe('GET /users/me/subscriptions', () => {
     expect(ctx.database.statements).toHaveLength(2); // authentication + the list
     const subscriptions = res.json().subscriptions as { name: string; subscribers: number[] }[];
     expect(subscriptions.map((s) => [s.name, s.subscribers])).toEqual([
-      ['P', [13, 14]], ['Q', [14]], ['S', [14]], ['W', [14, 16]],
+      ['P', [13, 14]],
+      ['Q', [14]],
+      ['S', [14]],
+      ['W', [14, 16]],
     ]);
   });
 
@@ -84,14 +114,19 @@ describe('GET /users/me/subscriptions', () => {
   });
 
   it('sorts by code point and skips inactive subscriptions and archived channels', async () => {
-    await ctx.db.insertInto('streams').values([
-      { id: 300, realm_id: 1, name: 'a' },
-      { id: 301, realm_id: 1, name: 'B' },
-      { id: 302, realm_id: 1, name: 'É' },
-      { id: 303, realm_id: 1, name: 'Pa' },
-      { id: 304, realm_id: 1, name: 'gone' },
-    ]).execute();
-    await ctx.db.insertInto('subscriptions').values([300, 301, 302, 303].map((id) => ({ realm_id: 1, user_id: ids.U, stream_id: id })))
+    await ctx.db
+      .insertInto('streams')
+      .values([
+        { id: 300, realm_id: 1, name: 'a' },
+        { id: 301, realm_id: 1, name: 'B' },
+        { id: 302, realm_id: 1, name: 'É' },
+        { id: 303, realm_id: 1, name: 'Pa' },
+        { id: 304, realm_id: 1, name: 'gone' },
+      ])
+      .execute();
+    await ctx.db
+      .insertInto('subscriptions')
+      .values([300, 301, 302, 303].map((id) => ({ realm_id: 1, user_id: ids.U, stream_id: id })))
       .execute();
     await ctx.db.insertInto('subscriptions').values({ realm_id: 1, user_id: ids.U, stream_id: 304, active: false }).execute();
     const names = ((await list('U')).json().subscriptions as { name: string }[]).map((s) => s.name);

@@ -27,7 +27,7 @@ describe('GET /users/{user_id}/subscriptions/{stream_id}', () => {
     // Archived channels are served (feature level 480).
     expect((await status(U, Z)).body).toBe(success({ is_subscribed: true }));
     expect((await status(V, W, 'G')).body).toBe(success({ is_subscribed: true }));
-    expect((await status(U, P, 'U').then((res) => res.statusCode))).toBe(200);
+    expect(await status(U, P, 'U').then((res) => res.statusCode)).toBe(200);
   });
 
   it('refusals: the user first, then the channel', async () => {

@@ -84,14 +84,21 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: success', () => {
 
   it('case 13: the body wins over the query string, nothing is ignored', async () => {
     const res = await api(ctx.app, {
-      method: 'PATCH', url: `${url(P)}?property=nope`, as: 'U', form: { property: 'pin_to_top', value: 'true' },
+      method: 'PATCH',
+      url: `${url(P)}?property=nope`,
+      as: 'U',
+      form: { property: 'pin_to_top', value: 'true' },
     });
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
   });
 
   it('case 14: the last occurrence wins', async () => {
-    const res = await send([['property', 'nope'], ['property', 'pin_to_top'], ['value', 'true']]);
+    const res = await send([
+      ['property', 'nope'],
+      ['property', 'pin_to_top'],
+      ['value', 'true'],
+    ]);
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
   });
@@ -147,7 +154,10 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: errors', () => {
   it('case 84: a JSON body is not a parameter source', async () => {
     const before = await writableState(ctx);
     const res = await api(ctx.app, {
-      method: 'PATCH', url: url(P), as: 'U', headers: { 'content-type': 'application/json' },
+      method: 'PATCH',
+      url: url(P),
+      as: 'U',
+      headers: { 'content-type': 'application/json' },
       payload: JSON.stringify({ property: 'pin_to_top', value: true }),
     });
     expect(res.statusCode).toBe(400);

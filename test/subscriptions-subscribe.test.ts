@@ -19,19 +19,45 @@ const channelRow = (name: string) => ctx.db.selectFrom('streams').selectAll().wh
 
 /** The stream object of stream events for a channel row. */
 const streamObject = (row: Awaited<ReturnType<typeof channelRow>>) => ({
-  is_archived: row.deactivated, creator_id: row.creator_id, date_created: Math.floor(row.date_created.getTime() / 1000),
-  description: row.description, first_message_id: null, history_public_to_subscribers: row.history_public_to_subscribers,
-  invite_only: row.invite_only, is_web_public: row.is_web_public, message_retention_days: row.message_retention_days,
-  name: row.name, rendered_description: row.rendered_description, stream_id: row.id, stream_weekly_traffic: null,
+  is_archived: row.deactivated,
+  creator_id: row.creator_id,
+  date_created: Math.floor(row.date_created.getTime() / 1000),
+  description: row.description,
+  first_message_id: null,
+  history_public_to_subscribers: row.history_public_to_subscribers,
+  invite_only: row.invite_only,
+  is_web_public: row.is_web_public,
+  message_retention_days: row.message_retention_days,
+  name: row.name,
+  rendered_description: row.rendered_description,
+  stream_id: row.id,
+  stream_weekly_traffic: null,
 });
 
 const subscriptionObject = (row: Awaited<ReturnType<typeof channelRow>>, color: string, subscribers: number[]) => ({
-  is_archived: row.deactivated, audible_notifications: null, color, creator_id: row.creator_id,
-  date_created: Math.floor(row.date_created.getTime() / 1000), description: row.description, desktop_notifications: null,
-  email_notifications: null, first_message_id: null, history_public_to_subscribers: row.history_public_to_subscribers,
-  in_home_view: true, invite_only: row.invite_only, is_muted: false, is_web_public: row.is_web_public,
-  message_retention_days: row.message_retention_days, name: row.name, pin_to_top: false, push_notifications: null,
-  rendered_description: row.rendered_description, stream_id: row.id, stream_weekly_traffic: null, wildcard_mentions_notify: null, subscribers,
+  is_archived: row.deactivated,
+  audible_notifications: null,
+  color,
+  creator_id: row.creator_id,
+  date_created: Math.floor(row.date_created.getTime() / 1000),
+  description: row.description,
+  desktop_notifications: null,
+  email_notifications: null,
+  first_message_id: null,
+  history_public_to_subscribers: row.history_public_to_subscribers,
+  in_home_view: true,
+  invite_only: row.invite_only,
+  is_muted: false,
+  is_web_public: row.is_web_public,
+  message_retention_days: row.message_retention_days,
+  name: row.name,
+  pin_to_top: false,
+  push_notifications: null,
+  rendered_description: row.rendered_description,
+  stream_id: row.id,
+  stream_weekly_traffic: null,
+  wildcard_mentions_notify: null,
+  subscribers,
 });
 
 const eventsOf = async (queue: string) => JSON.stringify(await queueEvents(ctx.db, queue));
@@ -39,17 +65,31 @@ const withIds = (events: object[]) => JSON.stringify(events.map((event, id) => (
 
 describe('POST /users/me/subscriptions: creating and subscribing oneself', () => {
   it('creates a channel: exact body, the row, and the events each user gets', async () => {
-    const [qU, qV, qO, qG] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'V'), await createQueue(ctx.db, 'O'), await createQueue(ctx.db, 'G')];
+    const [qU, qV, qO, qG] = [
+      await createQueue(ctx.db, 'U'),
+      await createQueue(ctx.db, 'V'),
+      await createQueue(ctx.db, 'O'),
+      await createQueue(ctx.db, 'G'),
+    ];
     const res = await subscribe(ctx, { subscriptions: [{ name: ' new1 ', description: 'line1\nline2' }] });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(success({ subscribed: { [U]: ['new1'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
     const row = await channelRow('new1');
-    expect(row).toMatchObject({ realm_id: 1, creator_id: U, invite_only: false, is_web_public: false, history_public_to_subscribers: true, description: 'line1 line2' });
+    expect(row).toMatchObject({
+      realm_id: 1,
+      creator_id: U,
+      invite_only: false,
+      is_web_public: false,
+      history_public_to_subscribers: true,
+      description: 'line1 line2',
+    });
     expect(row.rendered_description).toBe('<p>line1 line2</p>');
     // U's palette: #76ce90 is taken (P), Z's default #c2c2c2 too; the next free one.
     const created = { type: 'stream', op: 'create', streams: [streamObject(row)] };
     const peerAdd = { type: 'subscription', op: 'peer_add', stream_ids: [row.id], user_ids: [U] };
-    expect(await eventsOf(qU)).toBe(withIds([created, { type: 'subscription', op: 'add', subscriptions: [subscriptionObject(row, '#fae589', [U])] }]));
+    expect(await eventsOf(qU)).toBe(
+      withIds([created, { type: 'subscription', op: 'add', subscriptions: [subscriptionObject(row, '#fae589', [U])] }]),
+    );
     expect(await eventsOf(qV)).toBe(withIds([created, peerAdd]));
     expect(await eventsOf(qO)).toBe(withIds([created, peerAdd]));
     // A public channel is not shown to guests who are not on it.
@@ -67,12 +107,24 @@ describe('POST /users/me/subscriptions: creating and subscribing oneself', () =>
   });
 
   it('an existing public channel: subscribed with a palette colour or the requested one; an inactive row is reactivated with its settings', async () => {
-    await ctx.db.insertInto('subscriptions').values({ realm_id: 1, user_id: U, stream_id: W, color: '#123456', active: false, pin_to_top: true }).execute();
+    await ctx.db
+      .insertInto('subscriptions')
+      .values({ realm_id: 1, user_id: U, stream_id: W, color: '#123456', active: false, pin_to_top: true })
+      .execute();
     const queue = await createQueue(ctx.db, 'U');
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q', color: '#abcdef' }, { name: 'W' }] });
     expect(res.body).toBe(success({ subscribed: { [U]: ['Q', 'W'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
-    const rows = await ctx.db.selectFrom('subscriptions').select(['stream_id', 'color', 'pin_to_top', 'active']).where('user_id', '=', U).where('stream_id', 'in', [Q, W]).orderBy('stream_id').execute();
-    expect(rows).toEqual([{ stream_id: Q, color: '#abcdef', pin_to_top: false, active: true }, { stream_id: W, color: '#123456', pin_to_top: true, active: true }]);
+    const rows = await ctx.db
+      .selectFrom('subscriptions')
+      .select(['stream_id', 'color', 'pin_to_top', 'active'])
+      .where('user_id', '=', U)
+      .where('stream_id', 'in', [Q, W])
+      .orderBy('stream_id')
+      .execute();
+    expect(rows).toEqual([
+      { stream_id: Q, color: '#abcdef', pin_to_top: false, active: true },
+      { stream_id: W, color: '#123456', pin_to_top: true, active: true },
+    ]);
     const events = await queueEvents(ctx.db, queue);
     expect(events.map((event) => event.op)).toEqual(['add']);
     const subscriptions = events[0]!.subscriptions as { stream_id: number; color: string; pin_to_top: boolean; subscribers: number[] }[];
@@ -90,7 +142,9 @@ describe('POST /users/me/subscriptions: creating and subscribing oneself', () =>
 
   it('send_new_subscription_messages=false leaves new_subscription_messages_sent out; unknown parameters are listed', async () => {
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], send_new_subscription_messages: false, announce: true, foo: '1' });
-    expect(res.body).toBe(success({ subscribed: { [U]: ['Q'] }, already_subscribed: {}, ignored_parameters_unsupported: ['announce', 'foo'] }));
+    expect(res.body).toBe(
+      success({ subscribed: { [U]: ['Q'] }, already_subscribed: {}, ignored_parameters_unsupported: ['announce', 'foo'] }),
+    );
   });
 
   it('a private channel: shown to its creator and the administrators; others learn nothing', async () => {
@@ -99,11 +153,16 @@ describe('POST /users/me/subscriptions: creating and subscribing oneself', () =>
     expect(res.statusCode).toBe(200);
     const row = await channelRow('secret');
     expect(row).toMatchObject({ invite_only: true, history_public_to_subscribers: false });
-    expect((await queueEvents(ctx.db, qU)).map((event) => `${String(event.type)}/${String(event.op)}`)).toEqual(['stream/create', 'subscription/add']);
-    expect(await eventsOf(qA)).toBe(withIds([
-      { type: 'stream', op: 'create', streams: [streamObject(row)] },
-      { type: 'subscription', op: 'peer_add', stream_ids: [row.id], user_ids: [U] },
-    ]));
+    expect((await queueEvents(ctx.db, qU)).map((event) => `${String(event.type)}/${String(event.op)}`)).toEqual([
+      'stream/create',
+      'subscription/add',
+    ]);
+    expect(await eventsOf(qA)).toBe(
+      withIds([
+        { type: 'stream', op: 'create', streams: [streamObject(row)] },
+        { type: 'subscription', op: 'peer_add', stream_ids: [row.id], user_ids: [U] },
+      ]),
+    );
     expect(await eventsOf(qV)).toBe('[]');
   });
 
@@ -117,25 +176,34 @@ describe('POST /users/me/subscriptions: principals', () => {
   it('by ids: each user once; other users get peer_add, the subscribed ones subscription/add', async () => {
     const [qU, qV, qM] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'V'), await createQueue(ctx.db, 'M')];
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }, { name: 'P' }], principals: [V, B, U, V] });
-    expect(res.body).toBe(success({
-      subscribed: { [U]: ['Q'], [B]: ['Q', 'P'] },
-      already_subscribed: { [U]: ['P'], [V]: ['Q', 'P'] },
-      new_subscription_messages_sent: true,
-    }));
+    expect(res.body).toBe(
+      success({
+        subscribed: { [U]: ['Q'], [B]: ['Q', 'P'] },
+        already_subscribed: { [U]: ['P'], [V]: ['Q', 'P'] },
+        new_subscription_messages_sent: true,
+      }),
+    );
     expect(await activeChannelsOf(ctx, B)).toEqual([Q, P].sort());
     expect((await queueEvents(ctx.db, qU)).map((event) => String(event.op))).toEqual(['add', 'peer_add']);
-    expect(JSON.stringify((await queueEvents(ctx.db, qV)).map(({ op, stream_ids, user_ids }) => ({ op, stream_ids, user_ids })))).toBe(JSON.stringify([
-      { op: 'peer_add', stream_ids: [P], user_ids: [B] },
-      { op: 'peer_add', stream_ids: [Q], user_ids: [U, B] },
-    ]));
+    expect(JSON.stringify((await queueEvents(ctx.db, qV)).map(({ op, stream_ids, user_ids }) => ({ op, stream_ids, user_ids })))).toBe(
+      JSON.stringify([
+        { op: 'peer_add', stream_ids: [P], user_ids: [B] },
+        { op: 'peer_add', stream_ids: [Q], user_ids: [U, B] },
+      ]),
+    );
     // P has a guest subscriber: an event of its own (first), the batched ones after; M sees both.
     expect((await queueEvents(ctx.db, qM)).map((event) => event.stream_ids)).toEqual([[P], [Q]]);
   });
 
   it('by API emails, case-insensitively; a hidden address is named by its dummy address', async () => {
     await ctx.db.updateTable('users').set({ email_address_visibility: 3 }).where('id', '=', M).execute();
-    const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [' V@Example.com', 'b-bot@chat.example.com', `user${M}@chat.example.com`] });
-    expect(res.body).toBe(success({ subscribed: { [M]: ['Q'], [B]: ['Q'] }, already_subscribed: { [V]: ['Q'] }, new_subscription_messages_sent: true }));
+    const res = await subscribe(ctx, {
+      subscriptions: [{ name: 'Q' }],
+      principals: [' V@Example.com', 'b-bot@chat.example.com', `user${M}@chat.example.com`],
+    });
+    expect(res.body).toBe(
+      success({ subscribed: { [M]: ['Q'], [B]: ['Q'] }, already_subscribed: { [V]: ['Q'] }, new_subscription_messages_sent: true }),
+    );
     await rejects({ subscriptions: [{ name: 'Q' }], principals: ['mod@example.com'] }, 'No such user');
   });
 
@@ -146,13 +214,18 @@ describe('POST /users/me/subscriptions: principals', () => {
 
   it('guests and bots may be subscribed by others', async () => {
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [G, H] });
-    expect(res.body).toBe(success({ subscribed: { [G]: ['Q'], [H]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
+    expect(res.body).toBe(
+      success({ subscribed: { [G]: ['Q'], [H]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true }),
+    );
   });
 
   it('a guest newly subscribed to a public channel is shown it (stream/create)', async () => {
     const queue = await createQueue(ctx.db, 'G');
     await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [G] });
-    expect((await queueEvents(ctx.db, queue)).map((event) => `${String(event.type)}/${String(event.op)}`)).toEqual(['stream/create', 'subscription/add']);
+    expect((await queueEvents(ctx.db, queue)).map((event) => `${String(event.type)}/${String(event.op)}`)).toEqual([
+      'stream/create',
+      'subscription/add',
+    ]);
   });
 
   it('unknown, other-organization and deactivated principals; a channel the request would create stays uncreated', async () => {
@@ -177,17 +250,32 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
     expect(res.body).toBe(missingArgument('subscriptions'));
     await rejects({ subscriptions: 'nope' }, 'subscriptions is not valid JSON');
     await rejects({ subscriptions: '{}' }, 'subscriptions is not a list');
-    await rejects({ subscriptions: ['Q'] }, 'Invalid subscriptions[0]: Input should be a valid dictionary or instance of AddSubscriptionData');
+    await rejects(
+      { subscriptions: ['Q'] },
+      'Invalid subscriptions[0]: Input should be a valid dictionary or instance of AddSubscriptionData',
+    );
     await rejects({ subscriptions: [{}] }, 'subscriptions[0]["name"] field is missing: Field required');
     await rejects({ subscriptions: [{ name: 1 }] }, 'subscriptions[0]["name"] is not a string');
-    await rejects({ subscriptions: [{ name: 'a', color: 'red' }] }, 'Invalid subscriptions[0]: Value error, add.color is not a valid hex color code');
-    await rejects({ subscriptions: [{ name: 'a', description: 'x'.repeat(1025) }] }, 'subscriptions[0]["description"] is too long (limit: 1024 characters)');
+    await rejects(
+      { subscriptions: [{ name: 'a', color: 'red' }] },
+      'Invalid subscriptions[0]: Value error, add.color is not a valid hex color code',
+    );
+    await rejects(
+      { subscriptions: [{ name: 'a', description: 'x'.repeat(1025) }] },
+      'subscriptions[0]["description"] is too long (limit: 1024 characters)',
+    );
     await rejects({ subscriptions: [{ name: 'a' }], principals: [{}] }, 'principals["list[str]"][0] is not a string');
     await rejects({ subscriptions: [{ name: 'a' }], principals: [1, 'x'] }, 'principals["list[int]"][1] is not an integer');
     await rejects({ subscriptions: [{ name: 'a' }], invite_only: 'yes' }, 'invite_only is not valid JSON');
     await rejects({ subscriptions: [{ name: 'a' }], authorization_errors_fatal: 1 }, 'authorization_errors_fatal is not a boolean');
-    await rejects({ subscriptions: Array.from({ length: 1001 }, (_, i) => ({ name: `c${i}` })) }, 'subscriptions is too long (limit: 1000 items)');
-    await rejects({ subscriptions: [{ name: 'a' }], principals: Array.from({ length: 1001 }, () => U) }, 'principals is too long (limit: 1000 items)');
+    await rejects(
+      { subscriptions: Array.from({ length: 1001 }, (_, i) => ({ name: `c${i}` })) },
+      'subscriptions is too long (limit: 1000 items)',
+    );
+    await rejects(
+      { subscriptions: [{ name: 'a' }], principals: Array.from({ length: 1001 }, () => U) },
+      'principals is too long (limit: 1000 items)',
+    );
   });
 
   it('channel names (Zulip check_stream_name), every name before any other check', async () => {
@@ -203,7 +291,9 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
     await rejects({ subscriptions: [{ name: 'S' }] }, 'Unable to access channel (S).', 'A');
     await rejects({ subscriptions: [{ name: 'S' }] }, 'Unable to access channel (S).', 'O');
     const res = await subscribe(ctx, { subscriptions: [{ name: 'S' }, { name: 'Q' }], authorization_errors_fatal: false });
-    expect(res.body).toBe(success({ subscribed: { [U]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true, unauthorized: ['S'] }));
+    expect(res.body).toBe(
+      success({ subscribed: { [U]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true, unauthorized: ['S'] }),
+    );
     expect(await activeChannelsOf(ctx, U)).toEqual([P, Q, Z]);
     // Checked before the principals.
     await rejects({ subscriptions: [{ name: 'S' }], principals: [999999] }, 'Unable to access channel (S).');
@@ -221,11 +311,14 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
     expect(res.statusCode).toBe(200);
   });
 
-  it('a channel of another organization is not found: it is created in the caller\'s', async () => {
+  it("a channel of another organization is not found: it is created in the caller's", async () => {
     const res = await subscribe(ctx, { subscriptions: [{ name: 'C2' }] });
     expect(res.statusCode).toBe(200);
     expect((await channelRow('C2')).realm_id).toBe(2);
-    expect(await ctx.db.selectFrom('streams').select('realm_id').where('name', '=', 'C2').orderBy('realm_id').execute()).toEqual([{ realm_id: 1 }, { realm_id: 2 }]);
+    expect(await ctx.db.selectFrom('streams').select('realm_id').where('name', '=', 'C2').orderBy('realm_id').execute()).toEqual([
+      { realm_id: 1 },
+      { realm_id: 2 },
+    ]);
   });
 });
 
@@ -238,7 +331,10 @@ describe('POST /users/me/subscriptions: cost', () => {
       return ctx.database.statements.length;
     };
     const one = await count({ subscriptions: [{ name: 'one' }] });
-    const many = await count({ subscriptions: Array.from({ length: 60 }, (_, i) => ({ name: `many${i}` })).concat([{ name: 'P' }, { name: 'Q' }]), principals: [U, V, M, B, G] });
+    const many = await count({
+      subscriptions: Array.from({ length: 60 }, (_, i) => ({ name: `many${i}` })).concat([{ name: 'P' }, { name: 'Q' }]),
+      principals: [U, V, M, B, G],
+    });
     expect(many).toBe(one);
     // Authentication, BEGIN, the user's lock, the organization's lock, the read, the write, COMMIT.
     expect(one).toBe(7);
@@ -250,7 +346,12 @@ describe('POST /users/me/subscriptions: cost', () => {
 describe('register after subscribing', () => {
   it('the subscriptions section has the new channel, with its subscribers', async () => {
     await subscribe(ctx, { subscriptions: [{ name: 'new1' }], principals: [U, V] });
-    const res = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'V', form: { fetch_event_types: '["subscription"]', include_subscribers: 'true' } });
+    const res = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/register',
+      as: 'V',
+      form: { fetch_event_types: '["subscription"]', include_subscribers: 'true' },
+    });
     const body = JSON.parse(res.body) as { subscriptions: { name: string; subscribers: number[] }[] };
     expect(body.subscriptions.find((sub) => sub.name === 'new1')?.subscribers).toEqual([U, V]);
     void A;

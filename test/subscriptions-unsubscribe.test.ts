@@ -19,14 +19,26 @@ const withIds = (events: object[]) => JSON.stringify(events.map((event, id) => (
 
 describe('DELETE /users/me/subscriptions', () => {
   it('removes the caller: exact body, the row kept inactive with its settings, peer_remove then subscription/remove', async () => {
-    const [qU, qV, qG, qA] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'V'), await createQueue(ctx.db, 'G'), await createQueue(ctx.db, 'A')];
+    const [qU, qV, qG, qA] = [
+      await createQueue(ctx.db, 'U'),
+      await createQueue(ctx.db, 'V'),
+      await createQueue(ctx.db, 'G'),
+      await createQueue(ctx.db, 'A'),
+    ];
     const res = await unsubscribe(ctx, { subscriptions: [' p '] });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(success({ removed: ['P'], not_removed: [] }));
-    const row = await ctx.db.selectFrom('subscriptions').select(['active', 'color']).where('user_id', '=', U).where('stream_id', '=', P).executeTakeFirstOrThrow();
+    const row = await ctx.db
+      .selectFrom('subscriptions')
+      .select(['active', 'color'])
+      .where('user_id', '=', U)
+      .where('stream_id', '=', P)
+      .executeTakeFirstOrThrow();
     expect(row).toEqual({ active: false, color: '#76ce90' });
     const peerRemove = { type: 'subscription', op: 'peer_remove', stream_ids: [P], user_ids: [U] };
-    expect(JSON.stringify(await queueEvents(ctx.db, qU))).toBe(withIds([{ type: 'subscription', op: 'remove', subscriptions: [{ name: 'P', stream_id: P }] }]));
+    expect(JSON.stringify(await queueEvents(ctx.db, qU))).toBe(
+      withIds([{ type: 'subscription', op: 'remove', subscriptions: [{ name: 'P', stream_id: P }] }]),
+    );
     expect(JSON.stringify(await queueEvents(ctx.db, qV))).toBe(withIds([peerRemove]));
     expect(JSON.stringify(await queueEvents(ctx.db, qA))).toBe(withIds([peerRemove]));
     // G is a subscriber of P: a public channel's guest subscribers see its subscribers.
@@ -57,13 +69,17 @@ describe('DELETE /users/me/subscriptions', () => {
     expect(byEmail.body).toBe(success({ removed: ['P', 'Q', 'P'], not_removed: ['Q'] }));
   });
 
-  it('principals: one\'s own bot, and others from channels one created', async () => {
+  it("principals: one's own bot, and others from channels one created", async () => {
     await subscribe(ctx, { subscriptions: [{ name: 'mine' }], principals: [U, V, B] });
-    expect((await unsubscribe(ctx, { subscriptions: ['mine'], principals: [B] })).body).toBe(success({ removed: ['mine'], not_removed: [] }));
-    expect((await unsubscribe(ctx, { subscriptions: ['mine'], principals: [V, U] })).body).toBe(success({ removed: ['mine', 'mine'], not_removed: [] }));
+    expect((await unsubscribe(ctx, { subscriptions: ['mine'], principals: [B] })).body).toBe(
+      success({ removed: ['mine'], not_removed: [] }),
+    );
+    expect((await unsubscribe(ctx, { subscriptions: ['mine'], principals: [V, U] })).body).toBe(
+      success({ removed: ['mine', 'mine'], not_removed: [] }),
+    );
   });
 
-  it('refusals, in Zulip\'s order, change nothing', async () => {
+  it("refusals, in Zulip's order, change nothing", async () => {
     expect((await unsubscribe(ctx, {})).body).toBe(missingArgument('subscriptions'));
     await rejects({ subscriptions: 'P' }, 'subscriptions is not valid JSON');
     await rejects({ subscriptions: [1] }, 'subscriptions[0] is not a string');
@@ -82,7 +98,10 @@ describe('DELETE /users/me/subscriptions', () => {
     await rejects({ subscriptions: ['P'], principals: [U] }, 'Insufficient permission', 'G');
     await rejects({ subscriptions: ['nope'], principals: [V] }, 'Channel(s) (nope) do not exist');
     await rejects({ subscriptions: ['nope'], principals: [U] }, 'Insufficient permission', 'G');
-    await rejects({ subscriptions: ['P'], principals: Array.from({ length: 1001 }, () => U) }, 'principals is too long (limit: 1000 items)');
+    await rejects(
+      { subscriptions: ['P'], principals: Array.from({ length: 1001 }, () => U) },
+      'principals is too long (limit: 1000 items)',
+    );
   });
 
   it('a constant number of statements whatever the number of channels and principals', async () => {

@@ -24,11 +24,13 @@ async function auditRows(context: TestContext, count: number, daysAgo: number): 
 }
 
 const ageCounts = async (context: TestContext) =>
-  (await sql<{ old: number; recent: number }>`
+  (
+    await sql<{ old: number; recent: number }>`
     SELECT count(*) FILTER (WHERE created_at < now() - interval '30 days')::int AS old,
            count(*) FILTER (WHERE created_at >= now() - interval '30 days')::int AS recent
     FROM subscription_audit_log
-  `.execute(context.db)).rows[0];
+  `.execute(context.db)
+  ).rows[0];
 
 describe('audit-log retention', () => {
   it('deletes the rows older than AUDIT_LOG_RETENTION_DAYS, in batches, and keeps the rest', async () => {
@@ -36,7 +38,12 @@ describe('audit-log retention', () => {
     await auditRows(ctx, 12_000, 31); // more than two batches
     await auditRows(ctx, 5, 29);
     // An audit row written through the API is recent.
-    await api(ctx.app, { method: 'POST', url: '/api/v1/users/me/subscriptions/properties', as: 'U', form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]) } });
+    await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]) },
+    });
     ctx.database.statements.length = 0;
     expect(await sweepOnce(ctx.db, ctx.config)).toEqual({ queues: 0, auditRows: 12_000 });
     expect(await ageCounts(ctx)).toEqual({ old: 0, recent: 6 });
@@ -50,7 +57,9 @@ describe('audit-log retention', () => {
     expect(ctx.config.auditLogRetentionDays).toBe(365);
     await auditRows(ctx, 3, 366);
     await auditRows(ctx, 2, 364);
-    await expect.poll(async () => (await ctx!.db.selectFrom('subscription_audit_log').select('id').execute()).length, { timeout: 5000 }).toBe(2);
+    await expect
+      .poll(async () => (await ctx!.db.selectFrom('subscription_audit_log').select('id').execute()).length, { timeout: 5000 })
+      .toBe(2);
   });
 });
 
@@ -63,7 +72,9 @@ describe('expired queues', () => {
       SELECT gen_random_uuid(), 1, ${ids.U}, 600, now() - interval '1 hour' FROM generate_series(1, 1200)
     `.execute(ctx.db);
     const alive = await createQueue(ctx.db, 'V');
-    await sql`INSERT INTO events (queue_id, id, realm_id, payload) SELECT id, 0, 1, '{"type":"heartbeat"}' FROM event_queues`.execute(ctx.db);
+    await sql`INSERT INTO events (queue_id, id, realm_id, payload) SELECT id, 0, 1, '{"type":"heartbeat"}' FROM event_queues`.execute(
+      ctx.db,
+    );
     expect(await sweepOnce(ctx.db, ctx.config)).toEqual({ queues: 1200, auditRows: 0 });
     expect((await ctx.db.selectFrom('event_queues').select('id').execute()).map((row) => row.id)).toEqual([alive]);
     expect((await ctx.db.selectFrom('events').select('queue_id').execute()).map((row) => row.queue_id)).toEqual([alive]);
@@ -71,7 +82,8 @@ describe('expired queues', () => {
 
   it('a queue a transaction holds (a write appending to it) is left for the next sweep, not waited for', async () => {
     ctx = await createTestContext();
-    const expired = (user: 'U' | 'V') => sql<{ id: string }>`
+    const expired = (user: 'U' | 'V') =>
+      sql<{ id: string }>`
       INSERT INTO event_queues (id, realm_id, user_id, lifespan_seconds, last_active_at)
       VALUES (gen_random_uuid(), 1, ${ids[user]}, 600, now() - interval '1 hour') RETURNING id::text AS id
     `.execute(ctx!.db);
@@ -84,7 +96,11 @@ describe('expired queues', () => {
       let holding!: () => void;
       const isHeld = new Promise<void>((resolve) => (holding = resolve));
       const transaction = holder.db.transaction().execute(async (tx) => {
-        await tx.updateTable('event_queues').set((eb) => ({ next_event_id: eb('next_event_id', '+', 1) })).where('id', '=', held).execute();
+        await tx
+          .updateTable('event_queues')
+          .set((eb) => ({ next_event_id: eb('next_event_id', '+', 1) }))
+          .where('id', '=', held)
+          .execute();
         holding();
         await released;
       });

@@ -30,7 +30,11 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   await other.end(); // releases U's lock if a test left it held
-  for (const [userId, name] of [[ids.M, 'M Mod'], [ids.U, 'U Member'], [ids.V, 'V Member']] as const) {
+  for (const [userId, name] of [
+    [ids.M, 'M Mod'],
+    [ids.U, 'U Member'],
+    [ids.V, 'V Member'],
+  ] as const) {
     await ctx.db.updateTable('users').set({ full_name: name }).where('id', '=', userId).execute();
   }
 });
@@ -50,12 +54,19 @@ async function lockWaiter(): Promise<number> {
 const LOCK = 'SELECT pg_advisory_xact_lock($1, $2)';
 const LOCK_NOW = 'SELECT user_lock_now($1, $2)';
 /** Renames a user; answers the transaction id and the backend. */
-const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; pid: number }>(['userId', 'name'], (db, args) =>
-  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId)
-    .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`pg_backend_pid()`.as('pid')]));
+const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; pid: number }>(
+  ['userId', 'name'],
+  (db, args) =>
+    db
+      .updateTable('users')
+      .set({ full_name: args.name })
+      .where('id', '=', args.userId)
+      .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`pg_backend_pid()`.as('pid')]),
+);
 const renameAs = (userId: number, name: string, departure?: Departure) =>
   ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name }), departure);
-const nameOf = async (userId: number) => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
+const nameOf = async (userId: number) =>
+  (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
 const UPDATE = expect.stringContaining('update "users"');
 
 describe('a small write whose user is locked elsewhere', () => {
@@ -63,7 +74,10 @@ describe('a small write whose user is locked elsewhere', () => {
     ctx.database.statements.length = 0;
     let uSettled = false;
     const [m, u, v] = [ids.M, ids.U, ids.V].map((userId) => renameAs(userId, `Renamed ${userId}`));
-    void u!.then(() => (uSettled = true), () => (uSettled = true));
+    void u!.then(
+      () => (uSettled = true),
+      () => (uSettled = true),
+    );
     const [mRows, vRows] = await Promise.all([m!, v!]); // while U's lock is still held
     expect(vRows[0]!.xid).toBe(mRows[0]!.xid); // sent again together, without U
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1)); // U waits for its lock
@@ -76,7 +90,20 @@ describe('a small write whose user is locked elsewhere', () => {
     expect(uRows[0]!.pid).not.toBe(mRows[0]!.pid); // not on the shared write connection
     expect(await nameOf(ids.U)).toBe(`Renamed ${ids.U}`);
     // The group (M, U, V), refused at U's lock; M and V again; U once more with the waiting lock.
-    expect(ctx.database.statements.filter((text) => !text.startsWith('select'))).toEqual([LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK, UPDATE]);
+    expect(ctx.database.statements.filter((text) => !text.startsWith('select'))).toEqual([
+      LOCK_NOW,
+      UPDATE,
+      LOCK_NOW,
+      UPDATE,
+      LOCK_NOW,
+      UPDATE,
+      LOCK_NOW,
+      UPDATE,
+      LOCK_NOW,
+      UPDATE,
+      LOCK,
+      UPDATE,
+    ]);
   });
 
   it('alone in its turn, it does not wait on a shared write connection either; the shared connections serve others meanwhile', async () => {
@@ -103,7 +130,11 @@ describe('a small write whose user is locked elsewhere', () => {
     const shared = (await renameAs(ids.V, 'Probe'))[0]!.pid;
     // A statement no connection has prepared yet: the group sends its Parse before U's refused lock.
     const fresh = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
-      db.selectFrom('users').select(sql<number>`pg_backend_pid() + 0`.as('pid')).where('id', '=', args.userId));
+      db
+        .selectFrom('users')
+        .select(sql<number>`pg_backend_pid() + 0`.as('pid'))
+        .where('id', '=', args.userId),
+    );
     const [u, v] = [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => fresh(tx, { userId })));
     expect((await v!)[0]!.pid).toBe(shared); // V again, on the same connection
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
@@ -126,7 +157,7 @@ describe('a small write whose user is locked elsewhere', () => {
 });
 
 describe('requests of one turn, one of them by a user locked elsewhere', () => {
-  it('the others are answered while the lock is held; the locked user\'s once it is released, its rows and events written once', async () => {
+  it("the others are answered while the lock is held; the locked user's once it is released, its rows and events written once", async () => {
     const queues = { U: await createQueue(ctx.db, 'U'), V: await createQueue(ctx.db, 'V'), G: await createQueue(ctx.db, 'G') };
     const [u, v, g] = (['U', 'V', 'G'] as const).map((as) => bulk(ctx, pinP, as));
     expect((await v!).body).toBe(OK);
@@ -137,7 +168,11 @@ describe('requests of one turn, one of them by a user locked elsewhere', () => {
 
     await releaseU();
     expect((await u!).body).toBe(OK);
-    for (const [as, userId] of [['U', ids.U], ['V', ids.V], ['G', ids.G]] as const) {
+    for (const [as, userId] of [
+      ['U', ids.U],
+      ['V', ids.V],
+      ['G', ids.G],
+    ] as const) {
       expect((await subscriptionOf(ctx, userId, ids.P)).pin_to_top).toBe(true);
       expect(await pendingEvents(ctx.app, queues[as], as)).toEqual([pinEvent(true, 0)]);
     }

@@ -18,30 +18,79 @@ import { FIXTURE_ENV } from './helpers/app.js';
 
 const config = loadConfig({ ...FIXTURE_ENV });
 const viewer = (role: number, id = 13, restricted = false): UserViewer => ({
-  id, role, realmSubdomain: '', realmCanAccessAllUsersGroup: restricted ? 'members' : 'everyone',
+  id,
+  role,
+  realmSubdomain: '',
+  realmCanAccessAllUsersGroup: restricted ? 'members' : 'everyone',
 });
 const V: UserRecord = {
-  id: 14, realmId: 1, deliveryEmail: 'v@example.com', fullName: 'V Member', dateJoined: new Date('2024-01-02T03:04:05Z'),
-  isActive: true, role: 400, botType: null, botOwnerId: null, timezone: '', avatarSource: 'G', avatarVersion: 1,
-  emailAddressVisibility: 1, isImportedStub: false, isDeleted: false,
+  id: 14,
+  realmId: 1,
+  deliveryEmail: 'v@example.com',
+  fullName: 'V Member',
+  dateJoined: new Date('2024-01-02T03:04:05Z'),
+  isActive: true,
+  role: 400,
+  botType: null,
+  botOwnerId: null,
+  timezone: '',
+  avatarSource: 'G',
+  avatarVersion: 1,
+  emailAddressVisibility: 1,
+  isImportedStub: false,
+  isDeleted: false,
 };
 const defaults = { clientGravatar: true, includeCustomProfileFields: false };
 
 describe('buildUserObject', () => {
   it('builds the §3.5 example with keys in order', () => {
-    expect(JSON.stringify(buildUserObject(viewer(400), V, defaults, config))).toBe(JSON.stringify({
-      email: 'v@example.com', user_id: 14, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-      is_bot: false, full_name: 'V Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-      delivery_email: 'v@example.com', avatar_url: null, is_imported_stub: false,
-    }));
+    expect(JSON.stringify(buildUserObject(viewer(400), V, defaults, config))).toBe(
+      JSON.stringify({
+        email: 'v@example.com',
+        user_id: 14,
+        avatar_version: 1,
+        is_admin: false,
+        is_owner: false,
+        is_guest: false,
+        role: 400,
+        is_bot: false,
+        full_name: 'V Member',
+        timezone: '',
+        is_active: true,
+        date_joined: '2024-01-02T03:04+00:00',
+        delivery_email: 'v@example.com',
+        avatar_url: null,
+        is_imported_stub: false,
+      }),
+    );
   });
 
   it('omitIsActive leaves is_active out and keeps the rest in order', () => {
-    const keys = Object.keys(buildUserObject(viewer(400), { ...V, isDeleted: true, isActive: false, profileValues: [] },
-      { ...defaults, includeCustomProfileFields: true, omitIsActive: true }, config));
+    const keys = Object.keys(
+      buildUserObject(
+        viewer(400),
+        { ...V, isDeleted: true, isActive: false, profileValues: [] },
+        { ...defaults, includeCustomProfileFields: true, omitIsActive: true },
+        config,
+      ),
+    );
     expect(keys).toEqual([
-      'email', 'user_id', 'avatar_version', 'is_admin', 'is_owner', 'is_guest', 'role', 'is_bot', 'full_name', 'timezone',
-      'date_joined', 'delivery_email', 'avatar_url', 'is_imported_stub', 'is_deleted', 'profile_data',
+      'email',
+      'user_id',
+      'avatar_version',
+      'is_admin',
+      'is_owner',
+      'is_guest',
+      'role',
+      'is_bot',
+      'full_name',
+      'timezone',
+      'date_joined',
+      'delivery_email',
+      'avatar_url',
+      'is_imported_stub',
+      'is_deleted',
+      'profile_data',
     ]);
   });
 
@@ -65,26 +114,42 @@ describe('buildProfileData', () => {
       { fieldId: 7, fieldType: 6, value: '[13]', renderedValue: '<p>ignored</p>' },
       { fieldId: 1, fieldType: 1, value: '*a*', renderedValue: null },
     ]);
-    expect(JSON.stringify(data)).toBe(JSON.stringify({
-      1: { value: '*a*', rendered_value: '<p><em>a</em></p>' },
-      3: { value: 'https://x.example' },
-      7: { value: '[13]' },
-      12: { value: 'b', rendered_value: '<p>b</p>' },
-    }));
+    expect(JSON.stringify(data)).toBe(
+      JSON.stringify({
+        1: { value: '*a*', rendered_value: '<p><em>a</em></p>' },
+        3: { value: 'https://x.example' },
+        7: { value: '[13]' },
+        12: { value: 'b', rendered_value: '<p>b</p>' },
+      }),
+    );
   });
 });
 
 describe('placeholder', () => {
   it('matches §2.11 exactly, with is_active omitted on request', () => {
     const expected = {
-      email: 'user10@chat.example.com', user_id: 10, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false,
-      role: 400, is_bot: false, full_name: 'Unknown user', timezone: '', is_active: true, date_joined: '1970-01-01T00:00:00+00:00',
-      delivery_email: null, avatar_url: '/static/images/unknown-user-avatar.png', is_imported_stub: false, profile_data: {},
+      email: 'user10@chat.example.com',
+      user_id: 10,
+      avatar_version: 1,
+      is_admin: false,
+      is_owner: false,
+      is_guest: false,
+      role: 400,
+      is_bot: false,
+      full_name: 'Unknown user',
+      timezone: '',
+      is_active: true,
+      date_joined: '1970-01-01T00:00:00+00:00',
+      delivery_email: null,
+      avatar_url: '/static/images/unknown-user-avatar.png',
+      is_imported_stub: false,
+      profile_data: {},
     };
     expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config))).toBe(JSON.stringify(expected));
     const { is_active, ...withoutActive } = expected;
-    expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config, { omitIsActive: true })))
-      .toBe(JSON.stringify(withoutActive));
+    expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config, { omitIsActive: true }))).toBe(
+      JSON.stringify(withoutActive),
+    );
     const other = buildInaccessibleUserPlaceholder({ ...viewer(600), realmSubdomain: 'other' }, 10, config);
     expect(other.email).toBe('user10@other.chat.example.com');
   });
@@ -103,7 +168,9 @@ describe('avatars (§2.5)', () => {
   const gravatarOff = { ...config, enableGravatar: false };
   it('applies the rows in order', () => {
     expect(avatarUrl(V, true, true, config)).toBeNull();
-    expect(avatarUrl(V, true, false, config)).toBe('https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f90f6cea?d=identicon&version=1');
+    expect(avatarUrl(V, true, false, config)).toBe(
+      'https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f90f6cea?d=identicon&version=1',
+    );
     expect(avatarUrl({ ...V, avatarSource: 'U' }, true, true, config)).toBe('/user_avatars/1/fd0d7ed260c31dfffddb45a43fe12ceeb335119b.png');
     expect(avatarUrl({ ...V, avatarVersion: 4 }, true, true, gravatarOff)).toBe('/static/images/default-avatar.png?version=4');
     expect(avatarUrl(V, false, true, { ...gravatarOff, defaultAvatarUri: '/a.png?s=1' })).toBe('/a.png?s=1&version=1');
@@ -113,7 +180,11 @@ describe('avatars (§2.5)', () => {
 
 describe('email visibility (§2.3)', () => {
   const table: [string, number, number[]][] = [
-    ['owner', 100, [1, 2, 3, 5]], ['admin', 200, [1, 2, 3, 5]], ['moderator', 300, [1, 2, 5]], ['member', 400, [1, 2]], ['guest', 600, [1]],
+    ['owner', 100, [1, 2, 3, 5]],
+    ['admin', 200, [1, 2, 3, 5]],
+    ['moderator', 300, [1, 2, 5]],
+    ['member', 400, [1, 2]],
+    ['guest', 600, [1]],
   ];
   for (const [name, role, visible] of table) {
     it(`${name} sees visibilities ${visible.join(', ')}`, () => {
@@ -176,7 +247,12 @@ describe('renderMarkdown (§2.6 table)', () => {
     it(`renders ${JSON.stringify(source)}`, () => expect(renderMarkdown(source)).toBe(html));
   }
   it('never lets raw HTML or script URLs through', () => {
-    for (const source of ['<img src=x onerror=alert(1)>', '<a href="javascript:alert(1)">x</a>', '![x](javascript:alert(1))', '[m](mailto:a@b.example)']) {
+    for (const source of [
+      '<img src=x onerror=alert(1)>',
+      '<a href="javascript:alert(1)">x</a>',
+      '![x](javascript:alert(1))',
+      '[m](mailto:a@b.example)',
+    ]) {
       const html = renderMarkdown(source);
       // Escaped text may mention anything; what must not exist is a live tag or attribute.
       expect(html).not.toMatch(/<(img|script|iframe)\b|<[a-z][^>]*\s(on\w+|style)\s*=|(href|src)="(?!https?:|mailto:)/i);

@@ -29,8 +29,10 @@ afterEach(async () => {
 });
 
 const renameU = reusableStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
-  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'));
-const nameOfU = async () => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
+  db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'),
+);
+const nameOfU = async () =>
+  (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
 
 /** Backends waiting for U's user lock. */
 const lockWaiters = () => userLockWaiters(other, ids.U);
@@ -60,14 +62,20 @@ describe('UserTransactions', () => {
 
   it('a work that gives up at its first failed statement leaves no later failure unobserved', async () => {
     const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
-      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
+      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
+    );
     for (const size of ['small', 'large'] as const) {
-      const outcome = ctx.database.transactions.run(ids.U, async (tx) => {
-        const first = failing(tx, { divisor: 0 });
-        void failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
-        void renameU(tx, { userId: ids.U, name: 'Never' });
-        return first;
-      }, undefined, size);
+      const outcome = ctx.database.transactions.run(
+        ids.U,
+        async (tx) => {
+          const first = failing(tx, { divisor: 0 });
+          void failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
+          void renameU(tx, { userId: ids.U, name: 'Never' });
+          return first;
+        },
+        undefined,
+        size,
+      );
       await expect(outcome).rejects.toMatchObject({ code: '22012' }); // division_by_zero, the first failure
     }
     await new Promise((resolve) => setTimeout(resolve, 50)); // an unobserved rejection would surface here
@@ -76,13 +84,19 @@ describe('UserTransactions', () => {
 
   it('a failing statement rolls back the statements before it (one implicit transaction), on both kinds of connection', async () => {
     const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
-      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
+      db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
+    );
     for (const size of ['small', 'large'] as const) {
-      const outcome = ctx.database.transactions.run(ids.U, (tx) => {
-        const renamed = renameU(tx, { userId: ids.U, name: 'Rolled back' });
-        const failed = failing(tx, { divisor: 0 });
-        return Promise.all([renamed, failed]);
-      }, undefined, size);
+      const outcome = ctx.database.transactions.run(
+        ids.U,
+        (tx) => {
+          const renamed = renameU(tx, { userId: ids.U, name: 'Rolled back' });
+          const failed = failing(tx, { divisor: 0 });
+          return Promise.all([renamed, failed]);
+        },
+        undefined,
+        size,
+      );
       await expect(outcome).rejects.toMatchObject({ code: '22012' });
       expect(await nameOfU()).toBe('U Member');
       // The connection serves the next transaction.
@@ -90,23 +104,33 @@ describe('UserTransactions', () => {
     }
   });
 
-  it('keeps each connection\'s prepared statements right when a transaction that prepares one fails', async () => {
+  it("keeps each connection's prepared statements right when a transaction that prepares one fails", async () => {
     for (const size of ['small', 'large'] as const) {
       // Fails at its Parse: the connection is replaced, so the statement is prepared afresh
       // (a stale record would answer 26000, "prepared statement does not exist").
       const unparsable = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
-        db.selectNoFrom(sql<number>`no_such_function(${args.x}::integer)`.as('y')));
+        db.selectNoFrom(sql<number>`no_such_function(${args.x}::integer)`.as('y')),
+      );
       for (let attempt = 0; attempt < 2; attempt++) {
-        await expect(ctx.database.transactions.run(ids.U, (tx) => unparsable(tx, { x: 1 }), undefined, size)).rejects.toMatchObject({ code: '42883' });
+        await expect(ctx.database.transactions.run(ids.U, (tx) => unparsable(tx, { x: 1 }), undefined, size)).rejects.toMatchObject({
+          code: '42883',
+        });
       }
       // Prepared, then the transaction fails after it: the statement stays prepared (preparing it
       // again would answer 42P05, "prepared statement already exists").
-      const doubled = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) => db.selectNoFrom(sql<number>`${args.x}::integer * 2`.as('y')));
-      const divided = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) => db.selectNoFrom(sql<number>`1 / ${args.x}::integer`.as('y')));
-      await expect(ctx.database.transactions.run(ids.U, (tx) => Promise.all([doubled(tx, { x: 2 }), divided(tx, { x: 0 })]), undefined, size))
-        .rejects.toMatchObject({ code: '22012' });
+      const doubled = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+        db.selectNoFrom(sql<number>`${args.x}::integer * 2`.as('y')),
+      );
+      const divided = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+        db.selectNoFrom(sql<number>`1 / ${args.x}::integer`.as('y')),
+      );
+      await expect(
+        ctx.database.transactions.run(ids.U, (tx) => Promise.all([doubled(tx, { x: 2 }), divided(tx, { x: 0 })]), undefined, size),
+      ).rejects.toMatchObject({ code: '22012' });
       for (let attempt = 0; attempt < 4; attempt++) {
-        expect(await ctx.database.transactions.run(ids.U, (tx) => doubled(tx, { x: attempt }), undefined, size)).toEqual([{ y: attempt * 2 }]);
+        expect(await ctx.database.transactions.run(ids.U, (tx) => doubled(tx, { x: attempt }), undefined, size)).toEqual([
+          { y: attempt * 2 },
+        ]);
       }
     }
   });
@@ -123,7 +147,11 @@ describe('UserTransactions', () => {
 
   it('small transactions share the write connections: at most DB_WRITE_CONNECTIONS (2) backends for any number of users', async () => {
     const backend = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
-      db.selectFrom('users').select(sql<number>`pg_backend_pid()`.as('pid')).where('id', '=', args.userId));
+      db
+        .selectFrom('users')
+        .select(sql<number>`pg_backend_pid()`.as('pid'))
+        .where('id', '=', args.userId),
+    );
     const users = [ids.O, ids.A, ids.M, ids.U, ids.V, ids.G];
     const pids = await Promise.all(users.map((userId) => ctx.database.transactions.run(userId, (tx) => backend(tx, { userId }))));
     expect(new Set(pids.map((rows) => rows[0]!.pid)).size).toBeLessThanOrEqual(2);
@@ -134,8 +162,9 @@ describe('UserTransactions', () => {
   it('a client gone before its turn sends nothing; a large transaction whose client leaves while it waits for the lock is cancelled and rolled back', async () => {
     const gone: Departure = { gone: true, onGone: () => () => undefined };
     ctx.database.statements.length = 0;
-    await expect(ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Never' }), gone))
-      .rejects.toBeInstanceOf(ClientGone);
+    await expect(ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Never' }), gone)).rejects.toBeInstanceOf(
+      ClientGone,
+    );
     expect(ctx.database.statements).toEqual([]);
 
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
@@ -149,18 +178,29 @@ describe('UserTransactions', () => {
     await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     expect(await nameOfU()).toBe('U Member');
     // The cancelled connection was closed, not handed back: the next transaction works.
-    expect(await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }), undefined, 'large')).toEqual([{ id: ids.U }]);
+    expect(
+      await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }), undefined, 'large'),
+    ).toEqual([{ id: ids.U }]);
   });
 });
 
 describe('commit groups: the small transactions of different users in one turn', () => {
   const LOCK = 'SELECT user_lock_now($1, $2)';
   /** Renames a user; answers the transaction id and the time of the statement within it. */
-  const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(['userId', 'name'], (db, args) =>
-    db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId)
-      .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`extract(epoch FROM clock_timestamp())::float8`.as('at')]));
-  const divide = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) => db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')));
-  const nameOf = async (userId: number) => (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
+  const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(
+    ['userId', 'name'],
+    (db, args) =>
+      db
+        .updateTable('users')
+        .set({ full_name: args.name })
+        .where('id', '=', args.userId)
+        .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`extract(epoch FROM clock_timestamp())::float8`.as('at')]),
+  );
+  const divide = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+    db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
+  );
+  const nameOf = async (userId: number) =>
+    (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
   afterEach(async () => {
     await ctx.db.updateTable('users').set({ full_name: 'M Mod' }).where('id', '=', ids.M).execute();
     await ctx.db.updateTable('users').set({ full_name: 'U Member' }).where('id', '=', ids.U).execute();
@@ -170,12 +210,18 @@ describe('commit groups: the small transactions of different users in one turn',
   it('commit as one transaction, each behind its own lock, in user id order, each answered its own rows', async () => {
     ctx.database.statements.length = 0;
     // V first: the group still takes U's lock (13) before V's (14).
-    const [v, u] = await Promise.all([ids.V, ids.U].map((userId) =>
-      ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: `Grouped ${userId}` }))));
+    const [v, u] = await Promise.all(
+      [ids.V, ids.U].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: `Grouped ${userId}` }))),
+    );
     expect(u).toEqual([{ id: ids.U, xid: expect.any(String), at: expect.any(Number) }]);
     expect(v).toEqual([{ id: ids.V, xid: u![0]!.xid, at: expect.any(Number) }]); // the same transaction
     expect(u![0]!.at).toBeLessThan(v![0]!.at);
-    expect(ctx.database.statements).toEqual([LOCK, expect.stringContaining('update "users"'), LOCK, expect.stringContaining('update "users"')]);
+    expect(ctx.database.statements).toEqual([
+      LOCK,
+      expect.stringContaining('update "users"'),
+      LOCK,
+      expect.stringContaining('update "users"'),
+    ]);
     expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual([`Grouped ${ids.U}`, `Grouped ${ids.V}`]);
   });
 
@@ -197,7 +243,9 @@ describe('commit groups: the small transactions of different users in one turn',
   });
 
   it('a value that cannot be sent fails its member only, before anything of the group is written', async () => {
-    const echo = reusableStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) => db.selectNoFrom(sql<unknown>`${args.value}::jsonb`.as('value')));
+    const echo = reusableStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) =>
+      db.selectNoFrom(sql<unknown>`${args.value}::jsonb`.as('value')),
+    );
     const circular: Record<string, unknown> = {};
     circular.self = circular;
     const [u, v] = await Promise.allSettled([
@@ -208,7 +256,9 @@ describe('commit groups: the small transactions of different users in one turn',
     expect(v).toMatchObject({ status: 'fulfilled', value: [{ id: ids.V }] });
     expect(await nameOf(ids.V)).toBe('Sent alone');
     // The shared connections were left whole: a group still commits.
-    const again = await Promise.all([ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Again' }))));
+    const again = await Promise.all(
+      [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Again' }))),
+    );
     expect(again[1]![0]!.xid).toBe(again[0]![0]!.xid);
   });
 
@@ -217,11 +267,13 @@ describe('commit groups: the small transactions of different users in one turn',
     await other.query('BEGIN');
     await other.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [ids.U]);
     /** The backends `other` holds up. */
-    const blocked = async () => (await other.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))')).rows;
+    const blocked = async () =>
+      (await other.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))')).rows;
     try {
       ctx.database.statements.length = 0;
-      const outcomes = Promise.allSettled([ids.U, ids.V].map((userId) =>
-        ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Lost' }))));
+      const outcomes = Promise.allSettled(
+        [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Lost' }))),
+      );
       await vi.waitFor(async () => expect(await blocked()).toHaveLength(1)); // the group waits for U's row
       await other.query('SELECT pg_terminate_backend($1)', [(await blocked())[0]!.pid]);
       for (const outcome of await outcomes) {
@@ -234,7 +286,9 @@ describe('commit groups: the small transactions of different users in one turn',
     }
     expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['U Member', 'V Member']);
     // The next group gets a new connection.
-    expect(await ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Again' }))).toEqual([{ id: ids.V, xid: expect.any(String), at: expect.any(Number) }]);
+    expect(await ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Again' }))).toEqual([
+      { id: ids.V, xid: expect.any(String), at: expect.any(Number) },
+    ]);
   });
 });
 
@@ -259,7 +313,14 @@ describe('a request whose client goes away', () => {
   }
   const pinToTop = (value: boolean) => ({ stream_id: ids.P, property: 'pin_to_top', value });
   const pinOfP = async () =>
-    (await ctx.db.selectFrom('subscriptions').select('pin_to_top').where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow()).pin_to_top;
+    (
+      await ctx.db
+        .selectFrom('subscriptions')
+        .select('pin_to_top')
+        .where('user_id', '=', ids.U)
+        .where('stream_id', '=', ids.P)
+        .executeTakeFirstOrThrow()
+    ).pin_to_top;
 
   it('a large write: the statement waiting for the user lock is cancelled and nothing is written', async () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
@@ -273,7 +334,7 @@ describe('a request whose client goes away', () => {
     expect(await ctx.db.selectFrom('subscription_audit_log').select('id').execute()).toEqual([]);
   });
 
-  it('a small write waiting for its turn behind the same user\'s write is never sent', async () => {
+  it("a small write waiting for its turn behind the same user's write is never sent", async () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     const first = bulkOverSocket([pinToTop(true)]);
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));

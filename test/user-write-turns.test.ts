@@ -50,13 +50,18 @@ async function until(condition: () => Promise<boolean>): Promise<void> {
   throw new Error('condition not reached in 2 s');
 }
 
-describe('one user\'s writes wait their turn without holding pool connections', () => {
-  it('a burst by U while U\'s lock is held elsewhere uses one connection; V is served meanwhile', async () => {
+describe("one user's writes wait their turn without holding pool connections", () => {
+  it("a burst by U while U's lock is held elsewhere uses one connection; V is served meanwhile", async () => {
     // Another instance (here: another session) holds U's event lock.
     await lockHolder.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, U]);
     const colors = Array.from({ length: 2 * POOL_MAX }, (_, i) => `#00000${i}`);
     const burst = colors.map((color) =>
-      api(app, { method: 'POST', url: PROPERTIES_URL, as: 'U', form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'color', value: color }]) } }),
+      api(app, {
+        method: 'POST',
+        url: PROPERTIES_URL,
+        as: 'U',
+        form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'color', value: color }]) },
+      }),
     );
     await until(async () => (await lockWaiters()) === 1);
     expect(handle.transactions.activeUsers).toBe(1);
@@ -66,7 +71,12 @@ describe('one user\'s writes wait their turn without holding pool connections', 
     expect(await lockWaiters()).toBe(1);
     const other = await api(app, { url: `/api/v1/users/${U}`, as: 'V' });
     expect(other.statusCode).toBe(200);
-    const otherWrite = await api(app, { method: 'POST', url: PROPERTIES_URL, as: 'V', form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'is_muted', value: true }]) } });
+    const otherWrite = await api(app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'V',
+      form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'is_muted', value: true }]) },
+    });
     expect(otherWrite.body).toBe(OK);
 
     await lockHolder.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, U]);

@@ -7,9 +7,21 @@ import { type FixtureUser, restrict } from './helpers/fixture.js';
 /** GET /api/v1/users/{email} (spec §3.6, acceptance cases §5.9). */
 
 const V_USER = {
-  email: 'v@example.com', user_id: 14, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-  is_bot: false, full_name: 'V Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-  delivery_email: 'v@example.com', avatar_url: null, is_imported_stub: false,
+  email: 'v@example.com',
+  user_id: 14,
+  avatar_version: 1,
+  is_admin: false,
+  is_owner: false,
+  is_guest: false,
+  role: 400,
+  is_bot: false,
+  full_name: 'V Member',
+  timezone: '',
+  is_active: true,
+  date_joined: '2024-01-02T03:04+00:00',
+  delivery_email: 'v@example.com',
+  avatar_url: null,
+  is_imported_stub: false,
 };
 const V_GRAVATAR = 'https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f90f6cea?d=identicon&version=1';
 
@@ -86,11 +98,19 @@ describe('GET /api/v1/users/{email}', () => {
 
   it('case 112: unknown, foreign, out-of-range dummy and wrongly-cased dummy addresses are not found', async () => {
     for (const path of [
-      'nobody@example.com', 'x@example.com', 'user999999@chat.example.com', 'USER14@chat.example.com',
-      'user30@chat.example.com', 'user99999999999999999999@chat.example.com', 'user14@CHAT.EXAMPLE.COM',
-      'user14@other.chat.example.com', 'user@chat.example.com', 'user14@chat.example.com.evil',
+      'nobody@example.com',
+      'x@example.com',
+      'user999999@chat.example.com',
+      'USER14@chat.example.com',
+      'user30@chat.example.com',
+      'user99999999999999999999@chat.example.com',
+      'user14@CHAT.EXAMPLE.COM',
+      'user14@other.chat.example.com',
+      'user@chat.example.com',
+      'user14@chat.example.com.evil',
       // PostgreSQL text cannot hold NUL: no address has one, and the lookup must not fail.
-      'v%00@example.com', 'v@example.com%00',
+      'v%00@example.com',
+      'v@example.com%00',
     ]) {
       await expectRefused(path, 'No such user');
     }
@@ -113,11 +133,27 @@ describe('GET /api/v1/users/{email}', () => {
   it('case 114: a bot is found by its address', async () => {
     const res = await get('b-bot@chat.example.com');
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(ok({
-      email: 'b-bot@chat.example.com', user_id: 16, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false,
-      role: 400, is_bot: true, full_name: 'B Bot', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-      delivery_email: 'b-bot@chat.example.com', avatar_url: null, is_imported_stub: false, bot_type: 1, bot_owner_id: 13,
-    }));
+    expect(res.body).toBe(
+      ok({
+        email: 'b-bot@chat.example.com',
+        user_id: 16,
+        avatar_version: 1,
+        is_admin: false,
+        is_owner: false,
+        is_guest: false,
+        role: 400,
+        is_bot: true,
+        full_name: 'B Bot',
+        timezone: '',
+        is_active: true,
+        date_joined: '2024-01-02T03:04+00:00',
+        delivery_email: 'b-bot@chat.example.com',
+        avatar_url: null,
+        is_imported_stub: false,
+        bot_type: 1,
+        bot_owner_id: 13,
+      }),
+    );
   });
 
   it('a deactivated user is found by address', async () => {

@@ -13,9 +13,21 @@ const V_GRAVATAR = 'https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f
 
 /** The user object of the §3.5 example (V seen by U, default parameters). */
 const V_USER = {
-  email: 'v@example.com', user_id: 14, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-  is_bot: false, full_name: 'V Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-  delivery_email: 'v@example.com', avatar_url: null, is_imported_stub: false,
+  email: 'v@example.com',
+  user_id: 14,
+  avatar_version: 1,
+  is_admin: false,
+  is_owner: false,
+  is_guest: false,
+  role: 400,
+  is_bot: false,
+  full_name: 'V Member',
+  timezone: '',
+  is_active: true,
+  date_joined: '2024-01-02T03:04+00:00',
+  delivery_email: 'v@example.com',
+  avatar_url: null,
+  is_imported_stub: false,
 };
 const V_PROFILE_DATA = {
   1: { value: '**Lead**', rendered_value: '<p><strong>Lead</strong></p>' },
@@ -35,8 +47,7 @@ async function snapshot(db: Database) {
   };
 }
 
-const setV = (db: Database, values: Updateable<Users>) =>
-  db.updateTable('users').set(values).where('id', '=', 14).execute();
+const setV = (db: Database, values: Updateable<Users>) => db.updateTable('users').set(values).where('id', '=', 14).execute();
 
 const ctx = useTestContext(createTestContext);
 
@@ -111,11 +122,27 @@ describe('GET /api/v1/users/{user_id}', () => {
 
   it('case 97: a bot carries bot keys, never profile_data, and its real address', async () => {
     const res = await get('/api/v1/users/16?include_custom_profile_fields=true');
-    expect(res.body).toBe(ok({
-      email: 'b-bot@chat.example.com', user_id: 16, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false,
-      role: 400, is_bot: true, full_name: 'B Bot', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-      delivery_email: 'b-bot@chat.example.com', avatar_url: null, is_imported_stub: false, bot_type: 1, bot_owner_id: 13,
-    }));
+    expect(res.body).toBe(
+      ok({
+        email: 'b-bot@chat.example.com',
+        user_id: 16,
+        avatar_version: 1,
+        is_admin: false,
+        is_owner: false,
+        is_guest: false,
+        role: 400,
+        is_bot: true,
+        full_name: 'B Bot',
+        timezone: '',
+        is_active: true,
+        date_joined: '2024-01-02T03:04+00:00',
+        delivery_email: 'b-bot@chat.example.com',
+        avatar_url: null,
+        is_imported_stub: false,
+        bot_type: 1,
+        bot_owner_id: 13,
+      }),
+    );
     expect(res.body.endsWith('"avatar_url":null,"is_imported_stub":false,"bot_type":1,"bot_owner_id":13}}')).toBe(true);
   });
 
@@ -197,7 +224,11 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 104: date_joined is UTC truncated to minutes', async () => {
-    await ctx.db.updateTable('users').set({ date_joined: new Date('2023-12-31T23:59:59.999Z') }).where('id', '=', 13).execute();
+    await ctx.db
+      .updateTable('users')
+      .set({ date_joined: new Date('2023-12-31T23:59:59.999Z') })
+      .where('id', '=', 13)
+      .execute();
     expect((await get('/api/v1/users/14')).json().user.date_joined).toBe('2024-01-02T03:04+00:00');
     const mine = (await get('/api/v1/users/13')).json().user.date_joined;
     expect(mine).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d\+00:00$/);
@@ -206,24 +237,37 @@ describe('GET /api/v1/users/{user_id}', () => {
 
   it('case 105: the visibility cases of the spec for target 14', async () => {
     const cases: [number, FixtureUser, string | null][] = [
-      [4, 'A', null], [4, 'O', null], [4, 'V', 'v@example.com'],
-      [3, 'A', 'v@example.com'], [3, 'M', null],
-      [5, 'M', 'v@example.com'], [5, 'U', null],
-      [2, 'U', 'v@example.com'], [2, 'G', null],
+      [4, 'A', null],
+      [4, 'O', null],
+      [4, 'V', 'v@example.com'],
+      [3, 'A', 'v@example.com'],
+      [3, 'M', null],
+      [5, 'M', 'v@example.com'],
+      [5, 'U', null],
+      [2, 'U', 'v@example.com'],
+      [2, 'G', null],
       [1, 'G', 'v@example.com'],
     ];
     for (const [visibility, caller, deliveryEmail] of cases) {
       await setV(ctx.db, { email_address_visibility: visibility });
       const user = (await get('/api/v1/users/14', caller)).json().user;
       expect({ visibility, caller, delivery: user.delivery_email, email: user.email }).toEqual({
-        visibility, caller, delivery: deliveryEmail, email: visibility === 1 ? 'v@example.com' : 'user14@chat.example.com',
+        visibility,
+        caller,
+        delivery: deliveryEmail,
+        email: visibility === 1 ? 'v@example.com' : 'user14@chat.example.com',
       });
     }
   });
 
   it('the full matrix: caller role × target visibility, for delivery_email, email and avatar_url', async () => {
     const visibleTo: Record<string, number[]> = {
-      O: [1, 2, 3, 5], A: [1, 2, 3, 5], M: [1, 2, 5], U: [1, 2], G: [1], V: [1, 2, 3, 4, 5],
+      O: [1, 2, 3, 5],
+      A: [1, 2, 3, 5],
+      M: [1, 2, 5],
+      U: [1, 2],
+      G: [1],
+      V: [1, 2, 3, 4, 5],
     };
     for (const visibility of [1, 2, 3, 4, 5]) {
       await setV(ctx.db, { email_address_visibility: visibility });
@@ -281,10 +325,18 @@ describe('GET /api/v1/users/{user_id}', () => {
     const small = await count();
     const extra = Array.from({ length: 36 }, (_, i) => ({ id: 5 + i, realm_id: 1, name: `Field ${5 + i}`, field_type: 1 + (i % 8) }));
     await ctx.db.insertInto('custom_profile_fields').values(extra).execute();
-    await ctx.db.insertInto('custom_profile_field_values').values(extra.map((field) => ({
-      realm_id: 1, user_id: 14, field_id: field.id, value: `v${field.id}`,
-      rendered_value: field.field_type <= 2 ? renderMarkdown(`v${field.id}`) : null,
-    }))).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values(
+        extra.map((field) => ({
+          realm_id: 1,
+          user_id: 14,
+          field_id: field.id,
+          value: `v${field.id}`,
+          rendered_value: field.field_type <= 2 ? renderMarkdown(`v${field.id}`) : null,
+        })),
+      )
+      .execute();
     const large = await count();
     // The lookup by id rides in the authentication statement: one round trip.
     expect(small).toEqual({ statements: 1, fields: 4 });
@@ -300,11 +352,17 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('the lookup folded into authentication is used only once the credentials are accepted', async () => {
-    const wrongKey = await api(ctx.app, { url: '/api/v1/users/14', headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) } });
+    const wrongKey = await api(ctx.app, {
+      url: '/api/v1/users/14',
+      headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) },
+    });
     expect(wrongKey.statusCode).toBe(401);
     expect(wrongKey.json().msg).toBe('Invalid API key');
     // A bad include_custom_profile_fields skips the lookup; the credentials are still checked first.
-    const both = await api(ctx.app, { url: '/api/v1/users/14?include_custom_profile_fields=maybe', headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) } });
+    const both = await api(ctx.app, {
+      url: '/api/v1/users/14?include_custom_profile_fields=maybe',
+      headers: { authorization: basicAuth('user13@chat.example.com', 'x'.repeat(32)) },
+    });
     expect(both.statusCode).toBe(401);
     const badParam = await get('/api/v1/users/14?include_custom_profile_fields=maybe');
     expect(badParam.statusCode).toBe(400);
@@ -322,9 +380,18 @@ describe('GET /api/v1/users/{user_id}', () => {
     // One extra Markdown field (types 1 and 2 alternating) per hostile value, stored as admin tooling would.
     const fields = hostile.map((_, i) => ({ id: 50 + i, realm_id: 1, name: `Hostile ${i}`, field_type: 1 + (i % 2) }));
     await ctx.db.insertInto('custom_profile_fields').values(fields).execute();
-    await ctx.db.insertInto('custom_profile_field_values').values(hostile.map((value, i) => ({
-      realm_id: 1, user_id: 14, field_id: 50 + i, value, rendered_value: renderMarkdown(value),
-    }))).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values(
+        hostile.map((value, i) => ({
+          realm_id: 1,
+          user_id: 14,
+          field_id: 50 + i,
+          value,
+          rendered_value: renderMarkdown(value),
+        })),
+      )
+      .execute();
     const data = (await get('/api/v1/users/14?include_custom_profile_fields=true')).json().user.profile_data;
     const rendered: string[] = hostile.map((value, i) => {
       expect(data[String(50 + i)].value).toBe(value);

@@ -20,7 +20,13 @@ beforeAll(async () => {
   const controls = Array.from({ length: 31 }, (_, i) => String.fromCharCode(i + 1)).join('');
   const names = [controls, 'Quote " back \\ slash /', 'Line\u2028sep\u2029 é ✓ 😀', '', '<script>&amp;'];
   const emails = ['UPPER.Case@Example.COM', 'ÉMILE@exämple.com', 'İstanbul@example.com', 'plain@example.com', 'a"b\\c@example.com'];
-  const dates = ['2024-02-29T23:59:59.999Z', '1000-01-01T00:00:00Z', '0999-12-31T23:59:00Z', '9999-12-31T23:59:59Z', '1970-01-01T00:00:30Z'];
+  const dates = [
+    '2024-02-29T23:59:59.999Z',
+    '1000-01-01T00:00:00Z',
+    '0999-12-31T23:59:00Z',
+    '9999-12-31T23:59:59Z',
+    '1970-01-01T00:00:30Z',
+  ];
   for (let i = 0; i < 40; i++) {
     await sql`
       INSERT INTO users (realm_id, delivery_email, full_name, date_joined, is_active, role, bot_type, bot_owner_id, timezone,
@@ -42,7 +48,13 @@ beforeAll(async () => {
 });
 afterAll(() => ctx.close());
 
-const viewers = [100, 200, 300, 400, 600].map((role) => ({ id: ids.U, role, realmSubdomain: '', realmCanAccessAllUsersGroup: 'everyone', realmId: 1 }));
+const viewers = [100, 200, 300, 400, 600].map((role) => ({
+  id: ids.U,
+  role,
+  realmSubdomain: '',
+  realmCanAccessAllUsersGroup: 'everyone',
+  realmId: 1,
+}));
 
 const configs: UserObjectConfig[] = [];
 beforeAll(() => {
@@ -68,8 +80,9 @@ describe('user objects built by PostgreSQL', () => {
       for (const viewer of viewers) {
         expect(canBuildUsersInSql(viewer, config)).toBe(true);
         for (const options of optionSets) {
-          const expected = (await selectRealmUsers(ctx.db, 1, { withProfileData: options.includeCustomProfileFields }).execute())
-            .map((row) => ({ active: row.is_active, json: JSON.stringify(buildUserObject(viewer, realmUserRecord(row), options, config)) }));
+          const expected = (await selectRealmUsers(ctx.db, 1, { withProfileData: options.includeCustomProfileFields }).execute()).map(
+            (row) => ({ active: row.is_active, json: JSON.stringify(buildUserObject(viewer, realmUserRecord(row), options, config)) }),
+          );
           const rows = await selectRealmUsersJson(ctx.db, viewer, options, config).execute();
           builtInSql += expected.length - rows.filter((row) => row.json === null).length;
           const { all = [] } = await userJsonTexts(rows, viewer, options, config, () => 'all');
@@ -77,8 +90,18 @@ describe('user objects built by PostgreSQL', () => {
           // register's lists: active and deactivated users apart, each ascending.
           const split = await selectRealmUsersJson(ctx.db, viewer, options, config, { split: true }).execute();
           const lists = await userJsonTexts(split, viewer, options, config, (row) => (row.active ? 'active' : 'nonActive'));
-          expect(lists.active?.join(',')).toBe(expected.filter((user) => user.active).map((user) => user.json).join(','));
-          expect(lists.nonActive?.join(',')).toBe(expected.filter((user) => !user.active).map((user) => user.json).join(','));
+          expect(lists.active?.join(',')).toBe(
+            expected
+              .filter((user) => user.active)
+              .map((user) => user.json)
+              .join(','),
+          );
+          expect(lists.nonActive?.join(',')).toBe(
+            expected
+              .filter((user) => !user.active)
+              .map((user) => user.json)
+              .join(','),
+          );
           checked += expected.length;
         }
       }

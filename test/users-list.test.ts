@@ -8,14 +8,41 @@ import { type FixtureUser, restrict } from './helpers/fixture.js';
 
 const JOINED = '2024-01-02T03:04+00:00';
 const human = (id: number, fullName: string, email: string, role: number, extra: object = {}) => ({
-  email, user_id: id, avatar_version: 1, is_admin: role <= 200, is_owner: role === 100, is_guest: role === 600, role,
-  is_bot: false, full_name: fullName, timezone: '', is_active: true, date_joined: JOINED, delivery_email: email,
-  avatar_url: null, is_imported_stub: false, ...extra,
+  email,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: role <= 200,
+  is_owner: role === 100,
+  is_guest: role === 600,
+  role,
+  is_bot: false,
+  full_name: fullName,
+  timezone: '',
+  is_active: true,
+  date_joined: JOINED,
+  delivery_email: email,
+  avatar_url: null,
+  is_imported_stub: false,
+  ...extra,
 });
 const bot = (id: number, fullName: string, email: string, botType: number) => ({
-  email, user_id: id, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400, is_bot: true,
-  full_name: fullName, timezone: '', is_active: true, date_joined: JOINED, delivery_email: email, avatar_url: null,
-  is_imported_stub: false, bot_type: botType, bot_owner_id: 13,
+  email,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: false,
+  is_owner: false,
+  is_guest: false,
+  role: 400,
+  is_bot: true,
+  full_name: fullName,
+  timezone: '',
+  is_active: true,
+  date_joined: JOINED,
+  delivery_email: email,
+  avatar_url: null,
+  is_imported_stub: false,
+  bot_type: botType,
+  bot_owner_id: 13,
 });
 
 const O = human(10, 'O Owner', 'owner@example.com', 100);
@@ -50,8 +77,9 @@ describe('GET /api/v1/users', () => {
   });
 
   it('case 116: client_gravatar decides between null and the full Gravatar URL', async () => {
-    expect((await list('?client_gravatar=true')).json().members.map((m: { avatar_url: unknown }) => m.avatar_url))
-      .toEqual(Array(9).fill(null));
+    expect((await list('?client_gravatar=true')).json().members.map((m: { avatar_url: unknown }) => m.avatar_url)).toEqual(
+      Array(9).fill(null),
+    );
     const urls = (await list('?client_gravatar=false')).json().members.map((m: { avatar_url: string }) => m.avatar_url);
     expect(urls).toHaveLength(9);
     for (const url of urls) expect(url).toMatch(/^https:\/\/secure\.gravatar\.com\/avatar\/[0-9a-f]{32}\?d=identicon&version=1$/);
@@ -60,10 +88,19 @@ describe('GET /api/v1/users', () => {
 
   it('case 117: include_custom_profile_fields adds profile_data to humans only', async () => {
     const res = await list('?include_custom_profile_fields=true');
-    expect(res.body).toBe(ok([
-      withProfile(O), withProfile(A), withProfile(M), withProfile(U), withProfile(V, V_PROFILE_DATA), withProfile(G), B, H,
-      withProfile(D),
-    ]));
+    expect(res.body).toBe(
+      ok([
+        withProfile(O),
+        withProfile(A),
+        withProfile(M),
+        withProfile(U),
+        withProfile(V, V_PROFILE_DATA),
+        withProfile(G),
+        B,
+        H,
+        withProfile(D),
+      ]),
+    );
   });
 
   it('case 118: a restricted guest does not get the users it cannot access (feature level 437: no placeholders)', async () => {
@@ -119,7 +156,7 @@ describe('GET /api/v1/users', () => {
     expect(res.body).toBe(ok([O, A, M, U, V, G, B, H, D], { ignored_parameters_unsupported: ['foo'] }));
   });
 
-  it('boolean parameters are validated Zulip\'s way', async () => {
+  it("boolean parameters are validated Zulip's way", async () => {
     for (const [query, msg] of [
       ['?client_gravatar=yes', 'client_gravatar is not valid JSON'],
       ['?client_gravatar=1', 'client_gravatar is not a boolean'],
@@ -149,14 +186,31 @@ describe('GET /api/v1/users', () => {
     };
     expect(await count('U')).toEqual({ statements: 2, members: 9 });
     const extra = Array.from({ length: 60 }, (_, i) => ({
-      id: 100 + i, realm_id: 1, delivery_email: `extra${i}@example.com`, full_name: `Extra ${i}`,
+      id: 100 + i,
+      realm_id: 1,
+      delivery_email: `extra${i}@example.com`,
+      full_name: `Extra ${i}`,
       api_key_hash: hashApiKey(`extra${String(i).padStart(3, '0')}`.padEnd(32, 'x')),
     }));
     await ctx.db.insertInto('users').values(extra).execute();
-    await ctx.db.insertInto('custom_profile_field_values').values(
-      extra.flatMap((user) => [1, 3, 4].map((field) => ({ realm_id: 1, user_id: user.id, field_id: field, value: 'x', rendered_value: field === 1 ? '<p>x</p>' : null }))),
-    ).execute();
-    await ctx.db.insertInto('subscriptions').values(extra.slice(0, 30).map((user) => ({ realm_id: 1, user_id: user.id, stream_id: 100 }))).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values(
+        extra.flatMap((user) =>
+          [1, 3, 4].map((field) => ({
+            realm_id: 1,
+            user_id: user.id,
+            field_id: field,
+            value: 'x',
+            rendered_value: field === 1 ? '<p>x</p>' : null,
+          })),
+        ),
+      )
+      .execute();
+    await ctx.db
+      .insertInto('subscriptions')
+      .values(extra.slice(0, 30).map((user) => ({ realm_id: 1, user_id: user.id, stream_id: 100 })))
+      .execute();
     expect(await count('U')).toEqual({ statements: 2, members: 69 });
     await restrict(ctx.db);
     // The guest shares channel 100 with the first 30 extra users only.

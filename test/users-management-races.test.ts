@@ -13,8 +13,16 @@ beforeAll(async () => {
 afterAll(() => ctx.close());
 
 const activeHumanOwners = async () =>
-  (await ctx.db.selectFrom('users').select('id').where('realm_id', '=', 1).where('is_active', '=', true).where('role', '=', 100)
-    .where('bot_type', 'is', null).execute()).map((row) => row.id);
+  (
+    await ctx.db
+      .selectFrom('users')
+      .select('id')
+      .where('realm_id', '=', 1)
+      .where('is_active', '=', true)
+      .where('role', '=', 100)
+      .where('bot_type', 'is', null)
+      .execute()
+  ).map((row) => row.id);
 
 describe('concurrent user management', () => {
   it('two owners demoting each other at once: one succeeds, an owner always remains (10 runs)', async () => {
@@ -24,11 +32,15 @@ describe('concurrent user management', () => {
         api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${ids.A}`, as: 'O', form: { role: '400' } }),
         api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${ids.O}`, as: 'A', form: { role: '400' } }),
       ]);
-      expect([first.statusCode, second.statusCode].filter((status) => status === 200), `${first.body} ${second.body}`).toHaveLength(1);
+      expect(
+        [first.statusCode, second.statusCode].filter((status) => status === 200),
+        `${first.body} ${second.body}`,
+      ).toHaveLength(1);
       const refused = first.statusCode === 200 ? second : first;
       // Refused by the statement's own check, or (A demoted first) by A's lost ownership.
-      expect(['The owner permission cannot be removed from the only organization owner.', 'Must be an organization owner'])
-        .toContain(refused.json().msg);
+      expect(['The owner permission cannot be removed from the only organization owner.', 'Must be an organization owner']).toContain(
+        refused.json().msg,
+      );
       expect(await activeHumanOwners()).toHaveLength(1);
     }
   });
@@ -49,7 +61,12 @@ describe('concurrent user management', () => {
     await ctx.db.updateTable('users').set({ role: 200, is_active: true }).where('id', '=', ids.A).execute();
     for (let run = 0; run < 20; run++) {
       const [created, registered] = await Promise.all([
-        api(ctx.app, { method: 'POST', url: '/api/v1/users', as: 'A', form: { email: `race${run}@example.com`, password: 'secret-enough', full_name: `Race ${run}` } }),
+        api(ctx.app, {
+          method: 'POST',
+          url: '/api/v1/users',
+          as: 'A',
+          form: { email: `race${run}@example.com`, password: 'secret-enough', full_name: `Race ${run}` },
+        }),
         register(ctx.app, { fetch_event_types: '["realm_user"]', event_types: '["realm_user"]' }, 'U'),
       ]);
       expect(created.statusCode, created.body).toBe(200);

@@ -38,10 +38,12 @@ async function expectRefused(request: () => ReturnType<typeof api>, body: string
 const grantCreateUsers = (user: FixtureUser) =>
   ctx.db.updateTable('users').set({ can_create_users: true }).where('id', '=', ids[user]).execute();
 
-const createUser = (form: Record<string, string>, as: FixtureUser = 'A') => api(ctx.app, { method: 'POST', url: '/api/v1/users', as, form });
+const createUser = (form: Record<string, string>, as: FixtureUser = 'A') =>
+  api(ctx.app, { method: 'POST', url: '/api/v1/users', as, form });
 const deactivate = (userId: number | string, as: FixtureUser = 'A', form?: Record<string, string>) =>
   api(ctx.app, { method: 'DELETE', url: `/api/v1/users/${userId}`, as, ...(form && { form }) });
-const reactivate = (userId: number | string, as: FixtureUser = 'A') => api(ctx.app, { method: 'POST', url: `/api/v1/users/${userId}/reactivate`, as });
+const reactivate = (userId: number | string, as: FixtureUser = 'A') =>
+  api(ctx.app, { method: 'POST', url: `/api/v1/users/${userId}/reactivate`, as });
 const isActive = async (userId: number) =>
   (await ctx.db.selectFrom('users').select('is_active').where('id', '=', userId).executeTakeFirstOrThrow()).is_active;
 
@@ -50,22 +52,44 @@ const adminRequired = errorBody('Must be an organization administrator', 'UNAUTH
 
 describe('GET /api/v1/users/me', () => {
   it("is the caller's object at the top level, full avatar URL, profile_data, max_message_id -1, no ignored parameters", async () => {
-    await ctx.db.insertInto('custom_profile_field_values').values({ realm_id: 1, user_id: ids.U, field_id: 4, value: '1999-12-31' }).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values({ realm_id: 1, user_id: ids.U, field_id: 4, value: '1999-12-31' })
+      .execute();
     const res = await api(ctx.app, { url: '/api/v1/users/me?client_gravatar=true&foo=1', as: 'U' });
     expect(res.statusCode).toBe(200);
-    expect(res.body).toBe(success({
-      email: 'u@example.com', user_id: ids.U, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-      is_bot: false, full_name: 'U Member', timezone: '', is_active: true, date_joined: '2024-01-02T03:04+00:00',
-      delivery_email: 'u@example.com', avatar_url: gravatar('u@example.com'), is_imported_stub: false,
-      profile_data: { 4: { value: '1999-12-31' } }, max_message_id: -1,
-    }));
+    expect(res.body).toBe(
+      success({
+        email: 'u@example.com',
+        user_id: ids.U,
+        avatar_version: 1,
+        is_admin: false,
+        is_owner: false,
+        is_guest: false,
+        role: 400,
+        is_bot: false,
+        full_name: 'U Member',
+        timezone: '',
+        is_active: true,
+        date_joined: '2024-01-02T03:04+00:00',
+        delivery_email: 'u@example.com',
+        avatar_url: gravatar('u@example.com'),
+        is_imported_stub: false,
+        profile_data: { 4: { value: '1999-12-31' } },
+        max_message_id: -1,
+      }),
+    );
   });
 
   it('a bot gets bot_type and bot_owner_id, no profile_data; a guest and an owner their roles', async () => {
     const bot = (await api(ctx.app, { url: '/api/v1/users/me', as: 'B' })).json();
     expect(Object.keys(bot).slice(-4)).toEqual(['is_imported_stub', 'bot_type', 'bot_owner_id', 'max_message_id']);
     expect(bot).toMatchObject({ user_id: ids.B, is_bot: true, bot_type: 1, bot_owner_id: ids.U });
-    expect((await api(ctx.app, { url: '/api/v1/users/me', as: 'G' })).json()).toMatchObject({ role: 600, is_guest: true, profile_data: {} });
+    expect((await api(ctx.app, { url: '/api/v1/users/me', as: 'G' })).json()).toMatchObject({
+      role: 600,
+      is_guest: true,
+      profile_data: {},
+    });
     expect((await api(ctx.app, { url: '/api/v1/users/me', as: 'O' })).json()).toMatchObject({ role: 100, is_owner: true, is_admin: true });
   });
 
@@ -90,7 +114,8 @@ describe('POST /api/v1/users', () => {
 
   it("checks, in Zulip's order, with Zulip's messages, and changes nothing", async () => {
     await grantCreateUsers('A');
-    const missing = (name: string) => JSON.stringify({ result: 'error', msg: `Missing '${name}' argument`, var_name: name, code: 'REQUEST_VARIABLE_MISSING' });
+    const missing = (name: string) =>
+      JSON.stringify({ result: 'error', msg: `Missing '${name}' argument`, var_name: name, code: 'REQUEST_VARIABLE_MISSING' });
     await expectRefused(() => createUser({}), missing('email'));
     await expectRefused(() => createUser({ email: 'a@b.co' }), missing('password'));
     await expectRefused(() => createUser({ email: 'a@b.co', password: 'secret1' }), missing('full_name'));
@@ -125,13 +150,33 @@ describe('POST /api/v1/users', () => {
     expect(res.body).toBe(success({ user_id: userId, ignored_parameters_unsupported: ['short_name'] }));
     const row = await ctx.db.selectFrom('users').selectAll().where('id', '=', userId).executeTakeFirstOrThrow();
     expect(row).toMatchObject({
-      realm_id: 1, delivery_email: 'New.Person@example.com', full_name: 'New Person', role: 400, is_active: true, bot_type: null,
-      timezone: '', email_address_visibility: 1, can_create_users: false,
+      realm_id: 1,
+      delivery_email: 'New.Person@example.com',
+      full_name: 'New Person',
+      role: 400,
+      is_active: true,
+      bot_type: null,
+      timezone: '',
+      email_address_visibility: 1,
+      can_create_users: false,
     });
     const person = {
-      email: 'New.Person@example.com', user_id: userId, avatar_version: 1, is_admin: false, is_owner: false, is_guest: false, role: 400,
-      is_bot: false, full_name: 'New Person', timezone: '', is_active: true, date_joined: expect.any(String) as unknown,
-      delivery_email: 'New.Person@example.com', avatar_url: gravatar('New.Person@example.com'), is_imported_stub: false, profile_data: {},
+      email: 'New.Person@example.com',
+      user_id: userId,
+      avatar_version: 1,
+      is_admin: false,
+      is_owner: false,
+      is_guest: false,
+      role: 400,
+      is_bot: false,
+      full_name: 'New Person',
+      timezone: '',
+      is_active: true,
+      date_joined: expect.any(String) as unknown,
+      delivery_email: 'New.Person@example.com',
+      avatar_url: gravatar('New.Person@example.com'),
+      is_imported_stub: false,
+      profile_data: {},
     };
     expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(await queueEvents(ctx.db, queueG)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
@@ -157,7 +202,7 @@ describe('POST /api/v1/users', () => {
     expect(ctx.database.statements.length).toBe(one);
   });
 
-  it("in a restricted organization guests who share no channel with the new user get nothing", async () => {
+  it('in a restricted organization guests who share no channel with the new user get nothing', async () => {
     await restrict(ctx.db);
     await grantCreateUsers('A');
     const queueG = await createQueue(ctx.db, 'G');
@@ -178,7 +223,9 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect(res.body).toBe(OK);
     expect(await isActive(ids.V)).toBe(false);
     expect(await ctx.db.selectFrom('event_queues').select('id').where('id', '=', queueV).executeTakeFirst()).toBeUndefined();
-    expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 0 }]);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      { type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 0 },
+    ]);
     expect(await queueEvents(ctx.db, queueO)).toEqual([]);
     const asV = await api(ctx.app, { url: '/api/v1/users/me', headers: { authorization: basicAuth('v@example.com', apiKeys.V) } });
     expect(asV.statusCode).toBe(401);
@@ -191,7 +238,11 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect((await deactivate(ids.U)).statusCode).toBe(200);
     expect(await isActive(ids.B)).toBe(false);
     expect(await isActive(ids.H)).toBe(false);
-    expect((await queueEvents(ctx.db, queueA)).map((event) => (event.person as { user_id: number }).user_id)).toEqual([ids.B, ids.H, ids.U]);
+    expect((await queueEvents(ctx.db, queueA)).map((event) => (event.person as { user_id: number }).user_id)).toEqual([
+      ids.B,
+      ids.H,
+      ids.U,
+    ]);
   });
 
   it("refuses with Zulip's messages and changes nothing", async () => {
@@ -204,8 +255,10 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     await expectRefused(() => deactivate(ids.V, 'M'), errorBody('Insufficient permission'));
     await expectRefused(() => deactivate(ids.O, 'A'), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
     await expectRefused(() => deactivate(ids.O, 'O'), errorBody('Cannot deactivate the only organization owner'));
-    await expectRefused(() => deactivate(ids.V, 'A', { deactivation_notification_comment: 'x'.repeat(2001) }),
-      errorBody('deactivation_notification_comment is too long (limit: 2000 characters)'));
+    await expectRefused(
+      () => deactivate(ids.V, 'A', { deactivation_notification_comment: 'x'.repeat(2001) }),
+      errorBody('deactivation_notification_comment is too long (limit: 2000 characters)'),
+    );
   });
 
   it('a non-numeric path is not this route', async () => {
@@ -226,16 +279,29 @@ describe('DELETE /api/v1/users/{user_id}', () => {
 
 describe('DELETE /api/v1/users/me', () => {
   it('the only owner stays', async () => {
-    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' }), JSON.stringify({
-      result: 'error', msg: 'Cannot deactivate the only organization owner.', is_last_owner: true, entity: 'organization owner',
-      code: 'CANNOT_DEACTIVATE_LAST_USER',
-    }));
+    await expectRefused(
+      () => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' }),
+      JSON.stringify({
+        result: 'error',
+        msg: 'Cannot deactivate the only organization owner.',
+        is_last_owner: true,
+        entity: 'organization owner',
+        code: 'CANNOT_DEACTIVATE_LAST_USER',
+      }),
+    );
   });
 
   it('the last user stays', async () => {
-    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'X', host: 'other.chat.example.com' }), JSON.stringify({
-      result: 'error', msg: 'Cannot deactivate the only user.', is_last_owner: false, entity: 'user', code: 'CANNOT_DEACTIVATE_LAST_USER',
-    }));
+    await expectRefused(
+      () => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'X', host: 'other.chat.example.com' }),
+      JSON.stringify({
+        result: 'error',
+        msg: 'Cannot deactivate the only user.',
+        is_last_owner: false,
+        entity: 'user',
+        code: 'CANNOT_DEACTIVATE_LAST_USER',
+      }),
+    );
   });
 
   it('a member deactivates themselves and their bots; parameters are not reported', async () => {
@@ -246,17 +312,25 @@ describe('DELETE /api/v1/users/me', () => {
     expect(await isActive(ids.U)).toBe(false);
     expect(await isActive(ids.B)).toBe(false);
     expect((await queueEvents(ctx.db, queueV)).map((event) => event.person)).toEqual([
-      { user_id: ids.B, is_active: false }, { user_id: ids.H, is_active: false }, { user_id: ids.U, is_active: false },
+      { user_id: ids.B, is_active: false },
+      { user_id: ids.H, is_active: false },
+      { user_id: ids.U, is_active: false },
     ]);
   });
 
   it('an owner may leave when another owner remains', async () => {
     await ctx.db.updateTable('users').set({ role: 100 }).where('id', '=', ids.A).execute();
     expect((await api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' })).statusCode).toBe(200);
-    await expectRefused(() => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'A' }), JSON.stringify({
-      result: 'error', msg: 'Cannot deactivate the only organization owner.', is_last_owner: true, entity: 'organization owner',
-      code: 'CANNOT_DEACTIVATE_LAST_USER',
-    }));
+    await expectRefused(
+      () => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'A' }),
+      JSON.stringify({
+        result: 'error',
+        msg: 'Cannot deactivate the only organization owner.',
+        is_last_owner: true,
+        entity: 'organization owner',
+        code: 'CANNOT_DEACTIVATE_LAST_USER',
+      }),
+    );
   });
 });
 
@@ -267,7 +341,9 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
     expect(await isActive(ids.D)).toBe(true);
-    expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'update', person: { user_id: ids.D, is_active: true }, id: 0 }]);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      { type: 'realm_user', op: 'update', person: { user_id: ids.D, is_active: true }, id: 0 },
+    ]);
   });
 
   it('an active user: success, nothing sent', async () => {
@@ -281,8 +357,12 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     await expectRefused(() => reactivate(ids.D, 'U'), errorBody('Insufficient permission'));
     await expectRefused(() => reactivate(999999), errorBody('No such user'));
     await expectRefused(() => reactivate(ids.X), errorBody('No such user'));
-    await expectRefused(() => reactivate(ids.B), errorBody(
-      'There is already an active bot named "B Bot" in this organization. To reactivate this bot, you must rename or deactivate the other one first.'));
+    await expectRefused(
+      () => reactivate(ids.B),
+      errorBody(
+        'There is already an active bot named "B Bot" in this organization. To reactivate this bot, you must rename or deactivate the other one first.',
+      ),
+    );
   });
 
   it("a bot's owner may reactivate it; a bot of a deactivated owner gets the caller as its owner", async () => {
@@ -295,7 +375,8 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     const bot = await ctx.db.selectFrom('users').select(['is_active', 'bot_owner_id']).where('id', '=', ids.B).executeTakeFirstOrThrow();
     expect(bot).toEqual({ is_active: true, bot_owner_id: ids.A });
     expect((await queueEvents(ctx.db, queueM)).map((event) => event.person)).toEqual([
-      { user_id: ids.B, is_active: true }, { user_id: ids.B, bot_owner_id: ids.A },
+      { user_id: ids.B, is_active: true },
+      { user_id: ids.B, bot_owner_id: ids.A },
     ]);
   });
 });
@@ -303,8 +384,14 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
 describe('PATCH /api/v1/users/{user_id | email}', () => {
   const patch = (user: number | string, form: Record<string, string>, as: FixtureUser = 'A') =>
     api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${user}`, as, form });
-  const row = (userId: number) => ctx.db.selectFrom('users').select(['full_name', 'role']).where('id', '=', userId).executeTakeFirstOrThrow();
-  const update = (userId: number, person: object, id: number) => ({ type: 'realm_user', op: 'update', person: { user_id: userId, ...person }, id });
+  const row = (userId: number) =>
+    ctx.db.selectFrom('users').select(['full_name', 'role']).where('id', '=', userId).executeTakeFirstOrThrow();
+  const update = (userId: number, person: object, id: number) => ({
+    type: 'realm_user',
+    op: 'update',
+    person: { user_id: userId, ...person },
+    id,
+  });
 
   it('changes the role, and everyone (the user too) gets realm_user/update', async () => {
     const queueU = await createQueue(ctx.db, 'U');
@@ -319,18 +406,26 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
     expect(await queueEvents(ctx.db, queueU)).toHaveLength(1);
   });
 
-  it("role rules: only owners grant or remove ownership; the only owner stays; parsing comes first", async () => {
+  it('role rules: only owners grant or remove ownership; the only owner stays; parsing comes first', async () => {
     const queueU = await createQueue(ctx.db, 'U');
-    await expectRefused(() => patch(ids.V, { role: '1000' }, 'U'), errorBody('Invalid role: Value error, Not in the list of possible values'));
+    await expectRefused(
+      () => patch(ids.V, { role: '1000' }, 'U'),
+      errorBody('Invalid role: Value error, Not in the list of possible values'),
+    );
     await expectRefused(() => patch(ids.V, { role: '"200"' }), errorBody('role is not an integer'));
     await expectRefused(() => patch(ids.V, { role: 'x' }), errorBody('role is not valid JSON'));
     await expectRefused(() => patch(ids.V, { role: '200' }, 'U'), errorBody('Insufficient permission'));
     await expectRefused(() => patch(ids.U, { role: '200' }, 'U'), errorBody('Insufficient permission'));
     await expectRefused(() => patch(ids.V, { role: '100' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
     await expectRefused(() => patch(ids.O, { role: '200' }), errorBody('Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL'));
-    await expectRefused(() => patch(ids.O, { role: '400' }, 'O'),
-      errorBody('The owner permission cannot be removed from the only organization owner.'));
-    await expectRefused(() => patch(ids.B, { role: '200' }, 'U'), errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL'));
+    await expectRefused(
+      () => patch(ids.O, { role: '400' }, 'O'),
+      errorBody('The owner permission cannot be removed from the only organization owner.'),
+    );
+    await expectRefused(
+      () => patch(ids.B, { role: '200' }, 'U'),
+      errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL'),
+    );
     await expectRefused(() => patch(ids.X, { full_name: 'x' }), errorBody('No such user'));
     await expectRefused(() => patch(999999, { full_name: 'x' }), errorBody('No such user'));
     await expectRefused(() => patch(ids.V, { new_email: 'v2@example.com' }, 'O'), errorBody('User not authorized to change user emails'));
@@ -349,13 +444,17 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
     await expectRefused(() => patch(ids.V, { full_name: 'Opheli*' }), errorBody('Invalid characters in name!'));
     await expectRefused(() => patch(ids.V, { full_name: 'x'.repeat(101) }), errorBody('Name too long!'));
     await expectRefused(() => patch(ids.V, { full_name: 'iago|72' }), errorBody('Invalid format!'));
-    expect((await patch('v@example.com', { full_name: ' Vera ', extra: '1' })).body).toBe(success({ ignored_parameters_unsupported: ['extra'] }));
+    expect((await patch('v@example.com', { full_name: ' Vera ', extra: '1' })).body).toBe(
+      success({ ignored_parameters_unsupported: ['extra'] }),
+    );
     expect((await row(ids.V)).full_name).toBe('Vera');
     // A bot's owner may rename it; a deactivated user may be renamed.
     expect((await patch(ids.B, { full_name: 'Robo' }, 'U')).body).toBe(OK);
     expect((await patch(ids.D, { full_name: 'Dee' })).body).toBe(OK);
     expect(await queueEvents(ctx.db, queueU)).toEqual([
-      update(ids.V, { full_name: 'Vera' }, 0), update(ids.B, { full_name: 'Robo' }, 1), update(ids.D, { full_name: 'Dee' }, 2),
+      update(ids.V, { full_name: 'Vera' }, 0),
+      update(ids.B, { full_name: 'Robo' }, 1),
+      update(ids.D, { full_name: 'Dee' }, 2),
     ]);
   });
 
@@ -363,15 +462,28 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
     const queueU = await createQueue(ctx.db, 'U');
     await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":"x"}]' }), errorBody('Field id 9001 not found.'));
     await expectRefused(() => patch(ids.V, { profile_data: '[{"id":9001,"value":null}]' }), errorBody('Field id 9001 not found.'));
-    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":3,"value":"bad"}]' }), errorBody("'bad' is not a valid choice for 'Team'."));
+    await expectRefused(
+      () => patch(ids.V, { profile_data: '[{"id":3,"value":"bad"}]' }),
+      errorBody("'bad' is not a valid choice for 'Team'."),
+    );
     await expectRefused(() => patch(ids.V, { profile_data: '[{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
-    await expectRefused(() => patch(ids.V, { profile_data: '[{"id":1,"value":"x"},{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    await expectRefused(
+      () => patch(ids.V, { profile_data: '[{"id":1,"value":"x"},{"id":4,"value":"soon"}]' }),
+      errorBody('Birthday is not a date'),
+    );
     await expectRefused(() => patch(ids.V, { profile_data: '{}' }), errorBody('profile_data is not a list'));
-    await expectRefused(() => patch(ids.V, { profile_data: '[{"value":"x"}]' }), errorBody('profile_data[0]["id"] field is missing: Field required'));
+    await expectRefused(
+      () => patch(ids.V, { profile_data: '[{"value":"x"}]' }),
+      errorBody('profile_data[0]["id"] field is missing: Field required'),
+    );
     const res = await patch(ids.V, { profile_data: '[{"id":1,"value":"**New**"},{"id":4,"value":null},{"id":3,"value":"opt1"}]' });
     expect(res.body).toBe(OK);
-    const values = await ctx.db.selectFrom('custom_profile_field_values').select(['field_id', 'value', 'rendered_value'])
-      .where('user_id', '=', ids.V).orderBy('field_id').execute();
+    const values = await ctx.db
+      .selectFrom('custom_profile_field_values')
+      .select(['field_id', 'value', 'rendered_value'])
+      .where('user_id', '=', ids.V)
+      .orderBy('field_id')
+      .execute();
     expect(values).toEqual([
       { field_id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' },
       { field_id: 2, value: 'line1\nline2 <b>x</b>', rendered_value: expect.any(String) as unknown },

@@ -18,7 +18,10 @@ describe('form fields: at most 1,000 in a body, counted as it arrives', () => {
   const ctx = useTestContext(createTestContext);
 
   it('urlencoded: 1,000 fields are read (999 reported as ignored); 1,001 are 400 and change nothing', async () => {
-    const fields = (extra: number): [string, string][] => [['subscription_data', pinP], ...padding(extra).map((name): [string, string] => [name, ''])];
+    const fields = (extra: number): [string, string][] => [
+      ['subscription_data', pinP],
+      ...padding(extra).map((name): [string, string] => [name, '']),
+    ];
     const refused = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', form: fields(1000) });
     expect(refused.statusCode).toBe(400);
     expect(refused.body).toBe(TOO_MANY_FIELDS);
@@ -33,19 +36,37 @@ describe('form fields: at most 1,000 in a body, counted as it arrives', () => {
   it('multipart: 1,000 parts are read, file parts included; 1,001 are 400 and change nothing', async () => {
     const extra = (count: number) => Object.fromEntries(padding(count).map((name) => [name, 'v']));
     const file = { name: 'upload', filename: 'a.bin', content: 'bytes' };
-    const refused = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: pinP, ...extra(999) }, file) });
+    const refused = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: pinP, ...extra(999) }, file),
+    });
     expect(refused.statusCode).toBe(400);
     expect(refused.body).toBe(TOO_MANY_FIELDS);
     expect(await pinToTopOfP(ctx)).toBe(false);
 
-    const accepted = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: pinP, ...extra(998) }, file) });
+    const accepted = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: pinP, ...extra(998) }, file),
+    });
     expect(accepted.statusCode).toBe(200);
     expect(await pinToTopOfP(ctx)).toBe(true);
   });
 
   it('is checked while reading the body, before the credentials: no credentials, or a body that never ends, still get the 400', async () => {
-    const form = new URLSearchParams([['subscription_data', pinP], ...padding(1000).map((name): [string, string] => [name, ''])]).toString();
-    const anonymous = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form });
+    const form = new URLSearchParams([
+      ['subscription_data', pinP],
+      ...padding(1000).map((name): [string, string] => [name, '']),
+    ]).toString();
+    const anonymous = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: form,
+    });
     expect(anonymous.statusCode).toBe(400);
     expect(anonymous.body).toBe(TOO_MANY_FIELDS);
 
@@ -53,9 +74,14 @@ describe('form fields: at most 1,000 in a body, counted as it arrives', () => {
     await ctx.app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = ctx.app.server.address() as net.AddressInfo;
     const answer = await rawPost({
-      port, path: PROPERTIES_URL, chunks: [form], end: false,
+      port,
+      path: PROPERTIES_URL,
+      chunks: [form],
+      end: false,
       headers: {
-        host: 'chat.example.com', authorization: auth('U'), 'content-type': 'application/x-www-form-urlencoded',
+        host: 'chat.example.com',
+        authorization: auth('U'),
+        'content-type': 'application/x-www-form-urlencoded',
         'content-length': String(form.length + 100_000),
       },
     });
@@ -71,13 +97,23 @@ describe('list lengths', () => {
     const entries = (count: number) => Array.from({ length: count }, () => ({ stream_id: ids.P, property: 'pin_to_top', value: true }));
     // A bad first entry does not matter: the length is checked first.
     const tooMany = [{ stream_id: ids.P, property: 'nope', value: 1 }, ...entries(10_000)];
-    const refused = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(tooMany) }) });
+    const refused = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: JSON.stringify(tooMany) }),
+    });
     expect(refused.statusCode).toBe(400);
     expect(refused.body).toBe(errorBody('subscription_data is too long (limit: 10000 items)'));
     expect(await pinToTopOfP(ctx)).toBe(false);
     expect(await ctx.db.selectFrom('subscription_audit_log').select('id').execute()).toEqual([]);
 
-    const accepted = await api(ctx.app, { method: 'POST', url: PROPERTIES_URL, as: 'U', ...multipart({ subscription_data: JSON.stringify(entries(10_000)) }) });
+    const accepted = await api(ctx.app, {
+      method: 'POST',
+      url: PROPERTIES_URL,
+      as: 'U',
+      ...multipart({ subscription_data: JSON.stringify(entries(10_000)) }),
+    });
     expect(accepted.statusCode).toBe(200);
     expect(await pinToTopOfP(ctx)).toBe(true);
   });
@@ -85,12 +121,22 @@ describe('list lengths', () => {
   it('event_types and fetch_event_types: at most 256 names, checked before the names; no queue is created', async () => {
     const names = (count: number) => Array.from({ length: count }, (_, i) => `type${i}`);
     for (const parameter of ['event_types', 'fetch_event_types']) {
-      const refused = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'V', form: { [parameter]: JSON.stringify([1, ...names(256)]) } });
+      const refused = await api(ctx.app, {
+        method: 'POST',
+        url: '/api/v1/register',
+        as: 'V',
+        form: { [parameter]: JSON.stringify([1, ...names(256)]) },
+      });
       expect(refused.statusCode).toBe(400);
       expect(refused.body).toBe(errorBody(`${parameter} is too long (limit: 256 items)`));
       expect(await ctx.db.selectFrom('event_queues').select('id').where('user_id', '=', ids.V).execute()).toEqual([]);
     }
-    const accepted = await api(ctx.app, { method: 'POST', url: '/api/v1/register', as: 'V', form: { event_types: JSON.stringify(names(256)), fetch_event_types: '[]' } });
+    const accepted = await api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/register',
+      as: 'V',
+      form: { event_types: JSON.stringify(names(256)), fetch_event_types: '[]' },
+    });
     expect(accepted.statusCode).toBe(200);
     const queue = await ctx.db.selectFrom('event_queues').select('event_types').where('user_id', '=', ids.V).executeTakeFirstOrThrow();
     expect(queue.event_types).toEqual(names(256));
@@ -106,7 +152,9 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     return (JSON.parse(res.body) as { queue_id: string }).queue_id;
   };
   const queuesOf = async (userId: number) =>
-    (await ctx.db.selectFrom('event_queues').select('id').where('user_id', '=', userId).orderBy('created_at').execute()).map((row) => row.id);
+    (await ctx.db.selectFrom('event_queues').select('id').where('user_id', '=', userId).orderBy('created_at').execute()).map(
+      (row) => row.id,
+    );
   const poll = (queueId: string, dontBlock = true) =>
     api(ctx.app, { url: `/api/v1/events?queue_id=${queueId}&last_event_id=-1&dont_block=${dontBlock}`, as: 'U' });
 
@@ -127,8 +175,9 @@ describe('live queues per user (QUEUE_MAX_PER_USER, 3 here)', () => {
     expect(await queuesOf(ids.V)).toEqual([other]); // other users' queues are not counted or touched
   });
 
-  it('a queue with a poll in progress counts as in use; an evicted queue\'s waiting poll ends with BAD_EVENT_QUEUE_ID', async () => {
-    const pollId = async (queueId: string) => (await ctx.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id;
+  it("a queue with a poll in progress counts as in use; an evicted queue's waiting poll ends with BAD_EVENT_QUEUE_ID", async () => {
+    const pollId = async (queueId: string) =>
+      (await ctx.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id;
     // Resolves once the poll waits; `answer` settles when it answers.
     const wait = async (queueId: string) => {
       const answer = poll(queueId, false);

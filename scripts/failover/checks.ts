@@ -22,15 +22,34 @@ export interface WriteOutcomes {
  * status); a 503 left none of it (the app answers 503 only for what it knows was not committed);
  * nothing is in the database that no attempt sent.
  */
-export async function checkWrites(db: Database, users: LoadUser[], attempts: WriteAttempt[], witnessQueues: string[]): Promise<WriteOutcomes> {
+export async function checkWrites(
+  db: Database,
+  users: LoadUser[],
+  attempts: WriteAttempt[],
+  witnessQueues: string[],
+): Promise<WriteOutcomes> {
   const problems: string[] = [];
   const byStatus = new Map<number, { applied: number; notApplied: number }>();
   const applied: WriteAttempt[][] = [];
   for (const [index, user] of users.entries()) {
-    const views = await db.selectFrom('navigation_views').select('fragment').where('user_id', '=', user.id).where('fragment', 'like', '%-fo/user/%').execute();
-    const audit = await db.selectFrom('subscription_audit_log').select('new_value').where('acting_user_id', '=', user.id).where('property', '=', 'color').execute();
+    const views = await db
+      .selectFrom('navigation_views')
+      .select('fragment')
+      .where('user_id', '=', user.id)
+      .where('fragment', 'like', '%-fo/user/%')
+      .execute();
+    const audit = await db
+      .selectFrom('subscription_audit_log')
+      .select('new_value')
+      .where('acting_user_id', '=', user.id)
+      .where('property', '=', 'color')
+      .execute();
     const stored = new Map<string, number>();
-    for (const key of [...views.map((row) => row.fragment), ...audit.map((row) => (typeof row.new_value === 'string' ? row.new_value : JSON.stringify(row.new_value)))]) stored.set(key, (stored.get(key) ?? 0) + 1);
+    for (const key of [
+      ...views.map((row) => row.fragment),
+      ...audit.map((row) => (typeof row.new_value === 'string' ? row.new_value : JSON.stringify(row.new_value))),
+    ])
+      stored.set(key, (stored.get(key) ?? 0) + 1);
     const mine = attempts.filter((attempt) => attempt.user === user.index);
     const userApplied: WriteAttempt[] = [];
     for (const attempt of mine) {
@@ -54,7 +73,9 @@ export async function checkWrites(db: Database, users: LoadUser[], attempts: Wri
     const stored_ = events.map((row) => withoutId(row.payload as ApiEvent));
     const expected = userApplied.flatMap((attempt) => attempt.events);
     if (!isDeepStrictEqual(stored_, expected)) {
-      problems.push(`user ${index}: the witness queue holds ${stored_.length} events, the applied writes made ${expected.length} (or not the same, in order)`);
+      problems.push(
+        `user ${index}: the witness queue holds ${stored_.length} events, the applied writes made ${expected.length} (or not the same, in order)`,
+      );
     }
     applied.push(userApplied);
   }
@@ -74,13 +95,17 @@ export async function checkRegistered(db: Database, registered: string[]): Promi
 export function checkPolls(pollings: Polling[], applied: WriteAttempt[][]): string[] {
   const problems: string[] = [];
   for (const [index, polling] of pollings.entries()) {
-    const unexpected = Object.keys(polling.statuses).map(Number).filter((status) => ![200, 503, 504].includes(status));
+    const unexpected = Object.keys(polling.statuses)
+      .map(Number)
+      .filter((status) => ![200, 503, 504].includes(status));
     if (unexpected.length > 0) problems.push(`user ${index}: polls answered ${JSON.stringify(polling.statuses)}`);
     if (polling.reregistered > 0) continue;
     const received = polling.events.map(withoutId);
     const expected = applied[index]!.flatMap((attempt) => attempt.events);
     if (!isDeepStrictEqual(received, expected)) {
-      problems.push(`user ${index}: the poller received ${received.length} events, the applied writes made ${expected.length} (or not the same, in order)`);
+      problems.push(
+        `user ${index}: the poller received ${received.length} events, the applied writes made ${expected.length} (or not the same, in order)`,
+      );
     }
   }
   return problems;
@@ -88,9 +113,16 @@ export function checkPolls(pollings: Polling[], applied: WriteAttempt[][]): stri
 
 /** Only 200s, 503s (nothing done) and 504s (outcome unknown): no 500, no request left without an answer. */
 export function checkStatuses(exchanges: Exchange[]): string[] {
-  const bad = exchanges.filter((exchange) => ![200, 503, 504].includes(exchange.status) &&
-    !(exchange.status === 400 && (exchange.body as { code?: string } | undefined)?.code === 'BAD_EVENT_QUEUE_ID'));
-  return bad.slice(0, 10).map((exchange) => `answered ${exchange.status}: ${exchange.method} ${exchange.path} ${exchange.error ?? JSON.stringify(exchange.body)}`)
+  const bad = exchanges.filter(
+    (exchange) =>
+      ![200, 503, 504].includes(exchange.status) &&
+      !(exchange.status === 400 && (exchange.body as { code?: string } | undefined)?.code === 'BAD_EVENT_QUEUE_ID'),
+  );
+  return bad
+    .slice(0, 10)
+    .map(
+      (exchange) => `answered ${exchange.status}: ${exchange.method} ${exchange.path} ${exchange.error ?? JSON.stringify(exchange.body)}`,
+    )
     .concat(bad.length > 10 ? [`... ${bad.length - 10} more`] : []);
 }
 
@@ -108,9 +140,13 @@ export function recoveryFrom(attempts: WriteAttempt[], at: number, until: number
   const window = attempts.filter((attempt) => attempt.startedAt >= at - 1000 && attempt.startedAt < until);
   const failures = window.filter((attempt) => attempt.status !== 200 && attempt.endedAt >= at);
   const lastFailure = failures.reduce((last, attempt) => Math.max(last, attempt.startedAt), at);
-  const firstSuccess = window.filter((attempt) => attempt.status === 200 && attempt.startedAt >= lastFailure)
+  const firstSuccess = window
+    .filter((attempt) => attempt.status === 200 && attempt.startedAt >= lastFailure)
     .reduce((first, attempt) => Math.min(first, attempt.endedAt), Number.POSITIVE_INFINITY);
-  const ends = window.filter((attempt) => attempt.status === 200).map((attempt) => attempt.endedAt).sort((a, b) => a - b);
+  const ends = window
+    .filter((attempt) => attempt.status === 200)
+    .map((attempt) => attempt.endedAt)
+    .sort((a, b) => a - b);
   let longestGapMs = 0;
   for (let i = 1; i < ends.length; i++) longestGapMs = Math.max(longestGapMs, ends[i]! - ends[i - 1]!);
   return { failed: failures.length, recoveryMs: firstSuccess - at, longestGapMs };

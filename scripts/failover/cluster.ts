@@ -46,10 +46,14 @@ export interface Cluster {
 }
 
 function requirePrograms(): void {
-  const missing = ['etcd', 'patroni', 'patronictl', 'haproxy', 'runuser'].filter((program) => spawnSync('sh', ['-c', `command -v ${program}`]).status !== 0);
+  const missing = ['etcd', 'patroni', 'patronictl', 'haproxy', 'runuser'].filter(
+    (program) => spawnSync('sh', ['-c', `command -v ${program}`]).status !== 0,
+  );
   if (!existsSync(join(PG_BIN, 'postgres'))) missing.push(`${PG_BIN}/postgres`);
   if (missing.length > 0) {
-    throw new Error(`missing: ${missing.join(', ')} (Debian: apt-get install patroni etcd-server postgresql-15 haproxy; .ci/run installs them)`);
+    throw new Error(
+      `missing: ${missing.join(', ')} (Debian: apt-get install patroni etcd-server postgresql-15 haproxy; .ci/run installs them)`,
+    );
   }
   if (process.getuid?.() !== 0) throw new Error('test:failover runs PostgreSQL as the postgres user: run it as root (CI does)');
 }
@@ -71,14 +75,22 @@ function startReaper(work: string): void {
     sleep 2
     rm -rf "$WORK"/pg1/data "$WORK"/pg2/data "$WORK"/etcd`;
   const reaper = spawn('sh', ['-c', script], {
-    detached: true, stdio: 'ignore', env: { PATH: process.env.PATH ?? '', WORK: work },
+    detached: true,
+    stdio: 'ignore',
+    env: { PATH: process.env.PATH ?? '', WORK: work },
   });
   reaper.unref();
   onCleanup(async () => signalGroup(reaper, 'SIGKILL'));
 }
 
 /** Keeps a child's output in a file; stopped (SIGTERM, then SIGKILL) by the cleanups. */
-function startProcess(name: string, command: string, args: string[], directory: string, graceMs: number): { child: ChildProcess; logFile: string } {
+function startProcess(
+  name: string,
+  command: string,
+  args: string[],
+  directory: string,
+  graceMs: number,
+): { child: ChildProcess; logFile: string } {
   const logFile = join(directory, `${name}.log`);
   const fd = openSync(logFile, 'w');
   // TZ: Patroni's log times are local; loggedAt reads them as UTC.
@@ -119,7 +131,9 @@ function stopPostmaster(dataDirectory: string): void {
   }
   try {
     process.kill(pid, 'SIGQUIT');
-  } catch { /* not running */ }
+  } catch {
+    /* not running */
+  }
 }
 
 export async function startCluster(work: string): Promise<Cluster> {
@@ -127,19 +141,42 @@ export async function startCluster(work: string): Promise<Cluster> {
   // PostgreSQL and Patroni run as postgres: they must reach the work directory.
   chmodSync(work, 0o755);
   const ports = {
-    etcd: await freePort(), etcdPeer: await freePort(), balancer: await freePort(),
-    pg1: await freePort(), pg2: await freePort(), rest1: await freePort(), rest2: await freePort(),
+    etcd: await freePort(),
+    etcdPeer: await freePort(),
+    balancer: await freePort(),
+    pg1: await freePort(),
+    pg2: await freePort(),
+    rest1: await freePort(),
+    rest2: await freePort(),
   };
   const { uid, gid } = postgresIds();
   startReaper(work);
 
   const etcdDirectory = join(work, 'etcd');
-  startProcess('etcd', 'etcd', [
-    '--name', 'etcd1', '--data-dir', etcdDirectory,
-    '--listen-client-urls', `http://127.0.0.1:${ports.etcd}`, '--advertise-client-urls', `http://127.0.0.1:${ports.etcd}`,
-    '--listen-peer-urls', `http://127.0.0.1:${ports.etcdPeer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${ports.etcdPeer}`,
-    '--initial-cluster', `etcd1=http://127.0.0.1:${ports.etcdPeer}`, '--initial-cluster-state', 'new',
-  ], work, 5000);
+  startProcess(
+    'etcd',
+    'etcd',
+    [
+      '--name',
+      'etcd1',
+      '--data-dir',
+      etcdDirectory,
+      '--listen-client-urls',
+      `http://127.0.0.1:${ports.etcd}`,
+      '--advertise-client-urls',
+      `http://127.0.0.1:${ports.etcd}`,
+      '--listen-peer-urls',
+      `http://127.0.0.1:${ports.etcdPeer}`,
+      '--initial-advertise-peer-urls',
+      `http://127.0.0.1:${ports.etcdPeer}`,
+      '--initial-cluster',
+      `etcd1=http://127.0.0.1:${ports.etcdPeer}`,
+      '--initial-cluster-state',
+      'new',
+    ],
+    work,
+    5000,
+  );
 
   const shipped = readFileSync(join(REPO_ROOT, 'deploy/patroni/patroni.yml'), 'utf8');
   const nodes = ['pg1', 'pg2'] as const;
@@ -152,16 +189,20 @@ export async function startCluster(work: string): Promise<Cluster> {
     mkdirSync(nodeDirectory);
     chownSync(nodeDirectory, uid, gid);
     dataDirectories[node] = join(nodeDirectory, 'data');
-    const config = replaceIn(shipped, [
-      ['name: pg1', `name: ${node}`, 1],
-      ['0.0.0.0:8008', `127.0.0.1:${restPort}`, 1],
-      ['pg1:8008', `127.0.0.1:${restPort}`, 1],
-      ['etcd1:2379', `127.0.0.1:${ports.etcd}`, 1],
-      ['0.0.0.0:5432', `127.0.0.1:${pgPort}`, 1],
-      ['pg1:5432', `127.0.0.1:${pgPort}`, 1],
-      ['/var/lib/postgresql/15/zulip', dataDirectories[node], 1],
-      ['/var/run/postgresql', nodeDirectory, 1],
-    ], 'deploy/patroni/patroni.yml');
+    const config = replaceIn(
+      shipped,
+      [
+        ['name: pg1', `name: ${node}`, 1],
+        ['0.0.0.0:8008', `127.0.0.1:${restPort}`, 1],
+        ['pg1:8008', `127.0.0.1:${restPort}`, 1],
+        ['etcd1:2379', `127.0.0.1:${ports.etcd}`, 1],
+        ['0.0.0.0:5432', `127.0.0.1:${pgPort}`, 1],
+        ['pg1:5432', `127.0.0.1:${pgPort}`, 1],
+        ['/var/lib/postgresql/15/zulip', dataDirectories[node], 1],
+        ['/var/run/postgresql', nodeDirectory, 1],
+      ],
+      'deploy/patroni/patroni.yml',
+    );
     const file = join(nodeDirectory, 'patroni.yml');
     writeFileSync(file, config);
     chownSync(file, uid, gid);
@@ -170,15 +211,27 @@ export async function startCluster(work: string): Promise<Cluster> {
     onCleanup(async () => stopPostmaster(dataDirectories[node]!));
     startProcess(`patroni-${node}`, 'runuser', ['-u', 'postgres', '--', 'patroni', file], work, 15_000);
     // The first node bootstraps alone, then the second clones it.
-    if (index === 0) await waitFor(async () => (await readMembers(file)).some((member) => member.role === 'leader' && member.state === 'running'), 60_000, 'pg1 did not become the leader');
+    if (index === 0)
+      await waitFor(
+        async () => (await readMembers(file)).some((member) => member.role === 'leader' && member.state === 'running'),
+        60_000,
+        'pg1 did not become the leader',
+      );
   }
 
   const balancerFile = join(work, 'haproxy-postgres.cfg');
-  writeFileSync(balancerFile, replaceIn(readFileSync(join(REPO_ROOT, 'deploy/patroni/haproxy.cfg'), 'utf8'), [
-    ['bind :5000', `bind 127.0.0.1:${ports.balancer}`, 1],
-    ['pg1:5432 check port 8008', `127.0.0.1:${ports.pg1} check port ${ports.rest1}`, 1],
-    ['pg2:5432 check port 8008', `127.0.0.1:${ports.pg2} check port ${ports.rest2}`, 1],
-  ], 'deploy/patroni/haproxy.cfg'));
+  writeFileSync(
+    balancerFile,
+    replaceIn(
+      readFileSync(join(REPO_ROOT, 'deploy/patroni/haproxy.cfg'), 'utf8'),
+      [
+        ['bind :5000', `bind 127.0.0.1:${ports.balancer}`, 1],
+        ['pg1:5432 check port 8008', `127.0.0.1:${ports.pg1} check port ${ports.rest1}`, 1],
+        ['pg2:5432 check port 8008', `127.0.0.1:${ports.pg2} check port ${ports.rest2}`, 1],
+      ],
+      'deploy/patroni/haproxy.cfg',
+    ),
+  );
   const check = spawnSync('haproxy', ['-c', '-q', '-f', balancerFile], { encoding: 'utf8' });
   if (check.status !== 0) throw new Error(`haproxy -c rejected deploy/patroni/haproxy.cfg:\n${check.stdout}${check.stderr}`);
   startProcess('haproxy-postgres', 'haproxy', ['-db', '-f', balancerFile], work, 5000);
@@ -189,26 +242,34 @@ export async function startCluster(work: string): Promise<Cluster> {
     members: () => readMembers(configFiles.pg1!),
     async waitHealthy(timeoutMs, formerLeader) {
       let leader = '';
-      await waitFor(async () => {
-        const members = await readMembers(configFiles.pg1!);
-        const found = members.find((member) => member.role === 'leader' && member.state === 'running' && member.name !== formerLeader);
-        const sync = members.find((member) => member.role === 'sync_standby' && member.state === 'running');
-        leader = found?.name ?? '';
-        return found !== undefined && sync !== undefined;
-      }, timeoutMs, 'the cluster did not get a running leader and synchronous standby');
+      await waitFor(
+        async () => {
+          const members = await readMembers(configFiles.pg1!);
+          const found = members.find((member) => member.role === 'leader' && member.state === 'running' && member.name !== formerLeader);
+          const sync = members.find((member) => member.role === 'sync_standby' && member.state === 'running');
+          leader = found?.name ?? '';
+          return found !== undefined && sync !== undefined;
+        },
+        timeoutMs,
+        'the cluster did not get a running leader and synchronous standby',
+      );
       // And HAProxy forwards to it.
-      await waitFor(async () => {
-        const client = new pg.Client({ connectionString: url('postgres'), connectionTimeoutMillis: 1000 });
-        try {
-          await client.connect();
-          const { rows } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery');
-          return rows[0]?.recovery === false;
-        } catch {
-          return false;
-        } finally {
-          await client.end().catch(() => undefined);
-        }
-      }, timeoutMs, 'HAProxy did not forward to the primary');
+      await waitFor(
+        async () => {
+          const client = new pg.Client({ connectionString: url('postgres'), connectionTimeoutMillis: 1000 });
+          try {
+            await client.connect();
+            const { rows } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery');
+            return rows[0]?.recovery === false;
+          } catch {
+            return false;
+          } finally {
+            await client.end().catch(() => undefined);
+          }
+        },
+        timeoutMs,
+        'HAProxy did not forward to the primary',
+      );
       return leader;
     },
     async switchover(from, to) {
@@ -249,7 +310,9 @@ function postgresIds(): { uid: number; gid: number } {
 function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
   try {
     process.kill(-child.pid!, signal);
-  } catch { /* gone */ }
+  } catch {
+    /* gone */
+  }
 }
 
 /** The patronictl commands running now; once the cleanups began, none is started. */
@@ -263,7 +326,10 @@ onCleanup(async () => {
 function patronictl(configFile: string, args: string[], timeoutMs: number): Promise<{ ok: boolean; output: string; stdout: string }> {
   if (commands.stopped) return Promise.resolve({ ok: false, output: 'stopped', stdout: '' });
   return new Promise((resolve) => {
-    const child = spawn('runuser', ['-u', 'postgres', '--', 'patronictl', '-c', configFile, ...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('runuser', ['-u', 'postgres', '--', 'patronictl', '-c', configFile, ...args], {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -282,8 +348,12 @@ async function readMembers(configFile: string): Promise<Member[]> {
   const result = await patronictl(configFile, ['list', '-f', 'json'], 10_000);
   if (!result.ok) return [];
   try {
-    return (JSON.parse(result.stdout) as { Member: string; Role: string; State: string; TL?: number }[])
-      .map((row) => ({ name: row.Member, role: row.Role.toLowerCase().replace(' ', '_'), state: row.State, ...(row.TL !== undefined && { timeline: row.TL }) }));
+    return (JSON.parse(result.stdout) as { Member: string; Role: string; State: string; TL?: number }[]).map((row) => ({
+      name: row.Member,
+      role: row.Role.toLowerCase().replace(' ', '_'),
+      state: row.State,
+      ...(row.TL !== undefined && { timeline: row.TL }),
+    }));
   } catch {
     return [];
   }

@@ -26,7 +26,13 @@ export interface WriteAttempt {
 
 const pause = (ms: number) => sleep(ms * (0.5 + Math.random()));
 
-export async function writeLoop(client: Client, user: LoadUser, stop: () => boolean, pauseMs: number, attempts: WriteAttempt[]): Promise<void> {
+export async function writeLoop(
+  client: Client,
+  user: LoadUser,
+  stop: () => boolean,
+  pauseMs: number,
+  attempts: WriteAttempt[],
+): Promise<void> {
   for (let n = 0; !stop(); n++) {
     const startedAt = Date.now();
     let attempt: Omit<WriteAttempt, 'status' | 'endedAt'>;
@@ -36,21 +42,34 @@ export async function writeLoop(client: Client, user: LoadUser, stop: () => bool
       const streams = user.streamIds.slice(0, 3);
       const data = streams.map((streamId) => ({ stream_id: streamId, property: 'color', value: color }));
       attempt = {
-        user: user.index, kind: 'color', key: color, streamIds: streams, startedAt,
+        user: user.index,
+        kind: 'color',
+        key: color,
+        streamIds: streams,
+        startedAt,
         events: streams.map((streamId) => ({ type: 'subscription', op: 'update', stream_id: streamId, property: 'color', value: color })),
       };
       exchange = await client.send({
-        kind: 'write', path: '/api/v1/users/me/subscriptions/properties', authorization: user.authorization,
+        kind: 'write',
+        path: '/api/v1/users/me/subscriptions/properties',
+        authorization: user.authorization,
         form: { subscription_data: JSON.stringify(data) },
       });
     } else {
       const view = { fragment: `narrow/channel/${user.streamIds[0]}-fo/user/${user.index}/${n}`, name: `FO ${user.index} ${n}` };
       attempt = {
-        user: user.index, kind: 'view', key: view.fragment, name: view.name, streamIds: [], startedAt,
+        user: user.index,
+        kind: 'view',
+        key: view.fragment,
+        name: view.name,
+        streamIds: [],
+        startedAt,
         events: [{ type: 'navigation_view', op: 'add', navigation_view: { ...view, is_pinned: false } }],
       };
       exchange = await client.send({
-        kind: 'write', path: '/api/v1/navigation_views', authorization: user.authorization,
+        kind: 'write',
+        path: '/api/v1/navigation_views',
+        authorization: user.authorization,
         form: { ...view, is_pinned: 'false' },
       });
     }
@@ -69,10 +88,18 @@ export async function readLoop(client: Client, user: LoadUser, stop: () => boole
 }
 
 /** Registers until `stop()`: each queue answered 200 must exist afterwards. */
-export async function registerLoop(client: Client, users: LoadUser[], stop: () => boolean, pauseMs: number, registered: string[]): Promise<void> {
+export async function registerLoop(
+  client: Client,
+  users: LoadUser[],
+  stop: () => boolean,
+  pauseMs: number,
+  registered: string[],
+): Promise<void> {
   for (let n = 0; !stop(); n++) {
     const exchange = await client.send({
-      kind: 'register', path: '/api/v1/register', authorization: users[n % users.length]!.authorization,
+      kind: 'register',
+      path: '/api/v1/register',
+      authorization: users[n % users.length]!.authorization,
       form: { event_types: JSON.stringify(['navigation_view']) },
     });
     const queueId = (exchange.body as { queue_id?: string } | undefined)?.queue_id;
@@ -102,15 +129,19 @@ export async function pollLoop(client: Client, user: LoadUser, queueId: string, 
   let lastEventId = -1;
   while (!done(polling.events)) {
     const exchange = await client.send({
-      kind: 'poll', path: `/api/v1/events?queue_id=${queue}&last_event_id=${lastEventId}`,
-      authorization: user.authorization, timeoutMs: 100_000,
+      kind: 'poll',
+      path: `/api/v1/events?queue_id=${queue}&last_event_id=${lastEventId}`,
+      authorization: user.authorization,
+      timeoutMs: 100_000,
     });
     polling.polls++;
     polling.statuses[exchange.status] = (polling.statuses[exchange.status] ?? 0) + 1;
     const body = exchange.body as { code?: string; events?: (ApiEvent & { id: number })[] } | undefined;
     if (exchange.status === 400 && body?.code === 'BAD_EVENT_QUEUE_ID') {
       const again = await client.send({
-        kind: 'register', path: '/api/v1/register', authorization: user.authorization,
+        kind: 'register',
+        path: '/api/v1/register',
+        authorization: user.authorization,
         form: { event_types: JSON.stringify(['subscription', 'navigation_view']) },
       });
       const newQueue = (again.body as { queue_id?: string } | undefined)?.queue_id;

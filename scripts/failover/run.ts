@@ -55,7 +55,9 @@ async function keepLogs(): Promise<void> {
   if (!workDirectory) return;
   keepWorkDirectory = true;
   for (const instance of instances) {
-    await writeFile(join(workDirectory, `${instance.name}.log`), [...instance.stdout, ...instance.stderr].join('\n')).catch(() => undefined);
+    await writeFile(join(workDirectory, `${instance.name}.log`), [...instance.stdout, ...instance.stderr].join('\n')).catch(
+      () => undefined,
+    );
   }
   await writeFile(join(workDirectory, 'attempts.json'), JSON.stringify(attempts)).catch(() => undefined);
   log(`logs kept in ${workDirectory}`);
@@ -105,8 +107,16 @@ async function main(): Promise<string[]> {
 
   const ports = { lb: await freePort(), app1: await freePort(), app2: await freePort() };
   const env = {
-    ...baseEnvironment(), DATABASE_URL: databaseUrl, AVATAR_SALT: 'failover-test', EXTERNAL_HOST, EXTERNAL_URI_SCHEME: 'http://',
-    HOST: '127.0.0.1', TRUST_PROXY: 'true', RATE_LIMITING: 'false', LOG_LEVEL: 'info', LB_TEST_HEADERS_FILE: join(work, 'headers.jsonl'),
+    ...baseEnvironment(),
+    DATABASE_URL: databaseUrl,
+    AVATAR_SALT: 'failover-test',
+    EXTERNAL_HOST,
+    EXTERNAL_URI_SCHEME: 'http://',
+    HOST: '127.0.0.1',
+    TRUST_PROXY: 'true',
+    RATE_LIMITING: 'false',
+    LOG_LEVEL: 'info',
+    LB_TEST_HEADERS_FILE: join(work, 'headers.jsonl'),
     // The register loop makes ~30 queues per user: none may be evicted (the checks look for each).
     QUEUE_MAX_PER_USER: '1000',
   };
@@ -124,8 +134,11 @@ async function main(): Promise<string[]> {
   const readers = users.map((user) => readLoop(client, user, stop, PAUSE_MS));
   const registers = registerLoop(client, users, stop, 200, registered);
   const finalFragment = (user: LoadUser) => `narrow/channel/${user.streamIds[0]}-fo/user/${user.index}/final`;
-  const pollers = users.map((user, index) => pollLoop(client, user, queues[index]!, (events) =>
-    events.some((event) => (event.navigation_view as { fragment?: string } | undefined)?.fragment === finalFragment(user))));
+  const pollers = users.map((user, index) =>
+    pollLoop(client, user, queues[index]!, (events) =>
+      events.some((event) => (event.navigation_view as { fragment?: string } | undefined)?.fragment === finalFragment(user)),
+    ),
+  );
   await sleep(4000);
 
   const problems: string[] = [];
@@ -156,9 +169,21 @@ async function main(): Promise<string[]> {
   for (const user of users) {
     const view = { fragment: finalFragment(user), name: `FO ${user.index} final` };
     const startedAt = Date.now();
-    const exchange = await client.send({ kind: 'write', path: '/api/v1/navigation_views', authorization: user.authorization, form: { ...view, is_pinned: 'false' } });
+    const exchange = await client.send({
+      kind: 'write',
+      path: '/api/v1/navigation_views',
+      authorization: user.authorization,
+      form: { ...view, is_pinned: 'false' },
+    });
     attempts.push({
-      user: user.index, kind: 'view', key: view.fragment, name: view.name, streamIds: [], startedAt, endedAt: Date.now(), status: exchange.status,
+      user: user.index,
+      kind: 'view',
+      key: view.fragment,
+      name: view.name,
+      streamIds: [],
+      startedAt,
+      endedAt: Date.now(),
+      status: exchange.status,
       events: [{ type: 'navigation_view', op: 'add', navigation_view: { ...view, is_pinned: false } }],
     });
   }
@@ -170,9 +195,11 @@ async function main(): Promise<string[]> {
     const next = (faults[faults.indexOf(fault) + 1]?.at ?? Number.POSITIVE_INFINITY) - 1000;
     fault.recovery = recoveryFrom(attempts, fault.at, next);
     const target = TARGETS[fault.name];
-    if (!(fault.recovery.recoveryMs <= target)) problems.push(`${fault.name}: first successful write ${fault.recovery.recoveryMs} ms after the fault (target ${target} ms)`);
+    if (!(fault.recovery.recoveryMs <= target))
+      problems.push(`${fault.name}: first successful write ${fault.recovery.recoveryMs} ms after the fault (target ${target} ms)`);
     // Writes may also stall without failing (waiting for the synchronous standby, say).
-    if (fault.recovery.longestGapMs > target) problems.push(`${fault.name}: ${fault.recovery.longestGapMs} ms without a successful write (target ${target} ms)`);
+    if (fault.recovery.longestGapMs > target)
+      problems.push(`${fault.name}: ${fault.recovery.longestGapMs} ms without a successful write (target ${target} ms)`);
   }
   // Compare with the primary of now, through the cluster's balancer.
   const outcomes = await checkWrites(handle.db, users, attempts, witnessQueues);
@@ -182,35 +209,56 @@ async function main(): Promise<string[]> {
   problems.push(...checkStatuses(client.exchanges));
   const listenLosses: number[] = [];
   for (const instance of instances) {
-    if (instance.child.exitCode !== null || instance.child.signalCode !== null) problems.push(`${instance.name} exited (${instance.child.exitCode ?? instance.child.signalCode})`);
+    if (instance.child.exitCode !== null || instance.child.signalCode !== null)
+      problems.push(`${instance.name} exited (${instance.child.exitCode ?? instance.child.signalCode})`);
     const lost = logLines(instance).filter((line) => line.msg === 'events listener connection lost; reconnecting').length;
     listenLosses.push(lost);
     if (lost < 2) problems.push(`${instance.name}: its LISTEN connection was lost ${lost} times, expected once per fault at least`);
   }
-  log(`LISTEN connections lost and opened again: ${instances.map((instance, index) => `${instance.name} ${listenLosses[index]} times`).join(', ')}`);
+  log(
+    `LISTEN connections lost and opened again: ${instances.map((instance, index) => `${instance.name} ${listenLosses[index]} times`).join(', ')}`,
+  );
 
   await report(client, attempts, outcomes.byStatus, registered.length, pollings ?? [], faults, cluster);
   return problems;
 }
 
 async function report(
-  client: Client, attempts: WriteAttempt[], byStatus: Map<number, { applied: number; notApplied: number }>, registers: number,
-  pollings: Polling[], faults: Fault[], cluster: Cluster,
+  client: Client,
+  attempts: WriteAttempt[],
+  byStatus: Map<number, { applied: number; notApplied: number }>,
+  registers: number,
+  pollings: Polling[],
+  faults: Fault[],
+  cluster: Cluster,
 ): Promise<void> {
   const statuses = new Map<string, number>();
   for (const exchange of client.exchanges) statuses.set(`${exchange.status}`, (statuses.get(`${exchange.status}`) ?? 0) + 1);
   log(`requests: ${client.exchanges.length}; by status: ${[...statuses].map(([status, count]) => `${status}: ${count}`).join(', ')}`);
-  log(`writes: ${attempts.length}; ${[...byStatus].map(([status, c]) => `${status}: ${c.applied} applied, ${c.notApplied} not applied`).join('; ')}`);
+  log(
+    `writes: ${attempts.length}; ${[...byStatus].map(([status, c]) => `${status}: ${c.applied} applied, ${c.notApplied} not applied`).join('; ')}`,
+  );
   const pollStatuses: Record<number, number> = {};
-  for (const polling of pollings) for (const [status, count] of Object.entries(polling.statuses)) pollStatuses[Number(status)] = (pollStatuses[Number(status)] ?? 0) + count;
-  log(`registers answered 200: ${registers}; long polls: ${pollings.reduce((sum, p) => sum + p.polls, 0)} (by status ${JSON.stringify(pollStatuses)}), ` +
-    `${pollings.reduce((sum, p) => sum + p.events.length, 0)} events delivered, ${pollings.reduce((sum, p) => sum + p.reregistered, 0)} queues registered again`);
+  for (const polling of pollings)
+    for (const [status, count] of Object.entries(polling.statuses))
+      pollStatuses[Number(status)] = (pollStatuses[Number(status)] ?? 0) + count;
+  log(
+    `registers answered 200: ${registers}; long polls: ${pollings.reduce((sum, p) => sum + p.polls, 0)} (by status ${JSON.stringify(pollStatuses)}), ` +
+      `${pollings.reduce((sum, p) => sum + p.events.length, 0)} events delivered, ${pollings.reduce((sum, p) => sum + p.reregistered, 0)} queues registered again`,
+  );
   for (const fault of faults) {
     const r = fault.recovery;
-    log(`${fault.name} ${fault.from} → ${fault.to}: first successful write ${r?.recoveryMs} ms after the fault (target ${TARGETS[fault.name]} ms), ` +
-      `${r?.failed} writes failed, longest time without a successful write ${r?.longestGapMs} ms; cluster whole again after ${fault.wholeAfterMs} ms`);
+    log(
+      `${fault.name} ${fault.from} → ${fault.to}: first successful write ${r?.recoveryMs} ms after the fault (target ${TARGETS[fault.name]} ms), ` +
+        `${r?.failed} writes failed, longest time without a successful write ${r?.longestGapMs} ms; cluster whole again after ${fault.wholeAfterMs} ms`,
+    );
   }
   log(`cluster at the end: ${(await cluster.members()).map((member) => `${member.name} ${member.role} TL ${member.timeline}`).join(', ')}`);
 }
 
-runScript(main, { watchdogMs: WATCHDOG_MS, keepLogs, log, passed: 'passed: 0 acknowledged writes lost, 0 crashes, recovery within the targets' });
+runScript(main, {
+  watchdogMs: WATCHDOG_MS,
+  keepLogs,
+  log,
+  passed: 'passed: 0 acknowledged writes lost, 0 crashes, recovery within the targets',
+});

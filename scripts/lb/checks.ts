@@ -21,29 +21,48 @@ interface ObservedHeaders {
 }
 
 const readObservedHeaders = (file: string): ObservedHeaders[] =>
-  readFileSync(file, 'utf8').split('\n').filter((line) => line !== '').map((line) => JSON.parse(line) as ObservedHeaders);
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as ObservedHeaders);
 
 /** A request with two X-Request-Id headers (fetch would join them into one). */
 function sendTwoRequestIds(baseUrl: string, host: string, authorization: string, path: string): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
-    const request = http.request(`${baseUrl}${path}`, {
-      headers: ['Host', host, 'Authorization', authorization, 'X-Request-Id', 'first-id', 'X-Request-Id', 'second-id'],
-    }, (response) => {
-      response.resume();
-      response.on('end', () => resolve(response.headers['x-request-id'] as string | undefined));
-    });
+    const request = http.request(
+      `${baseUrl}${path}`,
+      {
+        headers: ['Host', host, 'Authorization', authorization, 'X-Request-Id', 'first-id', 'X-Request-Id', 'second-id'],
+      },
+      (response) => {
+        response.resume();
+        response.on('end', () => resolve(response.headers['x-request-id'] as string | undefined));
+      },
+    );
     request.on('error', reject).end();
   });
 }
 
 /** GET `path` with the given Accept-Encoding, straight over http (fetch would decompress and hide it). */
-function getRaw(baseUrl: string, host: string, authorization: string, path: string, acceptEncoding: string): Promise<{ status: number; encoding?: string; body: Buffer }> {
+function getRaw(
+  baseUrl: string,
+  host: string,
+  authorization: string,
+  path: string,
+  acceptEncoding: string,
+): Promise<{ status: number; encoding?: string; body: Buffer }> {
   return new Promise((resolve, reject) => {
-    const request = http.request(`${baseUrl}${path}`, { headers: { host, authorization, 'accept-encoding': acceptEncoding } }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }));
-    });
+    const request = http.request(
+      `${baseUrl}${path}`,
+      { headers: { host, authorization, 'accept-encoding': acceptEncoding } },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }),
+        );
+      },
+    );
     request.on('error', reject).end();
   });
 }
@@ -65,39 +84,67 @@ export async function checkEdge(client: Client, user: LoadUser, otherHost: strin
   const replacedIds: (string | undefined)[] = [];
   for (const invalid of ['bad id', 'x'.repeat(129), '', 'semi;colon']) {
     const replaced = await client.send({ ...read, requestId: invalid });
-    expect(replaced.status === 200 && UUID.test(replaced.answerId ?? ''), `X-Request-Id ${JSON.stringify(invalid)} is replaced by a UUID: ${JSON.stringify(replaced)}`);
+    expect(
+      replaced.status === 200 && UUID.test(replaced.answerId ?? ''),
+      `X-Request-Id ${JSON.stringify(invalid)} is replaced by a UUID: ${JSON.stringify(replaced)}`,
+    );
     replacedIds.push(replaced.answerId ?? undefined);
   }
   replacedIds.push(await sendTwoRequestIds(client.baseUrl, client.host, user.authorization, read.path));
   const received = receivedIds();
-  expect(replacedIds.every((id) => UUID.test(id ?? '') && received.has(id)), `the app receives the edge's UUIDs ${replacedIds.join(', ')}`);
+  expect(
+    replacedIds.every((id) => UUID.test(id ?? '') && received.has(id)),
+    `the app receives the edge's UUIDs ${replacedIds.join(', ')}`,
+  );
   expect(!received.has('bad id') && !received.has('first-id'), 'no invalid X-Request-Id reaches the app');
 
   // The organization comes from X-Forwarded-Host: the edge sets it from Host, not from the client.
   const spoofed = await client.send({
-    kind: 'check', path: '/api/v1/server_settings', requestId: 'edge-check-forwarded',
+    kind: 'check',
+    path: '/api/v1/server_settings',
+    requestId: 'edge-check-forwarded',
     headers: { host: otherHost, 'x-forwarded-for': '203.0.113.7', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https' },
   });
-  expect((spoofed.body as { realm_name?: string }).realm_name === 'Other', `X-Forwarded-Host follows Host: ${JSON.stringify(spoofed.body)}`);
+  expect(
+    (spoofed.body as { realm_name?: string }).realm_name === 'Other',
+    `X-Forwarded-Host follows Host: ${JSON.stringify(spoofed.body)}`,
+  );
   const seen = readObservedHeaders(observedFile).find((line) => line['x-request-id'] === 'edge-check-forwarded');
-  expect(isDeepStrictEqual(seen, {
-    url: '/api/v1/server_settings', host: otherHost, 'x-request-id': 'edge-check-forwarded',
-    'x-forwarded-for': '127.0.0.1', 'x-forwarded-host': otherHost, 'x-forwarded-proto': 'http',
-  }), `the app receives the edge's X-Forwarded-*, not the client's: ${JSON.stringify(seen)}`);
+  expect(
+    isDeepStrictEqual(seen, {
+      url: '/api/v1/server_settings',
+      host: otherHost,
+      'x-request-id': 'edge-check-forwarded',
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-host': otherHost,
+      'x-forwarded-proto': 'http',
+    }),
+    `the app receives the edge's X-Forwarded-*, not the client's: ${JSON.stringify(seen)}`,
+  );
 
   const large = await client.send({
-    kind: 'check', path: '/api/v1/users/me/subscriptions/properties', authorization: user.authorization, requestId: 'edge-check-413',
+    kind: 'check',
+    path: '/api/v1/users/me/subscriptions/properties',
+    authorization: user.authorization,
+    requestId: 'edge-check-413',
     body: `subscription_data=${'a'.repeat(1.5 * 1024 * 1024)}`,
   });
-  expect(large.status === 413 && isDeepStrictEqual(large.body, { result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' }),
-    `a 1.5 MiB body gets the app's 413: ${large.status} ${JSON.stringify(large.body)}`);
+  expect(
+    large.status === 413 && isDeepStrictEqual(large.body, { result: 'error', msg: 'Request body too large', code: 'BAD_REQUEST' }),
+    `a 1.5 MiB body gets the app's 413: ${large.status} ${JSON.stringify(large.body)}`,
+  );
 
   // The app's gzip passes through the balancer as it is (the instances compress above a low threshold here).
   const plain = await getRaw(client.baseUrl, client.host, user.authorization, '/api/v1/users', 'identity');
   const zipped = await getRaw(client.baseUrl, client.host, user.authorization, '/api/v1/users', 'gzip');
   expect(plain.status === 200 && plain.encoding === undefined, `GET /users without gzip is plain: ${plain.status} ${plain.encoding}`);
-  expect(zipped.status === 200 && zipped.encoding === 'gzip' && zipped.body.length < plain.body.length && gunzipSync(zipped.body).equals(plain.body),
-    `GET /users with gzip arrives gzipped, and decompresses to the plain answer: ${zipped.status} ${zipped.encoding} ${zipped.body.length} vs ${plain.body.length} bytes`);
+  expect(
+    zipped.status === 200 &&
+      zipped.encoding === 'gzip' &&
+      zipped.body.length < plain.body.length &&
+      gunzipSync(zipped.body).equals(plain.body),
+    `GET /users with gzip arrives gzipped, and decompresses to the plain answer: ${zipped.status} ${zipped.encoding} ${zipped.body.length} vs ${plain.body.length} bytes`,
+  );
   return problems;
 }
 
@@ -107,7 +154,10 @@ export function checkObservedHeaders(observedFile: string): { problems: string[]
   // HAProxy's health checks go straight to the instances.
   const observed = readObservedHeaders(observedFile).filter((line) => line.url !== '/ready');
   for (const line of observed) {
-    const ok = line['x-forwarded-for'] === '127.0.0.1' && line['x-forwarded-proto'] === 'http' && line['x-forwarded-host'] === line.host &&
+    const ok =
+      line['x-forwarded-for'] === '127.0.0.1' &&
+      line['x-forwarded-proto'] === 'http' &&
+      line['x-forwarded-host'] === line.host &&
       VALID_REQUEST_ID.test(line['x-request-id'] ?? '');
     if (!ok) problems.push(`a request reached the app without the edge's headers: ${JSON.stringify(line)}`);
   }
@@ -144,7 +194,8 @@ export function checkLogs(exchanges: Exchange[], accessLog: string[], instances:
     if (exchange.status === 0) continue;
     const id = exchange.answerId ?? '';
     const sentValid = exchange.sentId !== undefined && VALID_REQUEST_ID.test(exchange.sentId);
-    if (sentValid ? id !== exchange.sentId : !UUID.test(id)) problems.push(`request id ${JSON.stringify(exchange.sentId)} answered as ${id}`);
+    if (sentValid ? id !== exchange.sentId : !UUID.test(id))
+      problems.push(`request id ${JSON.stringify(exchange.sentId)} answered as ${id}`);
     const inBalancer = balancerLines.get(id) ?? [];
     const inApp = appLines.get(id) ?? [];
     const balancerOk = inBalancer.length === 1 && inBalancer[0]!.path === exchange.path && inBalancer[0]!.status === exchange.status;
@@ -162,13 +213,23 @@ export async function checkDatabase(db: Database, users: LoadUser[], writes: Wri
   const problems: string[] = [];
   for (const [index, user] of users.entries()) {
     const accepted = writes[index]!;
-    const views = await db.selectFrom('navigation_views').select(['fragment', 'name']).where('user_id', '=', user.id)
-      .where('fragment', 'like', '%-lb/user/%').orderBy('id').execute();
+    const views = await db
+      .selectFrom('navigation_views')
+      .select(['fragment', 'name'])
+      .where('user_id', '=', user.id)
+      .where('fragment', 'like', '%-lb/user/%')
+      .orderBy('id')
+      .execute();
     if (!isDeepStrictEqual(views, accepted.views)) {
       problems.push(`user ${user.index}: ${accepted.views.length} views accepted, ${views.length} stored (or not the same)`);
     }
-    const audit = await db.selectFrom('subscription_audit_log').select(['stream_id', 'new_value']).where('acting_user_id', '=', user.id)
-      .where('property', '=', 'color').orderBy('id').execute();
+    const audit = await db
+      .selectFrom('subscription_audit_log')
+      .select(['stream_id', 'new_value'])
+      .where('acting_user_id', '=', user.id)
+      .where('property', '=', 'color')
+      .orderBy('id')
+      .execute();
     const changes = audit.map((row) => ({ streamId: row.stream_id, color: row.new_value }));
     if (!isDeepStrictEqual(changes, accepted.colors)) {
       problems.push(`user ${user.index}: ${accepted.colors.length} color changes accepted, ${changes.length} audited (or not the same)`);
@@ -176,7 +237,8 @@ export async function checkDatabase(db: Database, users: LoadUser[], writes: Wri
     const colors = await db.selectFrom('subscriptions').select(['stream_id', 'color']).where('user_id', '=', user.id).execute();
     for (const { stream_id: streamId, color } of colors) {
       const last = accepted.colors.filter((change) => change.streamId === streamId).at(-1);
-      if (last && last.color !== color) problems.push(`user ${user.index}, channel ${streamId}: color ${color}, last accepted ${last.color}`);
+      if (last && last.color !== color)
+        problems.push(`user ${user.index}, channel ${streamId}: color ${color}, last accepted ${last.color}`);
     }
   }
   return problems;

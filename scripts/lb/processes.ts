@@ -23,12 +23,18 @@ export async function runCleanups(): Promise<void> {
  * a throw, `keepLogs` then the cleanups and exit 1; on success the cleanups and exit 0; on Ctrl-C
  * or SIGTERM the cleanups; after `watchdogMs` it gives up (exit 1). `log` prints the outcome.
  */
-export function runScript(main: () => Promise<string[]>, options: { watchdogMs: number; keepLogs: () => Promise<void>; log: (line: string) => void; passed: string }): void {
+export function runScript(
+  main: () => Promise<string[]>,
+  options: { watchdogMs: number; keepLogs: () => Promise<void>; log: (line: string) => void; passed: string },
+): void {
   const { watchdogMs, keepLogs, log: say } = options;
   let finished = false;
   // `on`, not `once`: Ctrl-C reaches this process twice (from the terminal and relayed by tsx), and
   // a second signal with no handler left would end it before its cleanups.
-  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+  ] as const) {
     process.on(signal, () => {
       if (finished) return;
       finished = true;
@@ -39,7 +45,9 @@ export function runScript(main: () => Promise<string[]>, options: { watchdogMs: 
   const watchdog = setTimeout(() => {
     finished = true;
     say(`still running after ${watchdogMs / 1000} s: giving up`);
-    void keepLogs().then(runCleanups).finally(() => process.exit(1));
+    void keepLogs()
+      .then(runCleanups)
+      .finally(() => process.exit(1));
   }, watchdogMs);
   main().then(
     async (problems) => {
@@ -144,7 +152,10 @@ export async function startBalancer(config: string, port: number, directory: str
   const url = `http://127.0.0.1:${port}`;
   const balancer: Balancer = {
     url,
-    accessLog: () => readFileSync(accessLogFile, 'utf8').split('\n').filter((line) => line !== ''),
+    accessLog: () =>
+      readFileSync(accessLogFile, 'utf8')
+        .split('\n')
+        .filter((line) => line !== ''),
     messages,
     async waitForMessage(pattern, since, timeoutMs) {
       const deadline = Date.now() + timeoutMs;

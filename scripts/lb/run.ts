@@ -29,7 +29,17 @@ import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
 import { baseEnvironment, exitWithin, logLines } from '../../test/helpers/server-process.js';
 import { checkDatabase, checkEdge, checkLogs, checkObservedHeaders } from './checks.js';
-import { type Balancer, balancerConfig, haproxyVersion, type Instance, log, onCleanup, runScript, startBalancer, startInstance } from './processes.js';
+import {
+  type Balancer,
+  balancerConfig,
+  haproxyVersion,
+  type Instance,
+  log,
+  onCleanup,
+  runScript,
+  startBalancer,
+  startInstance,
+} from './processes.js';
 import { Client, type LoadUser, pollLoop, readLoop, register, type Writes, writeLoop } from './traffic.js';
 
 /** Six users, each with a writer, a reader and a long poller pausing ~25 ms between requests. */
@@ -48,7 +58,9 @@ async function keepLogs(): Promise<void> {
   if (!workDirectory) return;
   keepWorkDirectory = true;
   for (const [index, instance] of instances.entries()) {
-    await writeFile(join(workDirectory, `${instance.name}-${index}.log`), [...instance.stdout, ...instance.stderr].join('\n')).catch(() => undefined);
+    await writeFile(join(workDirectory, `${instance.name}-${index}.log`), [...instance.stdout, ...instance.stderr].join('\n')).catch(
+      () => undefined,
+    );
   }
   log(`logs kept in ${workDirectory}`);
 }
@@ -100,8 +112,16 @@ async function main(): Promise<string[]> {
   const observedFile = join(work, 'headers.jsonl');
   await writeFile(observedFile, '');
   const env = {
-    ...baseEnvironment(), DATABASE_URL: embedded.url, AVATAR_SALT: 'lb-test', EXTERNAL_HOST, EXTERNAL_URI_SCHEME: 'http://',
-    HOST: '127.0.0.1', TRUST_PROXY: 'true', RATE_LIMITING: 'false', LOG_LEVEL: 'info', LB_TEST_HEADERS_FILE: observedFile,
+    ...baseEnvironment(),
+    DATABASE_URL: embedded.url,
+    AVATAR_SALT: 'lb-test',
+    EXTERNAL_HOST,
+    EXTERNAL_URI_SCHEME: 'http://',
+    HOST: '127.0.0.1',
+    TRUST_PROXY: 'true',
+    RATE_LIMITING: 'false',
+    LOG_LEVEL: 'info',
+    LB_TEST_HEADERS_FILE: observedFile,
     // The test organization's GET /users is under the default 4 KiB: gzip must show through the balancer.
     COMPRESSION_THRESHOLD_BYTES: '256',
   };
@@ -123,8 +143,11 @@ async function main(): Promise<string[]> {
   const stop = () => stopping;
   const writers = users.map((user) => writeLoop(client, user, stop, PAUSE_MS));
   const readers = users.map((user) => readLoop(client, user, stop, PAUSE_MS));
-  const pollers = users.map((user, index) => pollLoop(client, user, queues[index]!, ({ events }) =>
-    events.some((event) => (event.navigation_view as { fragment?: string } | undefined)?.fragment?.endsWith('/final'))));
+  const pollers = users.map((user, index) =>
+    pollLoop(client, user, queues[index]!, ({ events }) =>
+      events.some((event) => (event.navigation_view as { fragment?: string } | undefined)?.fragment?.endsWith('/final')),
+    ),
+  );
   // Queues nothing is sent to: their polls wait on an instance until it closes (an empty answer,
   // polled again on the other one), then, after both restarts, until the heartbeat (45–55 s).
   const idleQueues = await Promise.all(users.slice(0, 2).map((user) => register(client, user, ['realm_user'])));
@@ -139,25 +162,34 @@ async function main(): Promise<string[]> {
   await sleep(3000);
 
   stopping = true;
-  const writes: Writes[] = await Promise.all(writers.map(async (written, index) => {
-    const writes = await written;
-    // The last write: its event tells the poller it has everything.
-    const user = users[index]!;
-    const final = { fragment: `narrow/channel/${user.streamIds[0]}-lb/user/${user.index}/final`, name: `LB ${user.index} final` };
-    const exchange = await client.send({ kind: 'write', path: '/api/v1/navigation_views', authorization: user.authorization, form: { ...final, is_pinned: 'false' } });
-    if (exchange.status === 200) {
-      writes.views.push(final);
-      writes.events.push({ type: 'navigation_view', op: 'add', navigation_view: { ...final, is_pinned: false } });
-    }
-    return writes;
-  }));
+  const writes: Writes[] = await Promise.all(
+    writers.map(async (written, index) => {
+      const writes = await written;
+      // The last write: its event tells the poller it has everything.
+      const user = users[index]!;
+      const final = { fragment: `narrow/channel/${user.streamIds[0]}-lb/user/${user.index}/final`, name: `LB ${user.index} final` };
+      const exchange = await client.send({
+        kind: 'write',
+        path: '/api/v1/navigation_views',
+        authorization: user.authorization,
+        form: { ...final, is_pinned: 'false' },
+      });
+      if (exchange.status === 200) {
+        writes.views.push(final);
+        writes.events.push({ type: 'navigation_view', op: 'add', navigation_view: { ...final, is_pinned: false } });
+      }
+      return writes;
+    }),
+  );
   await Promise.all(readers);
   const polled = await Promise.race([Promise.all(pollers), sleep(60_000).then(() => undefined)]);
   if (!polled) problems.push('the long pollers did not receive the last writes within 60 s');
   for (const [index, polling] of (polled ?? []).entries()) {
     const received = polling.events.map(({ id: _id, ...event }) => event);
     if (!isDeepStrictEqual(received, writes[index]!.events)) {
-      problems.push(`user ${index}: the poller received ${received.length} events, the accepted writes made ${writes[index]!.events.length} (or not the same, in order)`);
+      problems.push(
+        `user ${index}: the poller received ${received.length} events, the accepted writes made ${writes[index]!.events.length} (or not the same, in order)`,
+      );
     }
   }
   problems.push(...(await checkDatabase(handle.db, users, writes)));
@@ -165,7 +197,9 @@ async function main(): Promise<string[]> {
   for (const polling of idle) {
     // Both restarts happen well within the first heartbeat (45 s): each closing instance that held the poll answered it empty.
     if (polling.emptyAnswers < 1 || polling.heartbeats !== 1 || polling.lastHeldMs < 44_000) {
-      problems.push(`an idle long poll was not answered empty by a closing instance, then held until its heartbeat: ${JSON.stringify(polling)}`);
+      problems.push(
+        `an idle long poll was not answered empty by a closing instance, then held until its heartbeat: ${JSON.stringify(polling)}`,
+      );
     }
   }
 
@@ -180,17 +214,25 @@ async function main(): Promise<string[]> {
   for (const exchange of failed.slice(0, 10)) problems.push(`failed: ${JSON.stringify(exchange)}`);
   const count = (kind: string) => client.exchanges.filter((exchange) => exchange.kind === kind).length;
   const pollings = polled ?? [];
-  log(`requests through the balancer: ${client.exchanges.length} (reads ${count('read')}, writes ${count('write')}, ` +
-    `long polls ${count('poll')}, registers ${count('register')}, edge checks ${count('check')}); failed: ${failed.length}`);
+  log(
+    `requests through the balancer: ${client.exchanges.length} (reads ${count('read')}, writes ${count('write')}, ` +
+      `long polls ${count('poll')}, registers ${count('register')}, edge checks ${count('check')}); failed: ${failed.length}`,
+  );
   const empty = [...pollings, ...idle].reduce((sum, p) => sum + p.emptyAnswers, 0);
-  log(`long polls: ${count('poll')} answered, ${empty} of them empty (an instance closing), ` +
-    `${pollings.reduce((sum, p) => sum + p.events.length, 0)} events delivered; idle polls held ${idle.map((p) => p.lastHeldMs).join(' and ')} ms until their heartbeat`);
-  log(`writes accepted: ${writes.reduce((sum, w) => sum + w.views.length, 0)} navigation views, ` +
-    `${writes.reduce((sum, w) => sum + w.colors.length, 0) / 3} bulk updates (3 channels each); retried by HAProxy: ${logs.retried}`);
+  log(
+    `long polls: ${count('poll')} answered, ${empty} of them empty (an instance closing), ` +
+      `${pollings.reduce((sum, p) => sum + p.events.length, 0)} events delivered; idle polls held ${idle.map((p) => p.lastHeldMs).join(' and ')} ms until their heartbeat`,
+  );
+  log(
+    `writes accepted: ${writes.reduce((sum, w) => sum + w.views.length, 0)} navigation views, ` +
+      `${writes.reduce((sum, w) => sum + w.colors.length, 0) / 3} bulk updates (3 channels each); retried by HAProxy: ${logs.retried}`,
+  );
   log(`headers checked on ${observed.requests} requests as the app received them`);
   for (const restart of restarts) {
-    log(`${restart.name}: out of HAProxy ${restart.outAfterMs} ms after SIGTERM, exited 0 after ${restart.exitedAfterMs} ms, ` +
-      `back ${restart.backAfterMs} ms after its restart (drain ${drainSeconds} s)`);
+    log(
+      `${restart.name}: out of HAProxy ${restart.outAfterMs} ms after SIGTERM, exited 0 after ${restart.exitedAfterMs} ms, ` +
+        `back ${restart.backAfterMs} ms after its restart (drain ${drainSeconds} s)`,
+    );
   }
   return problems;
 }

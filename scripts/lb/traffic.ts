@@ -44,7 +44,9 @@ function exchangeOnce(url: string, method: string, headers: Record<string, strin
       let text = '';
       response.setEncoding('utf8');
       response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, requestId: (response.headers['x-request-id'] as string | undefined) ?? null, text }));
+      response.on('end', () =>
+        resolve({ status: response.statusCode ?? 0, requestId: (response.headers['x-request-id'] as string | undefined) ?? null, text }),
+      );
       response.on('error', reject);
     });
     request.on('timeout', () => request.destroy(new Error(`no answer within ${timeoutMs} ms`)));
@@ -70,7 +72,13 @@ export class Client {
     const method = request.method ?? (request.form || request.body ? 'POST' : 'GET');
     const body = request.form ? new URLSearchParams(request.form).toString() : request.body;
     const exchange: Exchange = {
-      kind: request.kind, method, path: request.path.split('?', 1)[0]!, sentId, answerId: null, status: 0, body: undefined,
+      kind: request.kind,
+      method,
+      path: request.path.split('?', 1)[0]!,
+      sentId,
+      answerId: null,
+      status: 0,
+      body: undefined,
     };
     this.exchanges.push(exchange);
     const headers: Record<string, string> = {
@@ -126,7 +134,9 @@ export async function writeLoop(client: Client, user: LoadUser, stop: () => bool
       const streams = user.streamIds.slice(0, 3);
       const data = streams.map((streamId) => ({ stream_id: streamId, property: 'color', value: color }));
       const exchange = await client.send({
-        kind: 'write', path: '/api/v1/users/me/subscriptions/properties', authorization: user.authorization,
+        kind: 'write',
+        path: '/api/v1/users/me/subscriptions/properties',
+        authorization: user.authorization,
         form: { subscription_data: JSON.stringify(data) },
       });
       if (exchange.status === 200) {
@@ -138,7 +148,9 @@ export async function writeLoop(client: Client, user: LoadUser, stop: () => bool
     } else {
       const view = { fragment: `narrow/channel/${user.streamIds[0]}-lb/user/${user.index}/${n}`, name: `LB ${user.index} ${n}` };
       const exchange = await client.send({
-        kind: 'write', path: '/api/v1/navigation_views', authorization: user.authorization,
+        kind: 'write',
+        path: '/api/v1/navigation_views',
+        authorization: user.authorization,
         form: { fragment: view.fragment, name: view.name, is_pinned: 'false' },
       });
       if (exchange.status === 200) {
@@ -173,7 +185,9 @@ export interface Polling {
 /** Registers a queue through the balancer. */
 export async function register(client: Client, user: LoadUser, eventTypes: string[]): Promise<string> {
   const exchange = await client.send({
-    kind: 'register', path: '/api/v1/register', authorization: user.authorization,
+    kind: 'register',
+    path: '/api/v1/register',
+    authorization: user.authorization,
     form: { event_types: JSON.stringify(eventTypes) },
   });
   const queueId = (exchange.body as { queue_id?: string } | undefined)?.queue_id;
@@ -192,8 +206,10 @@ export async function pollLoop(client: Client, user: LoadUser, queueId: string, 
   while (!done(polling)) {
     const startedAt = Date.now();
     const exchange = await client.send({
-      kind: 'poll', path: `/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`,
-      authorization: user.authorization, timeoutMs: 100_000,
+      kind: 'poll',
+      path: `/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`,
+      authorization: user.authorization,
+      timeoutMs: 100_000,
     });
     polling.polls++;
     polling.lastHeldMs = Date.now() - startedAt;

@@ -27,13 +27,28 @@ const USAGE = `usage: admin <command> [options]
 Realm S is the subdomain; "" is the root organization.`;
 
 const OPTIONS = {
-  subdomain: { type: 'string' }, name: { type: 'string' }, description: { type: 'string' },
-  'restrict-guest-access': { type: 'boolean' }, realm: { type: 'string' }, email: { type: 'string' },
-  'full-name': { type: 'string' }, role: { type: 'string' }, timezone: { type: 'string' },
-  'email-visibility': { type: 'string' }, 'imported-stub': { type: 'boolean' }, 'can-create-users': { type: 'boolean' }, owner: { type: 'string' },
-  'short-name': { type: 'string' }, 'bot-type': { type: 'string' }, private: { type: 'boolean' },
-  'web-public': { type: 'boolean' }, stream: { type: 'string' }, type: { type: 'string' }, field: { type: 'string' },
-  value: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  subdomain: { type: 'string' },
+  name: { type: 'string' },
+  description: { type: 'string' },
+  'restrict-guest-access': { type: 'boolean' },
+  realm: { type: 'string' },
+  email: { type: 'string' },
+  'full-name': { type: 'string' },
+  role: { type: 'string' },
+  timezone: { type: 'string' },
+  'email-visibility': { type: 'string' },
+  'imported-stub': { type: 'boolean' },
+  'can-create-users': { type: 'boolean' },
+  owner: { type: 'string' },
+  'short-name': { type: 'string' },
+  'bot-type': { type: 'string' },
+  private: { type: 'boolean' },
+  'web-public': { type: 'boolean' },
+  stream: { type: 'string' },
+  type: { type: 'string' },
+  field: { type: 'string' },
+  value: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
 } as const;
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
@@ -53,30 +68,60 @@ type Command = (db: Database, values: Values, config: ReturnType<typeof loadConf
 
 const COMMANDS: Record<string, Command> = {
   'realm create': (db, v) =>
-    ops.createRealm(db, { subdomain: need(v, 'subdomain'), name: need(v, 'name'), description: v.description, restrictGuestAccess: v['restrict-guest-access'] }),
+    ops.createRealm(db, {
+      subdomain: need(v, 'subdomain'),
+      name: need(v, 'name'),
+      description: v.description,
+      restrictGuestAccess: v['restrict-guest-access'],
+    }),
   'realm deactivate': (db, v) => ops.deactivateRealm(db, need(v, 'realm')),
   'user create': (db, v, config) =>
-    ops.createUser(db, {
-      realm: need(v, 'realm'), email: need(v, 'email'), fullName: need(v, 'full-name'),
-      role: v.role as keyof typeof ROLES | undefined, timezone: v.timezone,
-      emailVisibility: v['email-visibility'] as keyof typeof EMAIL_ADDRESS_VISIBILITY | undefined, importedStub: v['imported-stub'],
-      canCreateUsers: v['can-create-users'],
-    }, config),
+    ops.createUser(
+      db,
+      {
+        realm: need(v, 'realm'),
+        email: need(v, 'email'),
+        fullName: need(v, 'full-name'),
+        role: v.role as keyof typeof ROLES | undefined,
+        timezone: v.timezone,
+        emailVisibility: v['email-visibility'] as keyof typeof EMAIL_ADDRESS_VISIBILITY | undefined,
+        importedStub: v['imported-stub'],
+        canCreateUsers: v['can-create-users'],
+      },
+      config,
+    ),
   'user deactivate': (db, v, config) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email'), config),
   'user delete': (db, v, config) => ops.deleteUser(db, config, need(v, 'realm'), need(v, 'email')),
   'bot create': (db, v, config) =>
     ops.createBot(db, config, {
-      realm: need(v, 'realm'), ownerEmail: need(v, 'owner'), fullName: need(v, 'full-name'), shortName: need(v, 'short-name'),
+      realm: need(v, 'realm'),
+      ownerEmail: need(v, 'owner'),
+      fullName: need(v, 'full-name'),
+      shortName: need(v, 'short-name'),
       botType: v['bot-type'] === undefined ? undefined : integer(v['bot-type'], 'bot-type'),
     }),
   'stream create': (db, v) =>
-    ops.createStream(db, { realm: need(v, 'realm'), name: need(v, 'name'), private: v.private, webPublic: v['web-public'], description: v.description }),
+    ops.createStream(db, {
+      realm: need(v, 'realm'),
+      name: need(v, 'name'),
+      private: v.private,
+      webPublic: v['web-public'],
+      description: v.description,
+    }),
   'stream archive': (db, v) => ops.archiveStream(db, need(v, 'realm'), need(v, 'name')),
   subscribe: (db, v, config, handle) =>
-    ops.subscribe({ db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents }, { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') }),
+    ops.subscribe(
+      { db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents },
+      { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') },
+    ),
   'profile-field create': (db, v) => ops.createProfileField(db, { realm: need(v, 'realm'), name: need(v, 'name'), type: need(v, 'type') }),
   'profile-field set': (db, v) =>
-    ops.setProfileFieldValue(db, { realm: need(v, 'realm'), email: need(v, 'email'), fieldId: integer(need(v, 'field'), 'field'), value: need(v, 'value') }),
+    ops.setProfileFieldValue(db, {
+      realm: need(v, 'realm'),
+      email: need(v, 'email'),
+      fieldId: integer(need(v, 'field'), 'field'),
+      value: need(v, 'value'),
+    }),
   'api-key rotate': (db, v) => ops.rotateApiKey(db, need(v, 'realm'), need(v, 'email')),
 };
 

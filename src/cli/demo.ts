@@ -15,14 +15,21 @@ export interface DemoAccount {
  * a bot, three channels with subscriptions and a custom profile field. Returns the accounts (their
  * keys can be shown only now), or undefined when an organization already exists.
  */
-export async function createDemoOrganization(handle: Pick<DatabaseHandle, 'db' | 'transactions'>, config: Config): Promise<DemoAccount[] | undefined> {
+export async function createDemoOrganization(
+  handle: Pick<DatabaseHandle, 'db' | 'transactions'>,
+  config: Config,
+): Promise<DemoAccount[] | undefined> {
   const { db } = handle;
   const existing = await db.selectFrom('realms').select('id').limit(1).executeTakeFirst();
   if (existing) return undefined;
   const accounts = await db.transaction().execute(async (trx) => {
     await ops.createRealm(trx, { subdomain: '', name: 'Demo organization', description: 'A **demo** organization.' });
     const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' }, config);
-    const member = await ops.createUser(trx, { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' }, config);
+    const member = await ops.createUser(
+      trx,
+      { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' },
+      config,
+    );
     const guest = await ops.createUser(trx, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' }, config);
     const bot = await ops.createBot(trx, config, { realm: '', ownerEmail: owner.email, fullName: 'Demo Bot', shortName: 'demo' });
     await ops.createStream(trx, { realm: '', name: 'general', description: 'Everything else' });

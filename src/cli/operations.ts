@@ -56,7 +56,9 @@ async function findUser(db: Database, realmId: number, email: string) {
   const user = await db
     .selectFrom('users')
     .select(['id', 'bot_type'])
-    .select(sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'))
+    .select(
+      sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
+    )
     .where('realm_id', '=', realmId)
     .where((eb) => eb(eb.fn('lower', ['delivery_email']), '=', email.trim().toLowerCase()))
     .executeTakeFirst();
@@ -177,8 +179,14 @@ export async function createUser(
   const fullName = requireText(options.fullName, '--full-name');
   try {
     const created = await createUserWithEvents(managementContext(db, config, realm), {
-      email, fullName, role, timezone, emailAddressVisibility: visibility, isImportedStub: options.importedStub ?? false,
-      canCreateUsers: options.canCreateUsers ?? false, passwordTooWeak: false,
+      email,
+      fullName,
+      role,
+      timezone,
+      emailAddressVisibility: visibility,
+      isImportedStub: options.importedStub ?? false,
+      canCreateUsers: options.canCreateUsers ?? false,
+      passwordTooWeak: false,
     });
     return { user_id: created.userId, email, api_key: created.apiKey };
   } catch (error) {
@@ -222,9 +230,14 @@ export async function deactivateUser(
   const realm = await findRealm(db, realmName);
   const user = await findUser(db, realm.id, email);
   try {
-    await deactivateUserWithEvents(managementContext(db, config, realm), { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids }, {
-      self: false, keepLastOwner: false,
-    });
+    await deactivateUserWithEvents(
+      managementContext(db, config, realm),
+      { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids },
+      {
+        self: false,
+        keepLastOwner: false,
+      },
+    );
   } catch (error) {
     if (!(error instanceof ManagementRefusal && error.reason === REFUSALS.deactivated)) throw error;
   }
@@ -382,6 +395,10 @@ export async function setProfileFieldValue(
 export async function rotateApiKey(db: Database, realm: string, email: string): Promise<{ user_id: number; api_key: string }> {
   const user = await findUser(db, (await findRealm(db, realm)).id, email);
   const apiKey = generateApiKey();
-  await db.updateTable('users').set({ api_key_hash: hashApiKey(apiKey) }).where('id', '=', user.id).execute();
+  await db
+    .updateTable('users')
+    .set({ api_key_hash: hashApiKey(apiKey) })
+    .where('id', '=', user.id)
+    .execute();
   return { user_id: user.id, api_key: apiKey };
 }

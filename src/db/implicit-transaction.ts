@@ -67,7 +67,10 @@ export class ImplicitTransaction extends pg.Query {
       parsed();
       // node-postgres answers one result for one statement, an array of them for several.
       const list = (Array.isArray(results) ? results : [results]) as { rows: unknown[] }[];
-      done(undefined, list.map((result) => result.rows));
+      done(
+        undefined,
+        list.map((result) => result.rows),
+      );
     });
     const parsed = () => {
       for (const { name, text } of fresh) {

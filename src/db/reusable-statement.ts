@@ -1,12 +1,5 @@
 import { createHash } from 'node:crypto';
-import {
-  type Compilable,
-  DummyDriver,
-  Kysely,
-  PostgresAdapter,
-  PostgresIntrospector,
-  PostgresQueryCompiler,
-} from 'kysely';
+import { type Compilable, DummyDriver, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler } from 'kysely';
 import type { DB } from './types.js';
 
 /** A statement's text and, when it is prepared, its name (one per text, for the whole process). */
@@ -71,7 +64,8 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     const placeholders = Object.fromEntries(names.map((name) => [name, new Placeholder(name)]));
     const query = build(compiler, placeholders as unknown as Args).compile();
     // An argument the statement does not declare reads as undefined while it is built.
-    if (query.parameters.some((value) => value === undefined)) throw new Error('reusableStatement: a parameter is undefined (an argument missing from names?)');
+    if (query.parameters.some((value) => value === undefined))
+      throw new Error('reusableStatement: a parameter is undefined (an argument missing from names?)');
     for (const name of names) {
       if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name)) {
         throw new Error(`reusableStatement: argument ${name} is not bound (transformed before binding, or unused)`);
@@ -98,7 +92,10 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
  * parameter; constants keep one parameter each. Kysely writes each parameter exactly once, in
  * order: anything else in the text (a `$` inside a raw fragment, say) is refused.
  */
-function shareParameters(sql: string, parameters: readonly unknown[]): { text: string; constants: unknown[]; bound: (string | undefined)[] } {
+function shareParameters(
+  sql: string,
+  parameters: readonly unknown[],
+): { text: string; constants: unknown[]; bound: (string | undefined)[] } {
   const kept: { value: unknown; name: string | undefined }[] = [];
   const numberOf = new Map<string, number>();
   const renumbered = parameters.map((value) => {

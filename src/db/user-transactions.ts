@@ -1,6 +1,13 @@
 import type pg from 'pg';
 import { KeyedTurns } from '../lib/keyed-turns.js';
-import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, connectOrUnavailable, isUserLockRefusal, statementFailure } from './errors.js';
+import {
+  closesConnection,
+  CommitOutcomeUnknown,
+  commitMayHaveHappened,
+  connectOrUnavailable,
+  isUserLockRefusal,
+  statementFailure,
+} from './errors.js';
 import type { Departure } from '../lib/departure.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
@@ -166,7 +173,11 @@ export class UserTransactions {
         return result;
       } finally {
         stopListening?.();
-        if (open && !cancelled && !failedClients.has(client)) await client.query('ROLLBACK').then(() => undefined, () => (cancelled = true));
+        if (open && !cancelled && !failedClients.has(client))
+          await client.query('ROLLBACK').then(
+            () => undefined,
+            () => (cancelled = true),
+          );
         // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
         client.release(cancelled || failedClients.has(client) ? true : undefined);
       }
@@ -234,7 +245,8 @@ function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, loc
   const handed: Issued<T>['handed'] = [];
   const tx: StatementRunner = {
     run: <R>(statement: Statement, values: readonly unknown[]) => {
-      if (sealed) return Promise.reject(new Error('a statement was issued after its transaction was sent (issue every statement before awaiting)'));
+      if (sealed)
+        return Promise.reject(new Error('a statement was issued after its transaction was sent (issue every statement before awaiting)'));
       statements.push({ ...statement, values });
       const { promise, resolve, reject } = withResolvers<R[]>();
       handed.push({ resolve: resolve as (rows: unknown[]) => void, reject, promise });

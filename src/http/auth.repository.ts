@@ -38,27 +38,35 @@ type DBWithRequests = DB & { request: AccountRequest };
 // endpoint about 1.5 µs of row decoding in node-postgres; a route that needs more of the caller's
 // row asks for it with a lookup.
 function selectAccounts(db: QueryCreator<DBWithRequests>) {
-  return db
-    .selectFrom('request as r')
-    // One index probe per request: OFFSET 0 keeps the lookup a lateral subquery. Flattened, the
-    // planner joins the batch (a JSON array it takes for 100 rows) to every user of the table.
-    .innerJoinLateral(
-      (eb) => eb.selectFrom('users').selectAll('users').whereRef('users.api_key_hash', '=', 'r.key_hash').offset(sql.lit(0)).as('caller'),
-      (join) => join.onTrue(),
-    )
-    .innerJoin('realms as caller_realm', 'caller_realm.id', 'caller.realm_id')
-    .select([
-      'r.ord', 'r.lookup_argument',
-      'caller.id as caller_id', 'caller.realm_id as caller_realm_id', 'caller.delivery_email as caller_delivery_email',
-      'caller.role as caller_role', 'caller.bot_type as caller_bot_type', 'caller.is_active as caller_is_active',
-      'caller.api_key_hash as caller_api_key_hash',
-      'caller_realm.subdomain as caller_realm_subdomain', 'caller_realm.deactivated as caller_realm_deactivated',
-      'caller_realm.can_access_all_users_group as caller_realm_can_access_all_users_group',
-    ])
-    .select((eb) => [
-      eb(eb.fn('lower', ['caller.delivery_email']), '=', eb.fn('lower', ['r.email'])).as('caller_email_matches'),
-      eb('caller_realm.subdomain', '=', eb.ref('r.subdomain')).as('caller_subdomain_matches'),
-    ]);
+  return (
+    db
+      .selectFrom('request as r')
+      // One index probe per request: OFFSET 0 keeps the lookup a lateral subquery. Flattened, the
+      // planner joins the batch (a JSON array it takes for 100 rows) to every user of the table.
+      .innerJoinLateral(
+        (eb) => eb.selectFrom('users').selectAll('users').whereRef('users.api_key_hash', '=', 'r.key_hash').offset(sql.lit(0)).as('caller'),
+        (join) => join.onTrue(),
+      )
+      .innerJoin('realms as caller_realm', 'caller_realm.id', 'caller.realm_id')
+      .select([
+        'r.ord',
+        'r.lookup_argument',
+        'caller.id as caller_id',
+        'caller.realm_id as caller_realm_id',
+        'caller.delivery_email as caller_delivery_email',
+        'caller.role as caller_role',
+        'caller.bot_type as caller_bot_type',
+        'caller.is_active as caller_is_active',
+        'caller.api_key_hash as caller_api_key_hash',
+        'caller_realm.subdomain as caller_realm_subdomain',
+        'caller_realm.deactivated as caller_realm_deactivated',
+        'caller_realm.can_access_all_users_group as caller_realm_can_access_all_users_group',
+      ])
+      .select((eb) => [
+        eb(eb.fn('lower', ['caller.delivery_email']), '=', eb.fn('lower', ['r.email'])).as('caller_email_matches'),
+        eb('caller_realm.subdomain', '=', eb.ref('r.subdomain')).as('caller_subdomain_matches'),
+      ])
+  );
 }
 
 /** The authentication query, for a route's lookup to extend. */
@@ -143,15 +151,23 @@ function accountStatement<Extra extends object>(lookup: AuthLookup<Extra> | unde
   const names: (keyof BatchArgs & string)[] = ['requests', ...(rateLimited ? (['maxRequests', 'windowSeconds'] as const) : [])];
   return reusableStatement<BatchArgs, AuthenticationRow<Extra>>(names, (db, args) => {
     const withAccount = db
-      .with('request(ord, key_hash, email, subdomain, lookup_argument)', () => sql<AccountRequest>`(
+      .with(
+        'request(ord, key_hash, email, subdomain, lookup_argument)',
+        () => sql<AccountRequest>`(
         SELECT * FROM jsonb_to_recordset(${args.requests}::jsonb)
-          AS r(ord integer, key_hash text, email text, subdomain text, lookup_argument integer))`)
+          AS r(ord integer, key_hash text, email text, subdomain text, lookup_argument integer))`,
+      )
       .with('account', (creator) => account(creator));
     if (!rateLimited) {
-      return withAccount.selectFrom('account').selectAll().select([
-        sql<null>`NULL`.as('rate_limit_accepted'), sql<null>`NULL`.as('rate_limit_used'),
-        sql<null>`NULL`.as('rate_limit_now'), sql<null>`NULL`.as('rate_limit_retry_after'),
-      ]);
+      return withAccount
+        .selectFrom('account')
+        .selectAll()
+        .select([
+          sql<null>`NULL`.as('rate_limit_accepted'),
+          sql<null>`NULL`.as('rate_limit_used'),
+          sql<null>`NULL`.as('rate_limit_now'),
+          sql<null>`NULL`.as('rate_limit_retry_after'),
+        ]);
     }
     return withAccount
       .with('decision', () => decision(args))
@@ -224,7 +240,8 @@ export class AccountBatches {
       this.send(group);
       batch = undefined;
     }
-    if (!batch) this.batches.set(group, (batch = { lookup: lookup as AuthLookup<object> | undefined, rule, pending: [], keyHashes: new Set() }));
+    if (!batch)
+      this.batches.set(group, (batch = { lookup: lookup as AuthLookup<object> | undefined, rule, pending: [], keyHashes: new Set() }));
     batch.keyHashes.add(request.key_hash);
     const pending = batch.pending;
     const found = new Promise<AuthenticationRow<object> | undefined>((resolve, reject) => {

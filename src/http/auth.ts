@@ -70,12 +70,16 @@ async function authenticate<Extra extends object>(
 ): Promise<Authentication<Extra>> {
   const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const digest = apiKeyDigest(apiKey);
-  const row = await accounts.find({
-    key_hash: digest.hex,
-    email,
-    subdomain: requestSubdomain(request, config),
-    lookup_argument: lookup?.argument ?? 0,
-  }, lookup, rule);
+  const row = await accounts.find(
+    {
+      key_hash: digest.hex,
+      email,
+      subdomain: requestSubdomain(request, config),
+      lookup_argument: lookup?.argument ?? 0,
+    },
+    lookup,
+    rule,
+  );
   if (!row || !storedDigestMatches(row.caller_api_key_hash, digest.bytes)) throw unauthorized('Invalid API key');
   if (!row.caller_email_matches) throw unauthorized('Invalid API key');
   if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');
@@ -125,7 +129,10 @@ export function callerOf(request: FastifyRequest): Caller {
  * when the statement ran another lookup (other key or argument) or none. The same key always builds
  * the same query (AuthLookup), so a row of this key and argument has this lookup's columns.
  */
-export function lookupRowOf<Extra extends object>(request: FastifyRequest, lookup: AuthLookup<Extra> | undefined): (AccountRow & Extra) | undefined {
+export function lookupRowOf<Extra extends object>(
+  request: FastifyRequest,
+  lookup: AuthLookup<Extra> | undefined,
+): (AccountRow & Extra) | undefined {
   const found = request.authLookupRow;
   if (!lookup || !found || found.lookup.key !== lookup.key || found.lookup.argument !== lookup.argument) return undefined;
   return found.row as AccountRow & Extra;

@@ -25,7 +25,9 @@ export async function registerBodyParsers(app: FastifyInstance, bodyLimit: numbe
   app.removeAllContentTypeParsers();
   // Decoded only once the credentials are accepted (parameterCollector): a megabyte of `+` still
   // costs the event loop several milliseconds, which an unauthenticated request must not get.
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (_request, body, done) => done(null, new UrlencodedBody(body as Buffer)));
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer', bodyLimit }, (_request, body, done) =>
+    done(null, new UrlencodedBody(body as Buffer)),
+  );
   // busboy stops at the part after the limit; the request then fails with 400 (multipartFields).
   await app.register(multipart, {
     limits: { fieldSize: bodyLimit, fileSize: bodyLimit, parts: MAX_FORM_FIELDS, fields: MAX_FORM_FIELDS },
@@ -62,11 +64,21 @@ class FieldCounter extends Transform {
  */
 function declaredTooShortForTheLimit(request: FastifyRequest): boolean {
   const declared = request.headers['content-length'];
-  return declared !== undefined && request.headers['transfer-encoding'] === undefined && /^\d+$/.test(declared) && Number(declared) < MAX_FORM_FIELDS;
+  return (
+    declared !== undefined &&
+    request.headers['transfer-encoding'] === undefined &&
+    /^\d+$/.test(declared) &&
+    Number(declared) < MAX_FORM_FIELDS
+  );
 }
 
 /** preParsing: urlencoded bodies are read through a FieldCounter. A callback hook (see echoRequestId). */
-export function limitFormFields(request: FastifyRequest, _reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void): void {
+export function limitFormFields(
+  request: FastifyRequest,
+  _reply: FastifyReply,
+  payload: RequestPayload,
+  done: (error: Error | null, payload?: RequestPayload) => void,
+): void {
   if (!BODY_METHODS.has(request.method) || !isUrlencoded(request) || declaredTooShortForTheLimit(request)) return done(null, payload);
   done(null, payload.pipe(new FieldCounter()));
 }
@@ -84,7 +96,12 @@ const DEADLINE_FROM_BYTES = 65_536;
  * wait for ever.
  */
 export function bodyDeadline(seconds: number) {
-  return (request: FastifyRequest, reply: FastifyReply, payload: RequestPayload, done: (error: Error | null, payload?: RequestPayload) => void): void => {
+  return (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    payload: RequestPayload,
+    done: (error: Error | null, payload?: RequestPayload) => void,
+  ): void => {
     // Multipart is read from request.raw when its fields are collected, which keeps its own deadline
     // (request.isMultipart() is only known once its parser ran, after this hook).
     if (!BODY_METHODS.has(request.method) || hasMediaType(request, 'multipart/form-data')) return done(null, payload);

@@ -31,5 +31,4 @@ export const CLIENT_LEFT = 499;
  * Whether the request's client left before its answer was finished (its socket closed): nothing
  * can reach it any more. Logged as such (CLIENT_LEFT), not as a failure of the server.
  */
-export const clientLeft = (reply: FastifyReply): boolean =>
-  !reply.raw.writableFinished && reply.request.raw.socket?.destroyed === true;
+export const clientLeft = (reply: FastifyReply): boolean => !reply.raw.writableFinished && reply.request.raw.socket?.destroyed === true;

@@ -3,8 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { jsonInSlices } from '../lib/slices.js';
 
 export type SuccessBody<T extends object> = { result: 'success'; msg: '' } & T & {
-  ignored_parameters_unsupported?: string[];
-};
+    ignored_parameters_unsupported?: string[];
+  };
 
 /** Zulip's success envelope; ignored_parameters_unsupported goes last, only when non-empty. */
 export function success<T extends object>(request: FastifyRequest, data: T = {} as T): SuccessBody<T> {

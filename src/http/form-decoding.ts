@@ -8,7 +8,7 @@
  */
 export function decodeForm(body: Buffer): Map<string, string> {
   const fields = new Map<string, string>();
-  for (let start = 0; start <= body.length; ) {
+  for (let start = 0; start <= body.length;) {
     let end = body.indexOf(AMPERSAND, start);
     if (end === -1) end = body.length;
     // Each search stays within its field (subarray): one field's scan never runs over the next ones.

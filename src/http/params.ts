@@ -116,12 +116,14 @@ export const jsonList = (items: TSchema, limit: number): Kind<unknown[]> =>
 /** A JSON list of at most `limit` integers (`user_ids[2] is not an integer`). */
 export const jsonIntegerList = (limit: number): Kind<number[]> =>
   jsonTextKind(Type.Array(Type.Integer(), { maxItems: limit }), (raw, name) =>
-    listOfAtMost(raw, name, limit).map((item, index) => checkInteger(item, `${name}[${index}]`)));
+    listOfAtMost(raw, name, limit).map((item, index) => checkInteger(item, `${name}[${index}]`)),
+  );
 
 /** A JSON list of at most `limit` strings. */
 export const jsonStringList = (limit: number): Kind<string[]> =>
   jsonTextKind(Type.Array(Type.String(), { maxItems: limit }), (raw, name) =>
-    listOfAtMost(raw, name, limit).map((item, index) => checkString(item, `${name}[${index}]`)));
+    listOfAtMost(raw, name, limit).map((item, index) => checkString(item, `${name}[${index}]`)),
+  );
 
 /** Trimmed, not blank, at most `limit` characters (code points). */
 export const trimmedText = (limit: number): Kind<string> =>
@@ -151,12 +153,21 @@ export interface Param<T> {
   readonly type?: T;
 }
 
-export const required = <T>(kind: Kind<T>, description: string): Param<T> =>
-  ({ kind, presence: 'required', fallback: undefined, description });
+export const required = <T>(kind: Kind<T>, description: string): Param<T> => ({
+  kind,
+  presence: 'required',
+  fallback: undefined,
+  description,
+});
 
 /** Required, reported missing after the others decoded, the lowest `rank` first (see Presence). */
-export const requiredLast = <T>(kind: Kind<T>, description: string, rank: number): Param<T> =>
-  ({ kind, presence: 'late', fallback: undefined, description, lateRank: rank });
+export const requiredLast = <T>(kind: Kind<T>, description: string, rank: number): Param<T> => ({
+  kind,
+  presence: 'late',
+  fallback: undefined,
+  description,
+  lateRank: rank,
+});
 
 export function optional<T>(kind: Kind<T>, description: string): Param<T | undefined>;
 export function optional<T>(kind: Kind<T>, description: string, fallback: T): Param<T>;
@@ -172,8 +183,11 @@ export interface PathParam<T> {
   readonly type?: T;
 }
 
-export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, routerName = ''): PathParam<T> =>
-  ({ routerName, decode, schema });
+export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, routerName = ''): PathParam<T> => ({
+  routerName,
+  decode,
+  schema,
+});
 
 /** A path parameter's value: the router's text under its name, decoded. */
 const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<string, string>): T =>
@@ -190,7 +204,10 @@ interface Declaration {
 const DECLARATION = Symbol('zulip parameters');
 
 /** A route schema fragment with its parameters' declaration (see queryParameters). */
-export type DeclaredSchema<P extends Params, Path extends PathParams> = Pick<FastifySchema, 'querystring' | 'body' | 'consumes' | 'params'> & {
+export type DeclaredSchema<P extends Params, Path extends PathParams> = Pick<
+  FastifySchema,
+  'querystring' | 'body' | 'consumes' | 'params'
+> & {
   [DECLARATION]: { params: P; path: Path };
 };
 
@@ -199,18 +216,20 @@ function documented(param: Param<unknown>): TSchema {
   return param.presence === 'optional' ? Type.Optional(schema) : schema;
 }
 
-function declare<P extends Params, Path extends PathParams>(
-  where: 'query' | 'form',
-  params: P,
-  path: Path,
-): DeclaredSchema<P, Path> {
+function declare<P extends Params, Path extends PathParams>(where: 'query' | 'form', params: P, path: Path): DeclaredSchema<P, Path> {
   const properties = Object.fromEntries(Object.entries(params).map(([name, param]) => [name, documented(param)]));
-  const fields = Object.keys(params).length === 0 ? {} : where === 'query'
-    ? { querystring: Type.Object(properties) }
-    : { body: Type.Object(properties), consumes: ['application/x-www-form-urlencoded', 'multipart/form-data'] };
-  const pathSchema = Object.keys(path).length === 0 ? {} : {
-    params: Type.Object(Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]))),
-  };
+  const fields =
+    Object.keys(params).length === 0
+      ? {}
+      : where === 'query'
+        ? { querystring: Type.Object(properties) }
+        : { body: Type.Object(properties), consumes: ['application/x-www-form-urlencoded', 'multipart/form-data'] };
+  const pathSchema =
+    Object.keys(path).length === 0
+      ? {}
+      : {
+          params: Type.Object(Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]))),
+        };
   return { ...fields, ...pathSchema, [DECLARATION]: { params, path } };
 }
 
@@ -302,7 +321,11 @@ export function decodeRequestParameters(request: FastifyRequest, _reply: Fastify
   if (schema?.[NON_GUESTS_ONLY] && request.caller?.role === ROLES.guest) return done(badRequest('Not allowed for guest users'));
   try {
     request.routeOptions.config.beforeParameters?.(request);
-    const { values, ignored } = decodeParameters(request.routeOptions.schema, request.parameterSources, request.params as Record<string, string>);
+    const { values, ignored } = decodeParameters(
+      request.routeOptions.schema,
+      request.parameterSources,
+      request.params as Record<string, string>,
+    );
     request.parameters = values;
     request.ignoredParameters = ignored;
   } catch (error) {

@@ -64,7 +64,10 @@ function requestFields(request: FastifyRequest) {
 export function logClientLeaving(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
   reply.raw.once('close', () => {
     if (!clientLeft(reply)) return;
-    request.log.info({ ...requestFields(request), statusCode: CLIENT_LEFT, clientLeft: true, responseTimeMs: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed');
+    request.log.info(
+      { ...requestFields(request), statusCode: CLIENT_LEFT, clientLeft: true, responseTimeMs: Math.round(reply.elapsedTime * 10) / 10 },
+      'request completed',
+    );
   });
   done();
 }

@@ -46,10 +46,13 @@ export class RequestMemory {
 
   /** Releases each request's reservation once it is answered, on the routes of `app`. */
   register(app: FastifyInstance): void {
-    app.addHook('onSend', (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (error: Error | null, payload?: unknown) => void) => {
-      this.release(request);
-      done(null, payload);
-    });
+    app.addHook(
+      'onSend',
+      (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (error: Error | null, payload?: unknown) => void) => {
+        this.release(request);
+        done(null, payload);
+      },
+    );
   }
 
   /** preHandler, after authentication and the rate limit: the body counts against its user and the instance. */

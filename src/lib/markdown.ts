@@ -9,13 +9,28 @@ markdown.validateLink = (url: string) => /^(https?:|mailto:)/i.test(url.trim());
 // Defence in depth: whatever the renderer emits passes an allowlist of tags and attributes.
 const sanitizer = new FilterXSS({
   whiteList: {
-    p: [], br: [], strong: [], em: [], code: [], pre: [], blockquote: [], hr: [],
-    ul: [], ol: ['start'], li: [], h1: [], h2: [], h3: [], h4: [], h5: [], h6: [],
-    a: ['href', 'title'], img: ['src', 'alt', 'title'],
+    p: [],
+    br: [],
+    strong: [],
+    em: [],
+    code: [],
+    pre: [],
+    blockquote: [],
+    hr: [],
+    ul: [],
+    ol: ['start'],
+    li: [],
+    h1: [],
+    h2: [],
+    h3: [],
+    h4: [],
+    h5: [],
+    h6: [],
+    a: ['href', 'title'],
+    img: ['src', 'alt', 'title'],
   },
   stripIgnoreTag: false,
-  safeAttrValue: (_tag, name, value) =>
-    (name === 'href' || name === 'src') && !/^(https?:|mailto:)/i.test(value.trim()) ? '' : value,
+  safeAttrValue: (_tag, name, value) => ((name === 'href' || name === 'src') && !/^(https?:|mailto:)/i.test(value.trim()) ? '' : value),
 });
 
 /** Renders user-supplied Markdown into safe HTML (spec §2.6). */

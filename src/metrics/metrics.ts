@@ -105,7 +105,7 @@ export class Metrics {
     });
     this.httpDuration = new SeriesHistogram({
       name: 'zulip_http_request_duration_seconds',
-      help: 'Time from a request\'s arrival to its answer, by method and route template',
+      help: "Time from a request's arrival to its answer, by method and route template",
       labelNames: ['method', 'route'],
       buckets: HTTP_BUCKETS,
       registers,
@@ -115,11 +115,13 @@ export class Metrics {
       name: 'zulip_http_requests_in_flight',
       help: 'Requests received and not yet answered',
       registers,
-      collect() { this.set(inFlight()); },
+      collect() {
+        this.set(inFlight());
+      },
     });
     this.rateLimited = new Counter({
       name: 'zulip_http_rate_limited_total',
-      help: 'Requests refused with 429, by limit: the per-user rate limit, or the user\'s share of body memory',
+      help: "Requests refused with 429, by limit: the per-user rate limit, or the user's share of body memory",
       labelNames: ['limit'],
       registers,
     });
@@ -133,7 +135,14 @@ export class Metrics {
     const { pool, lanes } = sources;
     if (pool) {
       const poolGauge = (name: string, help: string, read: () => number) =>
-        new Gauge({ name, help, registers, collect() { this.set(read()); } });
+        new Gauge({
+          name,
+          help,
+          registers,
+          collect() {
+            this.set(read());
+          },
+        });
       poolGauge('zulip_db_pool_connections', 'Connections of the pool, idle or lent out', () => pool.totalCount);
       poolGauge('zulip_db_pool_idle_connections', 'Idle connections of the pool', () => pool.idleCount);
       poolGauge('zulip_db_pool_waiting_clients', 'Requests waiting for a connection of the pool', () => pool.waitingCount);
@@ -146,7 +155,10 @@ export class Metrics {
         registers,
         collect() {
           this.reset();
-          for (const [kind, read] of [['reads', lanes.reads], ['writes', lanes.writes]] as const) {
+          for (const [kind, read] of [
+            ['reads', lanes.reads],
+            ['writes', lanes.writes],
+          ] as const) {
             read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));
           }
         },
@@ -176,13 +188,31 @@ export class Metrics {
       name: 'zulip_events_polls_waiting',
       help: 'Long polls waiting on this instance',
       registers,
-      collect() { this.set(waiting()); },
+      collect() {
+        this.set(waiting());
+      },
     });
-    this.queuesRegistered = new Counter({ name: 'zulip_events_queues_registered_total', help: 'Event queues registered on this instance', registers });
-    this.queuesExpired = new Counter({ name: 'zulip_events_queues_expired_total', help: 'Expired event queues deleted by this instance\'s sweeps', registers });
+    this.queuesRegistered = new Counter({
+      name: 'zulip_events_queues_registered_total',
+      help: 'Event queues registered on this instance',
+      registers,
+    });
+    this.queuesExpired = new Counter({
+      name: 'zulip_events_queues_expired_total',
+      help: "Expired event queues deleted by this instance's sweeps",
+      registers,
+    });
     this.heartbeats = new Counter({ name: 'zulip_events_heartbeats_total', help: 'Heartbeat events sent to idle long polls', registers });
-    this.notifications = new Counter({ name: 'zulip_events_notifications_total', help: 'NOTIFY messages received on the LISTEN connection', registers });
-    this.listenReconnects = new Counter({ name: 'zulip_events_listen_reconnects_total', help: 'Times the LISTEN connection was lost and opened again', registers });
+    this.notifications = new Counter({
+      name: 'zulip_events_notifications_total',
+      help: 'NOTIFY messages received on the LISTEN connection',
+      registers,
+    });
+    this.listenReconnects = new Counter({
+      name: 'zulip_events_listen_reconnects_total',
+      help: 'Times the LISTEN connection was lost and opened again',
+      registers,
+    });
     this.pollRechecks = new Counter({
       name: 'zulip_events_poll_rechecks_total',
       help: 'Checks of all the waiting polls in one statement, by outcome',
@@ -217,8 +247,18 @@ export class Metrics {
       help: 'Statements cut off by statement_timeout (SQLSTATE 57014 for a timeout; cancelled requests of clients that left are not counted)',
       registers,
     });
-    const opened = new Counter({ name: 'zulip_db_connections_opened_total', help: 'Database connections opened, by kind', labelNames: ['kind'], registers });
-    const lost = new Counter({ name: 'zulip_db_connections_lost_total', help: 'Database connections lost (an error or a disconnect), by kind', labelNames: ['kind'], registers });
+    const opened = new Counter({
+      name: 'zulip_db_connections_opened_total',
+      help: 'Database connections opened, by kind',
+      labelNames: ['kind'],
+      registers,
+    });
+    const lost = new Counter({
+      name: 'zulip_db_connections_lost_total',
+      help: 'Database connections lost (an error or a disconnect), by kind',
+      labelNames: ['kind'],
+      registers,
+    });
     const groups = new SeriesHistogram({
       name: 'zulip_db_commit_group_size',
       help: 'Write transactions committed together in one commit group',

@@ -50,7 +50,10 @@ export class HistogramSeries {
   /** Observations per bucket (not cumulative); the last one is +Inf. */
   readonly buckets: Float64Array;
 
-  constructor(readonly labels: Labels, private readonly bounds: readonly number[]) {
+  constructor(
+    readonly labels: Labels,
+    private readonly bounds: readonly number[],
+  ) {
     this.buckets = new Float64Array(bounds.length + 1);
   }
 

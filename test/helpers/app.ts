@@ -56,10 +56,7 @@ export async function createTestContext(options: TestAppOptions = {}): Promise<T
  * (`'all'`), and closed after it: the object returned stands for the current one, so a file
  * declares it once instead of a `let` and two hooks.
  */
-export function useTestContext<C extends { close(): Promise<void> }>(
-  create: () => Promise<C>,
-  scope: 'each' | 'all' = 'each',
-): C {
+export function useTestContext<C extends { close(): Promise<void> }>(create: () => Promise<C>, scope: 'each' | 'all' = 'each'): C {
   let current: C | undefined;
   const [before, after] = scope === 'each' ? [beforeEach, afterEach] : [beforeAll, afterAll];
   before(async () => {
@@ -108,7 +105,8 @@ export function multipart(fields: Record<string, string>, file?: { name: string;
     body += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
   }
   if (file) {
-    body += `--${boundary}\r\nContent-Disposition: form-data; name="${file.name}"; filename="${file.filename}"\r\n` +
+    body +=
+      `--${boundary}\r\nContent-Disposition: form-data; name="${file.name}"; filename="${file.filename}"\r\n` +
       `Content-Type: application/octet-stream\r\n\r\n${file.content}\r\n`;
   }
   body += `--${boundary}--\r\n`;

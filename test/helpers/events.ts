@@ -34,7 +34,12 @@ export function deleteQueue(app: FastifyInstance, form: Record<string, string>, 
 }
 
 export function setPinToTop(app: FastifyInstance, value: boolean, as: FixtureUser = 'U') {
-  return api(app, { method: 'PATCH', url: '/api/v1/users/me/subscriptions/100', as, form: { property: 'pin_to_top', value: String(value) } });
+  return api(app, {
+    method: 'PATCH',
+    url: '/api/v1/users/me/subscriptions/100',
+    as,
+    form: { property: 'pin_to_top', value: String(value) },
+  });
 }
 
 export function setColor(app: FastifyInstance, color: string, as: FixtureUser = 'U') {
@@ -52,7 +57,14 @@ export async function storedEventIds(db: Database, queueId: string): Promise<num
 }
 
 /** A delivered pin_to_top change of channel P, as the queue numbers it. */
-export const pinEvent = (value: boolean, id: number) => ({ type: 'subscription', op: 'update', property: 'pin_to_top', value, stream_id: 100, id });
+export const pinEvent = (value: boolean, id: number) => ({
+  type: 'subscription',
+  op: 'update',
+  property: 'pin_to_top',
+  value,
+  stream_id: 100,
+  id,
+});
 
 /** The exact body of a long poll that waited (queue_id present, last). */
 export const waited = (queueId: string, events: object[]) => success({ events, queue_id: queueId });

@@ -7,9 +7,24 @@ import { createEventQueue, listQueueEvents } from '../../src/modules/events/even
 
 /** The fixture of spec §5.0, with the same ids. */
 export const ids = {
-  R: 1, R2: 2,
-  O: 10, A: 11, M: 12, U: 13, V: 14, G: 15, B: 16, H: 17, D: 18, X: 30,
-  P: 100, Q: 101, S: 102, Z: 103, W: 104, C2: 200,
+  R: 1,
+  R2: 2,
+  O: 10,
+  A: 11,
+  M: 12,
+  U: 13,
+  V: 14,
+  G: 15,
+  B: 16,
+  H: 17,
+  D: 18,
+  X: 30,
+  P: 100,
+  Q: 101,
+  S: 102,
+  Z: 103,
+  W: 104,
+  C2: 200,
 } as const;
 
 export type FixtureUser = 'O' | 'A' | 'M' | 'U' | 'V' | 'G' | 'B' | 'H' | 'D' | 'X';
@@ -28,9 +43,10 @@ const users: Record<FixtureUser, { name: string; role: number; email: string; re
 };
 
 /** Each fixture user's API key: 32 alphanumerics, distinct per user. */
-export const apiKeys = Object.fromEntries(
-  Object.keys(users).map((name) => [name, `key${name}`.padEnd(32, '0')]),
-) as Record<FixtureUser, string>;
+export const apiKeys = Object.fromEntries(Object.keys(users).map((name) => [name, `key${name}`.padEnd(32, '0')])) as Record<
+  FixtureUser,
+  string
+>;
 
 export const emails = Object.fromEntries(Object.entries(users).map(([name, user]) => [name, user.email])) as Record<FixtureUser, string>;
 
@@ -44,58 +60,91 @@ export const auth = (name: FixtureUser): string => basicAuth(users[name].email, 
 const JOINED = new Date('2024-01-02T03:04:05Z');
 
 export async function seedFixture(db: Database): Promise<void> {
-  await db.insertInto('realms').values([
-    { id: 1, subdomain: '', name: 'Example', description: 'Our team', rendered_description: renderMarkdown('Our team') },
-    { id: 2, subdomain: 'other', name: 'Other' },
-  ]).execute();
-  await db.insertInto('users').values(
-    (Object.keys(users) as FixtureUser[]).map((name) => {
-      const user = users[name];
-      return {
-        id: ids[name],
-        realm_id: user.realm ?? 1,
-        delivery_email: user.email,
-        full_name: user.name,
-        role: user.role,
-        date_joined: JOINED,
-        is_active: user.active ?? true,
-        bot_type: user.botType ?? null,
-        bot_owner_id: user.botType ? ids.U : null,
-        api_key_hash: hashApiKey(apiKeys[name]),
-      };
-    }),
-  ).execute();
+  await db
+    .insertInto('realms')
+    .values([
+      { id: 1, subdomain: '', name: 'Example', description: 'Our team', rendered_description: renderMarkdown('Our team') },
+      { id: 2, subdomain: 'other', name: 'Other' },
+    ])
+    .execute();
+  await db
+    .insertInto('users')
+    .values(
+      (Object.keys(users) as FixtureUser[]).map((name) => {
+        const user = users[name];
+        return {
+          id: ids[name],
+          realm_id: user.realm ?? 1,
+          delivery_email: user.email,
+          full_name: user.name,
+          role: user.role,
+          date_joined: JOINED,
+          is_active: user.active ?? true,
+          bot_type: user.botType ?? null,
+          bot_owner_id: user.botType ? ids.U : null,
+          api_key_hash: hashApiKey(apiKeys[name]),
+        };
+      }),
+    )
+    .execute();
   const stream = (id: number, name: string, extra: Record<string, unknown> = {}) => ({
-    id, realm_id: 1, name, date_created: JOINED, ...extra,
+    id,
+    realm_id: 1,
+    name,
+    date_created: JOINED,
+    ...extra,
   });
-  await db.insertInto('streams').values([
-    stream(ids.P, 'P', { description: 'General chat', rendered_description: renderMarkdown('General chat') }),
-    stream(ids.Q, 'Q'),
-    stream(ids.S, 'S', { invite_only: true }),
-    stream(ids.Z, 'Z', { deactivated: true }),
-    stream(ids.W, 'W', { is_web_public: true }),
-    stream(ids.C2, 'C2', { realm_id: 2 }),
-  ]).execute();
+  await db
+    .insertInto('streams')
+    .values([
+      stream(ids.P, 'P', { description: 'General chat', rendered_description: renderMarkdown('General chat') }),
+      stream(ids.Q, 'Q'),
+      stream(ids.S, 'S', { invite_only: true }),
+      stream(ids.Z, 'Z', { deactivated: true }),
+      stream(ids.W, 'W', { is_web_public: true }),
+      stream(ids.C2, 'C2', { realm_id: 2 }),
+    ])
+    .execute();
   const subscription = (user: FixtureUser, streamId: number, color = '#c2c2c2') => ({
-    realm_id: user === 'X' ? 2 : 1, user_id: ids[user], stream_id: streamId, color,
+    realm_id: user === 'X' ? 2 : 1,
+    user_id: ids[user],
+    stream_id: streamId,
+    color,
   });
-  await db.insertInto('subscriptions').values([
-    subscription('U', ids.P, '#76ce90'), subscription('V', ids.P), subscription('G', ids.P), subscription('D', ids.P),
-    subscription('V', ids.Q), subscription('V', ids.S), subscription('U', ids.Z), subscription('V', ids.W),
-    subscription('X', ids.C2),
-  ]).execute();
-  await db.insertInto('custom_profile_fields').values([
-    { id: 1, realm_id: 1, name: 'Role', field_type: 1 },
-    { id: 2, realm_id: 1, name: 'Biography', field_type: 2 },
-    { id: 3, realm_id: 1, name: 'Team', field_type: 3, field_data: '{"opt1":{"text":"One","order":"1"}}' },
-    { id: 4, realm_id: 1, name: 'Birthday', field_type: 4 },
-  ]).execute();
+  await db
+    .insertInto('subscriptions')
+    .values([
+      subscription('U', ids.P, '#76ce90'),
+      subscription('V', ids.P),
+      subscription('G', ids.P),
+      subscription('D', ids.P),
+      subscription('V', ids.Q),
+      subscription('V', ids.S),
+      subscription('U', ids.Z),
+      subscription('V', ids.W),
+      subscription('X', ids.C2),
+    ])
+    .execute();
+  await db
+    .insertInto('custom_profile_fields')
+    .values([
+      { id: 1, realm_id: 1, name: 'Role', field_type: 1 },
+      { id: 2, realm_id: 1, name: 'Biography', field_type: 2 },
+      { id: 3, realm_id: 1, name: 'Team', field_type: 3, field_data: '{"opt1":{"text":"One","order":"1"}}' },
+      { id: 4, realm_id: 1, name: 'Birthday', field_type: 4 },
+    ])
+    .execute();
   const value = (fieldId: number, text: string, markdown: boolean) => ({
-    realm_id: 1, user_id: ids.V, field_id: fieldId, value: text, rendered_value: markdown ? renderMarkdown(text) : null,
+    realm_id: 1,
+    user_id: ids.V,
+    field_id: fieldId,
+    value: text,
+    rendered_value: markdown ? renderMarkdown(text) : null,
   });
-  await db.insertInto('custom_profile_field_values').values([
-    value(1, '**Lead**', true), value(2, 'line1\nline2 <b>x</b>', true), value(3, 'opt1', false), value(4, '2000-01-01', false),
-  ]).execute();
+  await db
+    .insertInto('custom_profile_field_values')
+    .values([value(1, '**Lead**', true), value(2, 'line1\nline2 <b>x</b>', true), value(3, 'opt1', false), value(4, '2000-01-01', false)])
+    .execute();
   // Identity columns were given explicit ids: move the sequences past them.
   for (const table of ['realms', 'users', 'streams', 'custom_profile_fields']) {
     await sql`SELECT setval(pg_get_serial_sequence(${table}, 'id'), 1000)`.execute(db);
@@ -103,7 +152,8 @@ export async function seedFixture(db: Database): Promise<void> {
 }
 
 /** Makes R "restricted" (spec §5.0): guests see only the users they share a channel with. */
-export const restrict = (db: Database) => db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', ids.R).execute();
+export const restrict = (db: Database) =>
+  db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', ids.R).execute();
 
 /** A queue for a fixture user, made directly in the database (register is another endpoint). */
 export async function createQueue(db: Database, user: FixtureUser, eventTypes: string[] | null = null): Promise<string> {

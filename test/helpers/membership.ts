@@ -31,7 +31,12 @@ export async function membershipState(ctx: TestContext) {
 }
 
 /** Runs a request that must fail with 400 `msg` (code BAD_REQUEST unless told) and change nothing. */
-export async function expectMembershipUnchanged(ctx: TestContext, send: () => Promise<LightMyRequestResponse>, msg: string, code = 'BAD_REQUEST') {
+export async function expectMembershipUnchanged(
+  ctx: TestContext,
+  send: () => Promise<LightMyRequestResponse>,
+  msg: string,
+  code = 'BAD_REQUEST',
+) {
   const before = await membershipState(ctx);
   expectError(await send(), msg, code);
   expect(await membershipState(ctx)).toEqual(before);
@@ -39,6 +44,12 @@ export async function expectMembershipUnchanged(ctx: TestContext, send: () => Pr
 
 /** The user's active subscriptions' channel ids, ascending. */
 export async function activeChannelsOf(ctx: TestContext, userId: number): Promise<number[]> {
-  const rows = await ctx.db.selectFrom('subscriptions').select('stream_id').where('user_id', '=', userId).where('active', '=', true).orderBy('stream_id').execute();
+  const rows = await ctx.db
+    .selectFrom('subscriptions')
+    .select('stream_id')
+    .where('user_id', '=', userId)
+    .where('active', '=', true)
+    .orderBy('stream_id')
+    .execute();
   return rows.map((row) => row.stream_id);
 }

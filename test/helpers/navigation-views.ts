@@ -99,8 +99,15 @@ export const BUILT_IN_NAMED = errorBody('Built-in views cannot have a custom nam
 export const UPDATE_MISSING = errorBody('Navigation view does not exist.', 'NOT_FOUND');
 export const REMOVE_MISSING = errorBody('Navigation view does not exist.');
 export const BUILT_INS = [
-  'inbox', 'recent', 'feed', 'drafts', 'narrow/has/reaction/sender/me', 'narrow/is/mentioned', 'narrow/is/starred',
-  'scheduled', 'reminders',
+  'inbox',
+  'recent',
+  'feed',
+  'drafts',
+  'narrow/has/reaction/sender/me',
+  'narrow/is/mentioned',
+  'narrow/is/starred',
+  'scheduled',
+  'reminders',
 ];
 
 /** Resolves once some session of this database is waiting for a row or transaction lock. */

@@ -30,7 +30,11 @@ export function baseEnvironment(): Record<string, string> {
 
 /** Spawns `node <args>` and waits until Fastify logs where it listens (PORT=0 picks a free port). */
 export function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
-  const child = spawn(process.execPath, options.args, { cwd: options.cwd ?? REPO_ROOT, env: options.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, options.args, {
+    cwd: options.cwd ?? REPO_ROOT,
+    env: options.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const stdout: string[] = [];
   const stderr: string[] = [];
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>

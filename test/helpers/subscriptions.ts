@@ -19,8 +19,12 @@ export const pinP = JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', 
 
 /** U's pin_to_top on channel P as stored. */
 export async function pinToTopOfP(ctx: TestContext): Promise<boolean> {
-  const row = await ctx.db.selectFrom('subscriptions').select('pin_to_top')
-    .where('user_id', '=', ids.U).where('stream_id', '=', ids.P).executeTakeFirstOrThrow();
+  const row = await ctx.db
+    .selectFrom('subscriptions')
+    .select('pin_to_top')
+    .where('user_id', '=', ids.U)
+    .where('stream_id', '=', ids.P)
+    .executeTakeFirstOrThrow();
   return row.pin_to_top;
 }
 

@@ -68,67 +68,91 @@ interface IncomingEvent {
  * once per recipient. `onlyUserId`: they all go to that user, whose queues are then found by
  * their index (the planner cannot tell how few rows the CTEs hold).
  */
-function appendEvents(db: Database, args: { realmId: number; maxPendingEvents: number; incoming: RawBuilder<IncomingEvent>; onlyUserId?: number }) {
+function appendEvents(
+  db: Database,
+  args: { realmId: number; maxPendingEvents: number; incoming: RawBuilder<IncomingEvent>; onlyUserId?: number },
+) {
   const single = args.onlyUserId;
-  return db
-    .with('incoming_event(payload, ord, type, user_id)', () => args.incoming)
-    // Which of the incoming types each recipient's queues accept (a queue's types never change).
-    .with('accepting', (db) =>
-      db
-        .selectFrom('event_queues as q')
-        .innerJoin((eb) => eb.selectFrom('incoming_event').select(['user_id', 'type']).distinct().as('t'), (join) =>
-          join.onRef('q.user_id', '=', 't.user_id').on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`))
-        .select(['q.id as queue_id', 't.type', 't.user_id'])
-        .$if(single !== undefined, (qb) => qb.where('q.user_id', '=', single!))
-        .$if(single === undefined, (qb) => qb.where('q.realm_id', '=', args.realmId)))
-    .with('event_count', (db) =>
-      db
-        .selectFrom('accepting as a')
-        .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
-        .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
-        .groupBy('a.queue_id'))
-    .with('bumped_queue', (db) =>
-      db
-        .updateTable('event_queues as eq')
-        .from('event_count as c')
-        .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('c.n')) }))
-        .$if(single !== undefined, (qb) => qb.where('eq.user_id', '=', single!))
-        .whereRef('eq.id', '=', 'c.queue_id')
-        // Pending afterwards: the ids after the acknowledged one. Checked on the row's latest
-        // version, like the numbering (a poll may have acknowledged meanwhile).
-        .where((eb) => eb(eb(eb('eq.next_event_id', '+', eb.ref('c.n')), '-', eb.ref('eq.last_acked_id')), '<=', sql<number>`${args.maxPendingEvents}::bigint + 1`))
-        // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
-        .returning((eb) => [
-          'eq.id', eb('eq.next_event_id', '-', eb.ref('c.n')).as('first_id'),
-          sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified'),
-        ]))
-    // The queues the update skipped for their cap, known from its output rather than from the
-    // opposite condition: rechecked on a row a poll changed meanwhile, that could fail as well, and
-    // the queue would lose these events without an error. Reading bumped_queue also runs the update
-    // first, so the two never touch the same row. The NOTIFY ends a poll waiting on a dropped queue.
-    .with('dropped_queue', (db) =>
-      db
-        // Not aliased: Kysely cannot type an aliased DELETE inside a CTE.
-        .deleteFrom('event_queues')
-        .$if(single !== undefined, (qb) => qb.where('event_queues.user_id', '=', single!))
-        .where('event_queues.id', 'in', (eb) => eb.selectFrom('event_count').select('queue_id'))
-        .where('event_queues.id', 'not in', (eb) => eb.selectFrom('bumped_queue').select('id'))
-        .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, event_queues.id::text)`.as('notified')))
-    .with('inserted_event', (db) =>
-      db
-        .insertInto('events')
-        .columns(['queue_id', 'id', 'realm_id', 'payload'])
-        .expression((eb) =>
-          eb
-            .selectFrom('bumped_queue as b')
-            .innerJoin('accepting as a', 'a.queue_id', 'b.id')
-            .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
-            .select((eb) => [
-              'b.id as queue_id',
-              eb(eb('b.first_id', '-', sql.lit(1)), '+', eb.fn.agg<number>('row_number').over((over) => over.partitionBy('b.id').orderBy('i.ord'))).as('id'),
-              sql<number>`${args.realmId}::integer`.as('realm_id'),
-              'i.payload',
-            ])));
+  return (
+    db
+      .with('incoming_event(payload, ord, type, user_id)', () => args.incoming)
+      // Which of the incoming types each recipient's queues accept (a queue's types never change).
+      .with('accepting', (db) =>
+        db
+          .selectFrom('event_queues as q')
+          .innerJoin(
+            (eb) => eb.selectFrom('incoming_event').select(['user_id', 'type']).distinct().as('t'),
+            (join) => join.onRef('q.user_id', '=', 't.user_id').on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`),
+          )
+          .select(['q.id as queue_id', 't.type', 't.user_id'])
+          .$if(single !== undefined, (qb) => qb.where('q.user_id', '=', single!))
+          .$if(single === undefined, (qb) => qb.where('q.realm_id', '=', args.realmId)),
+      )
+      .with('event_count', (db) =>
+        db
+          .selectFrom('accepting as a')
+          .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
+          .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
+          .groupBy('a.queue_id'),
+      )
+      .with('bumped_queue', (db) =>
+        db
+          .updateTable('event_queues as eq')
+          .from('event_count as c')
+          .set((eb) => ({ next_event_id: eb('eq.next_event_id', '+', eb.ref('c.n')) }))
+          .$if(single !== undefined, (qb) => qb.where('eq.user_id', '=', single!))
+          .whereRef('eq.id', '=', 'c.queue_id')
+          // Pending afterwards: the ids after the acknowledged one. Checked on the row's latest
+          // version, like the numbering (a poll may have acknowledged meanwhile).
+          .where((eb) =>
+            eb(
+              eb(eb('eq.next_event_id', '+', eb.ref('c.n')), '-', eb.ref('eq.last_acked_id')),
+              '<=',
+              sql<number>`${args.maxPendingEvents}::bigint + 1`,
+            ),
+          )
+          // Data-modifying CTEs always run to the end, RETURNING included: one NOTIFY per queue.
+          .returning((eb) => [
+            'eq.id',
+            eb('eq.next_event_id', '-', eb.ref('c.n')).as('first_id'),
+            sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, eq.id::text)`.as('notified'),
+          ]),
+      )
+      // The queues the update skipped for their cap, known from its output rather than from the
+      // opposite condition: rechecked on a row a poll changed meanwhile, that could fail as well, and
+      // the queue would lose these events without an error. Reading bumped_queue also runs the update
+      // first, so the two never touch the same row. The NOTIFY ends a poll waiting on a dropped queue.
+      .with('dropped_queue', (db) =>
+        db
+          // Not aliased: Kysely cannot type an aliased DELETE inside a CTE.
+          .deleteFrom('event_queues')
+          .$if(single !== undefined, (qb) => qb.where('event_queues.user_id', '=', single!))
+          .where('event_queues.id', 'in', (eb) => eb.selectFrom('event_count').select('queue_id'))
+          .where('event_queues.id', 'not in', (eb) => eb.selectFrom('bumped_queue').select('id'))
+          .returning(sql<string>`pg_notify(${sql.lit(EVENTS_CHANNEL)}, event_queues.id::text)`.as('notified')),
+      )
+      .with('inserted_event', (db) =>
+        db
+          .insertInto('events')
+          .columns(['queue_id', 'id', 'realm_id', 'payload'])
+          .expression((eb) =>
+            eb
+              .selectFrom('bumped_queue as b')
+              .innerJoin('accepting as a', 'a.queue_id', 'b.id')
+              .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
+              .select((eb) => [
+                'b.id as queue_id',
+                eb(
+                  eb('b.first_id', '-', sql.lit(1)),
+                  '+',
+                  eb.fn.agg<number>('row_number').over((over) => over.partitionBy('b.id').orderBy('i.ord')),
+                ).as('id'),
+                sql<number>`${args.realmId}::integer`.as('realm_id'),
+                'i.payload',
+              ]),
+          ),
+      )
+  );
 }
 
 export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events', 'maxPendingEvents'] as const;
@@ -209,12 +233,7 @@ export function createEventQueue(db: Database, queue: NewEventQueue, maxPerUser:
 
 /** The queue's pending events in id order, each with its "id" appended last. */
 export async function listQueueEvents(db: Database, queueId: string): Promise<ApiEvent[]> {
-  const rows = await db
-    .selectFrom('events')
-    .select(['id', 'payload'])
-    .where('queue_id', '=', queueId)
-    .orderBy('id')
-    .execute();
+  const rows = await db.selectFrom('events').select(['id', 'payload']).where('queue_id', '=', queueId).orderBy('id').execute();
   return rows.map((row) => ({ ...(row.payload as ApiEvent), id: row.id }));
 }
 

@@ -32,7 +32,10 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   const gathering = new PollGathering(POLL_GATHER_MS);
   metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
   const rechecks = new PollRechecks({
-    db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log: app.log,
+    db,
+    wakeups,
+    intervalMs: config.pollRecheckSeconds * 1000,
+    log: app.log,
     ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
   });
   const listener = new EventListener({
@@ -41,9 +44,9 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     log: app.log,
     onQueueNotified: metrics
       ? (queueId) => {
-        metrics.notificationReceived();
-        wakeups.notified(queueId, performance.now());
-      }
+          metrics.notificationReceived();
+          wakeups.notified(queueId, performance.now());
+        }
       : (queueId) => wakeups.wake(queueId),
     onGap: () => rechecks.request(),
     ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
@@ -73,17 +76,24 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
     const params = parametersOf(request, registerSchema);
     const capabilities = params.client_capabilities;
-    const { queueId, lifespanSeconds, state } = await registerEventQueue(db, transactions, config, callerOf(request), {
-      notificationDefaults: notificationDefaultsFromLookup(lookupRowOf(request, notificationDefaultsLookup)),
-      clientGravatar: params.client_gravatar,
-      includeSubscribers: params.include_subscribers,
-      notificationSettingsNull: capabilities.notification_settings_null === true,
-      userListIncomplete: capabilities.user_list_incomplete === true,
-      eventTypes: params.event_types,
-      fetchEventTypes: params.fetch_event_types,
-      queueLifespanSecs: params.queue_lifespan_secs,
-      idleQueueTimeout: params.idle_queue_timeout,
-    }, clientGone(reply));
+    const { queueId, lifespanSeconds, state } = await registerEventQueue(
+      db,
+      transactions,
+      config,
+      callerOf(request),
+      {
+        notificationDefaults: notificationDefaultsFromLookup(lookupRowOf(request, notificationDefaultsLookup)),
+        clientGravatar: params.client_gravatar,
+        includeSubscribers: params.include_subscribers,
+        notificationSettingsNull: capabilities.notification_settings_null === true,
+        userListIncomplete: capabilities.user_list_incomplete === true,
+        eventTypes: params.event_types,
+        fetchEventTypes: params.fetch_event_types,
+        queueLifespanSecs: params.queue_lifespan_secs,
+        idleQueueTimeout: params.idle_queue_timeout,
+      },
+      clientGone(reply),
+    );
     metrics?.queueRegistered();
     // As large as the organization's user list (realm_user): serialized in slices.
     return sendSuccessInSlices(request, reply, {
@@ -109,7 +119,10 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
 
     const answer = await pollEvents({ db, config, wakeups, starts, heartbeats }, callerOf(request), {
-      queueId, lastEventId, dontBlock, clientGone: clientGone(reply),
+      queueId,
+      lastEventId,
+      dontBlock,
+      clientGone: clientGone(reply),
     });
     if (answer === null) return reply.hijack();
     if (metrics) countAnswer(metrics, answer);

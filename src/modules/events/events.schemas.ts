@@ -41,15 +41,18 @@ const capabilities = jsonTextKind(Type.Record(Type.String(), Type.Boolean()), (r
  * idle_queue_timeout: a JSON integer of at least 1, or the JSON string "mobile". Zulip documents
  * the kinds, not the messages; these are its usual templates.
  */
-const idleQueueTimeout = jsonTextKind(Type.Union([Type.Integer({ minimum: 1 }), Type.Literal('mobile')]), (raw, name): number | 'mobile' => {
-  // The JSON string, as documented; the bare word too, which a client may well send.
-  if (raw === 'mobile') return 'mobile';
-  const value = parseJson(raw, name);
-  if (value === 'mobile') return value;
-  if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(MESSAGES.invalid(name));
-  if (value < 1) throw badRequest(MESSAGES.tooSmall(name));
-  return value;
-});
+const idleQueueTimeout = jsonTextKind(
+  Type.Union([Type.Integer({ minimum: 1 }), Type.Literal('mobile')]),
+  (raw, name): number | 'mobile' => {
+    // The JSON string, as documented; the bare word too, which a client may well send.
+    if (raw === 'mobile') return 'mobile';
+    const value = parseJson(raw, name);
+    if (value === 'mobile') return value;
+    if (typeof value !== 'number' || !Number.isInteger(value)) throw badRequest(MESSAGES.invalid(name));
+    if (value < 1) throw badRequest(MESSAGES.tooSmall(name));
+    return value;
+  },
+);
 
 /** An event as delivered: its fields, then the queue's `id`. */
 const event = (description: string, fields: TProperties) =>
@@ -133,22 +136,27 @@ const EventObject = Type.Union(
       op: Type.Literal('add'),
       person: UserObject,
     }),
-    event('A user changed: `person` holds user_id and the changed fields (role, full_name, is_active, bot_owner_id, or custom_profile_field).', {
-      type: Type.Literal('realm_user'),
-      op: Type.Literal('update'),
-      person: Type.Object({
-        user_id: Type.Integer(),
-        role: Type.Optional(Type.Integer()),
-        full_name: Type.Optional(Type.String()),
-        is_active: Type.Optional(Type.Boolean()),
-        bot_owner_id: Type.Optional(Type.Integer()),
-        custom_profile_field: Type.Optional(Type.Object({
-          id: Type.Integer(),
-          value: Type.Union([Type.String(), Type.Null()], { description: 'null: removed.' }),
-          rendered_value: Type.Optional(Type.String({ description: 'Markdown field types, when set.' })),
-        })),
-      }),
-    }),
+    event(
+      'A user changed: `person` holds user_id and the changed fields (role, full_name, is_active, bot_owner_id, or custom_profile_field).',
+      {
+        type: Type.Literal('realm_user'),
+        op: Type.Literal('update'),
+        person: Type.Object({
+          user_id: Type.Integer(),
+          role: Type.Optional(Type.Integer()),
+          full_name: Type.Optional(Type.String()),
+          is_active: Type.Optional(Type.Boolean()),
+          bot_owner_id: Type.Optional(Type.Integer()),
+          custom_profile_field: Type.Optional(
+            Type.Object({
+              id: Type.Integer(),
+              value: Type.Union([Type.String(), Type.Null()], { description: 'null: removed.' }),
+              rendered_value: Type.Optional(Type.String({ description: 'Markdown field types, when set.' })),
+            }),
+          ),
+        }),
+      },
+    ),
     // --- End of user management. ---
     event('Sent to a long poll that waited 45 to 55 s without events.', { type: Type.Literal('heartbeat') }),
     ...MEMBERSHIP_EVENTS,
@@ -199,7 +207,9 @@ export const registerSchema = {
       zulip_feature_level: Type.Integer(),
       zulip_merge_base: Type.String(),
       event_queue_longpoll_timeout_seconds: Type.Integer(),
-      realm_users: Type.Optional(Type.Array(UserObject, { description: 'Section realm_user: active users (placeholders for inaccessible ones).' })),
+      realm_users: Type.Optional(
+        Type.Array(UserObject, { description: 'Section realm_user: active users (placeholders for inaccessible ones).' }),
+      ),
       realm_non_active_users: Type.Optional(Type.Array(UserObject, { description: 'Section realm_user: deactivated users.' })),
       subscriptions: Type.Optional(Type.Array(SubscriptionObject, { description: 'Section subscription.' })),
       navigation_views: Type.Optional(Type.Array(NavigationViewObject, { description: 'Section navigation_views.' })),

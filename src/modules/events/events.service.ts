@@ -10,7 +10,6 @@ import type { HeartbeatBatches, PollStartBatches } from './poll-batches.js';
 
 /** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
 
-
 // Queue ids are the lowercase UUIDs register hands out; anything else names no queue.
 const QUEUE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -54,7 +53,11 @@ async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollReques
   const waiter = wakeups.subscribe(queueId);
   try {
     const start = await deps.starts.start({
-      owner: caller, queueId, lastEventId, pollId, answerNow: request.dontBlock || wakeups.closing,
+      owner: caller,
+      queueId,
+      lastEventId,
+      pollId,
+      answerNow: request.dontBlock || wakeups.closing,
     });
     if (start.outcome === 'missing') throw badEventQueueId(queueId);
     if (start.outcome === 'pruned') throw badRequest(`An event newer than ${lastEventId} has already been pruned!`);
@@ -104,7 +107,8 @@ async function waitForEvents(
       // Woken by a notification or by the instance's periodic check.
       const outcome = await finishPollIfReady(db, queueId, pollId);
       if (outcome === undefined) throw badEventQueueId(queueId);
-      if (outcome !== 'waiting') return { events: outcome, waited: true, ...(waiter.notifiedAt !== undefined && { notifiedAt: waiter.notifiedAt }) };
+      if (outcome !== 'waiting')
+        return { events: outcome, waited: true, ...(waiter.notifiedAt !== undefined && { notifiedAt: waiter.notifiedAt }) };
     }
   } finally {
     stopListening();

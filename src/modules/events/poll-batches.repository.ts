@@ -45,17 +45,23 @@ export interface PollStartRequest {
  * unknown queue; such a poll gets undefined, and is sent again alone without it, which waits for the
  * row or answers 'missing'.
  */
-export async function startPolls(db: Database, requests: readonly PollStartRequest[], skipLocked: boolean): Promise<(PollStart | undefined)[]> {
-  const input = JSON.stringify(requests.map((request, ord) => ({
-    ord,
-    queue_id: request.queueId,
-    user_id: request.owner.id,
-    realm_id: request.owner.realmId,
-    // numeric: last_event_id may be any JSON integer, far beyond bigint.
-    last: String(request.lastEventId),
-    poll_id: request.pollId,
-    answer_now: request.answerNow,
-  })));
+export async function startPolls(
+  db: Database,
+  requests: readonly PollStartRequest[],
+  skipLocked: boolean,
+): Promise<(PollStart | undefined)[]> {
+  const input = JSON.stringify(
+    requests.map((request, ord) => ({
+      ord,
+      queue_id: request.queueId,
+      user_id: request.owner.id,
+      realm_id: request.owner.realmId,
+      // numeric: last_event_id may be any JSON integer, far beyond bigint.
+      last: String(request.lastEventId),
+      poll_id: request.pollId,
+      answer_now: request.answerNow,
+    })),
+  );
   const { rows } = await sql<PollStartRow & { ord: number }>`
     WITH input AS (
       SELECT ord, queue_id, user_id, realm_id, last::numeric AS last, poll_id, answer_now

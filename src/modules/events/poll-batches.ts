@@ -50,13 +50,18 @@ export class PollStartBatches {
     this.pending = [];
     this.queueIds = new Set();
     if (batch.length === 1) return this.alone(batch[0]!);
-    startPolls(this.db, batch.map((entry) => entry.request), true).then(
-      (starts) => batch.forEach((entry, index) => {
-        const start = starts[index];
-        // Unknown, or its row held by a write: alone, waiting for the row (or answering 'missing').
-        if (start) entry.resolve(start);
-        else this.alone(entry);
-      }),
+    startPolls(
+      this.db,
+      batch.map((entry) => entry.request),
+      true,
+    ).then(
+      (starts) =>
+        batch.forEach((entry, index) => {
+          const start = starts[index];
+          // Unknown, or its row held by a write: alone, waiting for the row (or answering 'missing').
+          if (start) entry.resolve(start);
+          else this.alone(entry);
+        }),
       (error: unknown) => batch.forEach((entry) => entry.reject(error)),
     );
   }
@@ -114,7 +119,10 @@ export class HeartbeatBatches {
   private due: DueHeartbeat[] = [];
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly db: Database, readonly tickMs: number) {}
+  constructor(
+    private readonly db: Database,
+    readonly tickMs: number,
+  ) {}
 
   /** The poll's answer: its pending events, the heartbeat last; null when its queue is gone. */
   answer(queueId: string, pollId: string): Promise<ApiEvent[] | null> {

@@ -46,9 +46,14 @@ export const EVERY_ROLE = { lo: 0, hi: ROLES.guest } as const;
 
 /** The JSON array parameter of realmEventAppend, events in order. */
 export function audienceEventsJson(events: readonly AudienceEvent[]): string {
-  return JSON.stringify(events.map(({ event, lo, hi, guests }) => ({
-    event, lo, hi, access_target: guests === 'all' ? null : guests === 'none' ? 0 : guests.sharingWith,
-  })));
+  return JSON.stringify(
+    events.map(({ event, lo, hi, guests }) => ({
+      event,
+      lo,
+      hi,
+      access_target: guests === 'all' ? null : guests === 'none' ? 0 : guests.sharingWith,
+    })),
+  );
 }
 
 export interface RealmEventParameters {

@@ -70,7 +70,8 @@ export function notificationDefaultsFromLookup(row: NotificationDefaultColumns |
   return { audible: row.audible_default, desktop: row.desktop_default, email: row.email_default, push: row.push_default };
 }
 
-type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> & Parameters<typeof buildUserObject>[3];
+type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> &
+  Parameters<typeof buildUserObject>[3];
 
 /** What idle_queue_timeout="mobile" means: Zulip's documented 12 hours. */
 const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
@@ -82,8 +83,10 @@ const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
  */
 function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs' | 'idleQueueTimeout'>, config: RegisterConfig): number {
   const { idleQueueTimeout, queueLifespanSecs } = request;
-  const lifespan = idleQueueTimeout === 'mobile' ? MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS
-    : idleQueueTimeout ?? (queueLifespanSecs <= 0 ? config.queueDefaultLifespanSeconds : queueLifespanSecs);
+  const lifespan =
+    idleQueueTimeout === 'mobile'
+      ? MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS
+      : (idleQueueTimeout ?? (queueLifespanSecs <= 0 ? config.queueDefaultLifespanSeconds : queueLifespanSecs));
   return Math.min(lifespan, config.queueMaxLifespanSeconds);
 }
 
@@ -125,28 +128,47 @@ export async function registerEventQueue(
   const usersInSql = canBuildUsersInSql(caller, config);
   const state: InitialState = {};
   const readState = async () => {
-    const read = await transactions.run(caller.id, async (tx) => {
-      // Every statement is issued before the first await (see UserTransactions.run).
-      // The organization's membership lock, shared: no user-management or subscription change of
-      // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
-      const realmLocked = tx.run(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
-      const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
-      const users = !wanted('realm_user') || usersInSql
-        ? undefined
-        : runQuery(tx, selectRealmUsers(db, caller.realmId, { withProfileData: true, ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }) }));
-      const userTexts = wanted('realm_user') && usersInSql ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true })) : undefined;
-      const subscriptions = wanted('subscription') ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined;
-      const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
-      await realmLocked;
-      await created;
-      return { users: await users, userTexts: await userTexts, subscriptions: await subscriptions, views: await views };
-    // Large: it reads the whole organization's users.
-    }, departure, 'large');
+    const read = await transactions.run(
+      caller.id,
+      async (tx) => {
+        // Every statement is issued before the first await (see UserTransactions.run).
+        // The organization's membership lock, shared: no user-management or subscription change of
+        // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
+        const realmLocked = tx.run(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
+        const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
+        const users =
+          !wanted('realm_user') || usersInSql
+            ? undefined
+            : runQuery(
+                tx,
+                selectRealmUsers(db, caller.realmId, {
+                  withProfileData: true,
+                  ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }),
+                }),
+              );
+        const userTexts =
+          wanted('realm_user') && usersInSql
+            ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true }))
+            : undefined;
+        const subscriptions = wanted('subscription')
+          ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers))
+          : undefined;
+        const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
+        await realmLocked;
+        await created;
+        return { users: await users, userTexts: await userTexts, subscriptions: await subscriptions, views: await views };
+        // Large: it reads the whole organization's users.
+      },
+      departure,
+      'large',
+    );
     // The objects are built once the transaction is over: building a large organization's users
     // takes many turns of the event loop, which must not hold the connection and the user's lock.
     if (read.users) Object.assign(state, await realmUserSections(read.users, config, caller, request));
     if (read.userTexts) {
-      const { active = [], nonActive = [] } = await userJsonTexts(read.userTexts, caller, userOptions, config, (row) => (row.active ? 'active' : 'nonActive'));
+      const { active = [], nonActive = [] } = await userJsonTexts(read.userTexts, caller, userOptions, config, (row) =>
+        row.active ? 'active' : 'nonActive',
+      );
       Object.assign(state, { realm_users: new JsonTextList(active), realm_non_active_users: new JsonTextList(nonActive) });
     }
     return read;
@@ -155,7 +177,9 @@ export async function registerEventQueue(
   const read = await (wanted('realm_user') ? largeReadTurns.run(caller.id, readState) : readState());
   if (read.subscriptions) {
     const objects = read.subscriptions.map(serializeSubscription);
-    state.subscriptions = request.notificationSettingsNull ? objects : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
+    state.subscriptions = request.notificationSettingsNull
+      ? objects
+      : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
   }
   if (read.views) state.navigation_views = read.views;
   return { queueId, lifespanSeconds: queue.lifespanSeconds, state };

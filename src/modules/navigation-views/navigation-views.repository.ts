@@ -63,15 +63,23 @@ export const addViewStatement = reusableStatement<ViewWriteArgs, { refused: bool
         .expression(
           db
             .selectNoFrom([
-              sql<number>`${args.realmId}::integer`.as('realm_id'), sql<number>`${args.userId}::integer`.as('user_id'),
-              sql<string>`${args.fragment}::text`.as('fragment'), sql<boolean>`${args.isPinned}::boolean`.as('is_pinned'),
+              sql<number>`${args.realmId}::integer`.as('realm_id'),
+              sql<number>`${args.userId}::integer`.as('user_id'),
+              sql<string>`${args.fragment}::text`.as('fragment'),
+              sql<boolean>`${args.isPinned}::boolean`.as('is_pinned'),
               sql<string | null>`${args.name}::text`.as('name'),
             ])
-            .where((eb) => eb.not(eb.exists(eb.selectFrom('clash').select('id')))))
-        .returning('id'))
+            .where((eb) => eb.not(eb.exists(eb.selectFrom('clash').select('id')))),
+        )
+        .returning('id'),
+    )
     .selectNoFrom((eb) => [
-      eb.selectFrom('clash').select(sql<boolean>`refuse_write(${sql.lit(VIEW_EXISTS)}, '')`.as('refused')).as('refused'),
-    ]));
+      eb
+        .selectFrom('clash')
+        .select(sql<boolean>`refuse_write(${sql.lit(VIEW_EXISTS)}, '')`.as('refused'))
+        .as('refused'),
+    ]),
+);
 
 /**
  * PATCH /navigation_views/{fragment} after its parameter checks (spec §3.10 checks 2–3, in that
@@ -82,8 +90,11 @@ export const updateViewStatement = reusableStatement<ViewWriteArgs, { refused: b
   withEventAppend(db, args)
     .with('mine', () =>
       matchingViews(db, args).select((eb) => [
-        'v.id', eb('v.fragment', '=', sql<string>`${args.fragment}::text`).as('is_target'), eb('v.name', '=', sql<string>`${args.name}::text`).as('has_name'),
-      ]))
+        'v.id',
+        eb('v.fragment', '=', sql<string>`${args.fragment}::text`).as('is_target'),
+        eb('v.name', '=', sql<string>`${args.name}::text`).as('has_name'),
+      ]),
+    )
     .with('updated', (db) =>
       db
         .updateTable('navigation_views as v')
@@ -94,31 +105,39 @@ export const updateViewStatement = reusableStatement<ViewWriteArgs, { refused: b
         .where('v.id', 'in', (eb) => eb.selectFrom('mine').select('id').where('is_target', '=', sql.lit(true)))
         .where(sql<boolean>`(${args.name}::text IS NOT NULL OR ${args.isPinned}::boolean IS NOT NULL)`)
         .where((eb) => eb.not(eb.exists(eb.selectFrom('mine').select('id').where('has_name', '=', sql.lit(true)))))
-        .returning('v.id'))
+        .returning('v.id'),
+    )
     .selectNoFrom((eb) => [
-      eb.case()
+      eb
+        .case()
         .when(eb.exists(eb.selectFrom('mine').select('id').where('has_name', '=', sql.lit(true))))
         .then(sql<boolean>`refuse_write(${sql.lit(VIEW_EXISTS)}, '')`)
         .when(eb.not(eb.exists(eb.selectFrom('mine').select('id').where('is_target', '=', sql.lit(true)))))
         .then(sql<boolean>`refuse_write(${sql.lit(VIEW_MISSING)}, '')`)
         .end()
         .as('refused'),
-    ]));
+    ]),
+);
 
 /** DELETE /navigation_views/{fragment} (spec §3.11): deletes the user's view, or refuses VIEW_MISSING. */
-export const removeViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>([...EVENT_APPEND_ARGUMENTS, 'fragment'], (db, args) =>
-  withEventAppend(db, args)
-    .with('deleted', (db) =>
-      db
-        .deleteFrom('navigation_views')
-        .where('user_id', '=', args.userId)
-        .where('realm_id', '=', args.realmId)
-        .where('fragment', '=', args.fragment)
-        .returning('id'))
-    .selectNoFrom((eb) => [
-      eb.case()
-        .when(eb.not(eb.exists(eb.selectFrom('deleted').select('id'))))
-        .then(sql<boolean>`refuse_write(${sql.lit(VIEW_MISSING)}, '')`)
-        .end()
-        .as('refused'),
-    ]));
+export const removeViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(
+  [...EVENT_APPEND_ARGUMENTS, 'fragment'],
+  (db, args) =>
+    withEventAppend(db, args)
+      .with('deleted', (db) =>
+        db
+          .deleteFrom('navigation_views')
+          .where('user_id', '=', args.userId)
+          .where('realm_id', '=', args.realmId)
+          .where('fragment', '=', args.fragment)
+          .returning('id'),
+      )
+      .selectNoFrom((eb) => [
+        eb
+          .case()
+          .when(eb.not(eb.exists(eb.selectFrom('deleted').select('id'))))
+          .then(sql<boolean>`refuse_write(${sql.lit(VIEW_MISSING)}, '')`)
+          .end()
+          .as('refused'),
+      ]),
+);

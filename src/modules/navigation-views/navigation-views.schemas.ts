@@ -66,10 +66,13 @@ export const updateNavigationViewSchema = {
   summary: 'Update a navigation view',
   description: 'Only the given fields change.',
   tags: ['navigation_views'],
-  ...formParameters({
-    is_pinned: optional(jsonBoolean, IS_PINNED),
-    name: optional(viewText, NAME),
-  }, FRAGMENT_PATH),
+  ...formParameters(
+    {
+      is_pinned: optional(jsonBoolean, IS_PINNED),
+      name: optional(viewText, NAME),
+    },
+    FRAGMENT_PATH,
+  ),
   documentedResponses: {
     200: successResponse('The view was updated.'),
     ...AUTHENTICATED_ERRORS,

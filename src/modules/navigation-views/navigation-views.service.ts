@@ -54,8 +54,13 @@ async function writeView(
   departure: Departure | undefined,
 ): Promise<void> {
   const values = {
-    userId: caller.id, realmId: caller.realmId, events: JSON.stringify([event]),
-    fragment: args.fragment, isPinned: args.isPinned ?? null, name: args.name ?? null, maxPendingEvents: writes.maxPendingEvents,
+    userId: caller.id,
+    realmId: caller.realmId,
+    events: JSON.stringify([event]),
+    fragment: args.fragment,
+    isPinned: args.isPinned ?? null,
+    name: args.name ?? null,
+    maxPendingEvents: writes.maxPendingEvents,
   };
   try {
     await writes.transactions.run(caller.id, (tx) => statement(tx, values), departure);
@@ -70,7 +75,12 @@ async function writeView(
 }
 
 /** POST /navigation_views: checks of spec §3.9 in order, then the row and its event. */
-export async function addNavigationView(writes: EventWrites, caller: Caller, input: NewNavigationView, departure?: Departure): Promise<void> {
+export async function addNavigationView(
+  writes: EventWrites,
+  caller: Caller,
+  input: NewNavigationView,
+  departure?: Departure,
+): Promise<void> {
   const builtIn = BUILT_IN_FRAGMENTS.has(input.fragment);
   if (builtIn && input.name !== undefined) throw badRequest('Built-in views cannot have a custom name');
   if (!builtIn && input.name === undefined) throw badRequest('Custom views must have a valid name.');
@@ -96,7 +106,11 @@ export async function changeNavigationView(
     ...(changes.name !== undefined && { name: changes.name }),
     ...(changes.is_pinned !== undefined && { is_pinned: changes.is_pinned }),
   };
-  const args = { fragment: isStorableText(fragment) ? fragment : null, ...(changes.is_pinned !== undefined && { isPinned: changes.is_pinned }), ...(changes.name !== undefined && { name: changes.name }) };
+  const args = {
+    fragment: isStorableText(fragment) ? fragment : null,
+    ...(changes.is_pinned !== undefined && { isPinned: changes.is_pinned }),
+    ...(changes.name !== undefined && { name: changes.name }),
+  };
   const event = { type: 'navigation_view', op: 'update', fragment, data };
   await writeView(writes, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
 }
@@ -114,4 +128,3 @@ function isNavigationViewUniqueViolation(error: unknown): boolean {
   const { code, table } = error as { code?: unknown; table?: unknown };
   return code === UNIQUE_VIOLATION && table === 'navigation_views';
 }
-

@@ -9,8 +9,21 @@ import { findActiveRealmBySubdomain } from './server-settings.repository.js';
 import { serverSettingsSchema } from './server-settings.schemas.js';
 
 const AUTHENTICATION_METHODS = Object.fromEntries(
-  ['password', 'dev', 'email', 'ldap', 'remoteuser', 'github', 'azuread', 'gitlab', 'apple', 'google', 'saml', 'openid connect', 'discord']
-    .map((method) => [method, false]),
+  [
+    'password',
+    'dev',
+    'email',
+    'ldap',
+    'remoteuser',
+    'github',
+    'azuread',
+    'gitlab',
+    'apple',
+    'google',
+    'saml',
+    'openid connect',
+    'discord',
+  ].map((method) => [method, false]),
 );
 
 /** GET /api/v1/server_settings: discovery, no authentication (spec §3.1). */

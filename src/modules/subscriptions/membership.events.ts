@@ -100,7 +100,10 @@ export function peerEvents(op: 'peer_add' | 'peer_remove', changes: PeerChange[]
     else batches.set(key, { streamIds: [channel.id], changed: userIds, users: peers() });
   }
   for (const batch of batches.values()) {
-    events.push({ users: batch.users, event: { type: 'subscription', op, stream_ids: batch.streamIds.sort(ascending), user_ids: batch.changed } });
+    events.push({
+      users: batch.users,
+      event: { type: 'subscription', op, stream_ids: batch.streamIds.sort(ascending), user_ids: batch.changed },
+    });
   }
   return events;
 }

@@ -20,9 +20,29 @@ function selectChannel(db: Database, caller: ReadCaller, streamId: number, userI
   return db
     .selectFrom('streams as s')
     .select((eb) => [
-      's.invite_only', 's.is_web_public', 's.creator_id',
-      eb.exists(eb.selectFrom('subscriptions').select('user_id').whereRef('stream_id', '=', 's.id').where('user_id', '=', caller.id).where('active', '=', true)).as('caller_subscribed'),
-      eb.exists(eb.selectFrom('subscriptions').select('user_id').whereRef('stream_id', '=', 's.id').where('user_id', '=', userId).where('active', '=', true)).as('user_subscribed'),
+      's.invite_only',
+      's.is_web_public',
+      's.creator_id',
+      eb
+        .exists(
+          eb
+            .selectFrom('subscriptions')
+            .select('user_id')
+            .whereRef('stream_id', '=', 's.id')
+            .where('user_id', '=', caller.id)
+            .where('active', '=', true),
+        )
+        .as('caller_subscribed'),
+      eb
+        .exists(
+          eb
+            .selectFrom('subscriptions')
+            .select('user_id')
+            .whereRef('stream_id', '=', 's.id')
+            .where('user_id', '=', userId)
+            .where('active', '=', true),
+        )
+        .as('user_subscribed'),
       sql<number[]>`ARRAY(SELECT sub.user_id FROM subscriptions sub JOIN users u ON u.id = sub.user_id
         WHERE sub.stream_id = s.id AND sub.active AND u.is_active ORDER BY sub.user_id)`.as('subscribers'),
     ])
@@ -63,11 +83,23 @@ export async function isSubscribed(db: Database, caller: ReadCaller, userId: num
     db
       .selectFrom('users as u')
       .select((eb) => [
-        'u.id', 'u.is_active', 'u.bot_type', 'u.email_address_visibility',
+        'u.id',
+        'u.is_active',
+        'u.bot_type',
+        'u.email_address_visibility',
         restricted
-          ? eb.exists(eb.selectFrom('subscriptions as mine').innerJoin('subscriptions as theirs', 'theirs.stream_id', 'mine.stream_id')
-            .select('mine.user_id').where('mine.user_id', '=', caller.id).where('mine.active', '=', true)
-            .whereRef('theirs.user_id', '=', 'u.id').where('theirs.active', '=', true)).as('shares_channel')
+          ? eb
+              .exists(
+                eb
+                  .selectFrom('subscriptions as mine')
+                  .innerJoin('subscriptions as theirs', 'theirs.stream_id', 'mine.stream_id')
+                  .select('mine.user_id')
+                  .where('mine.user_id', '=', caller.id)
+                  .where('mine.active', '=', true)
+                  .whereRef('theirs.user_id', '=', 'u.id')
+                  .where('theirs.active', '=', true),
+              )
+              .as('shares_channel')
           : sql<boolean>`false`.as('shares_channel'),
       ])
       .where('u.realm_id', '=', caller.realmId)
@@ -77,7 +109,13 @@ export async function isSubscribed(db: Database, caller: ReadCaller, userId: num
   ]);
   if (!user) throw badRequest('No such user');
   if (!user.is_active) throw badRequest('User is deactivated');
-  const target = { id: user.id, isActive: user.is_active, botType: user.bot_type, emailAddressVisibility: user.email_address_visibility, sharesActiveChannelWithViewer: user.shares_channel === true };
+  const target = {
+    id: user.id,
+    isActive: user.is_active,
+    botType: user.bot_type,
+    emailAddressVisibility: user.email_address_visibility,
+    sharesActiveChannelWithViewer: user.shares_channel === true,
+  };
   if (!canAccessUser(caller, target)) throw badRequest('Insufficient permission');
   return checkChannelAccess(caller, channel).user_subscribed === true;
 }

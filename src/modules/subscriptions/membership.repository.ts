@@ -37,8 +37,17 @@ export interface TargetRow {
 }
 
 /** The settings of a subscription row, as the subscription object serializes them. */
-type SubscriptionSettings = Pick<SubscriptionRow, 'color' | 'is_muted' | 'pin_to_top' | 'desktop_notifications' | 'audible_notifications'
-  | 'push_notifications' | 'email_notifications' | 'wildcard_mentions_notify'>;
+type SubscriptionSettings = Pick<
+  SubscriptionRow,
+  | 'color'
+  | 'is_muted'
+  | 'pin_to_top'
+  | 'desktop_notifications'
+  | 'audible_notifications'
+  | 'push_notifications'
+  | 'email_notifications'
+  | 'wildcard_mentions_notify'
+>;
 
 /** A subscription row on a named channel: every active one, and the inactive ones of the targets. */
 export interface MembershipRow extends SubscriptionSettings {
@@ -121,7 +130,10 @@ export async function readMembership(
 }
 
 /** A channel to create, with the id the read reserved and its creation time (ISO). */
-export type NewChannel = Omit<ChannelRow, 'date_created' | 'deactivated' | 'message_retention_days' | 'creator_id'> & { creator_id: number; date_created: string };
+export type NewChannel = Omit<ChannelRow, 'date_created' | 'deactivated' | 'message_retention_days' | 'creator_id'> & {
+  creator_id: number;
+  date_created: string;
+};
 
 interface MembershipWriteArgs extends MultiUserEventArgs {
   /** NewChannel objects, as JSON. */
@@ -144,34 +156,63 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
       .with('new_channel', (db) =>
         db
           .insertInto('streams')
-          .columns(['id', 'realm_id', 'name', 'description', 'rendered_description', 'invite_only', 'is_web_public', 'history_public_to_subscribers', 'creator_id', 'date_created'])
-          .expression(() => sql`(
+          .columns([
+            'id',
+            'realm_id',
+            'name',
+            'description',
+            'rendered_description',
+            'invite_only',
+            'is_web_public',
+            'history_public_to_subscribers',
+            'creator_id',
+            'date_created',
+          ])
+          .expression(
+            () => sql`(
             SELECT c.id, ${args.realmId}::integer, c.name, c.description, c.rendered_description, c.invite_only, c.is_web_public,
                    c.history_public_to_subscribers, c.creator_id, c.date_created
             FROM json_to_recordset(${args.channels}::json) AS c(
               id integer, name text, description text, rendered_description text, invite_only boolean, is_web_public boolean,
-              history_public_to_subscribers boolean, creator_id integer, date_created timestamptz))`)
-          .returning('id'))
+              history_public_to_subscribers boolean, creator_id integer, date_created timestamptz))`,
+          )
+          .returning('id'),
+      )
       .with('added_subscription', (db) =>
         db
           .insertInto('subscriptions')
           .columns(['realm_id', 'user_id', 'stream_id', 'color'])
-          .expression(() => sql`(
+          .expression(
+            () => sql`(
             SELECT ${args.realmId}::integer, a.user_id, a.stream_id, a.color
-            FROM json_to_recordset(${args.added}::json) AS a(user_id integer, stream_id integer, color text))`)
+            FROM json_to_recordset(${args.added}::json) AS a(user_id integer, stream_id integer, color text))`,
+          )
           .onConflict((oc) => oc.columns(['user_id', 'stream_id']).doUpdateSet({ active: true }))
-          .returning('user_id'))
+          .returning('user_id'),
+      )
       .with('removed_subscription', (db) =>
         db
           .updateTable('subscriptions as sub')
           .set({ active: false })
-          .where(sql<boolean>`(sub.user_id, sub.stream_id) IN (
-            SELECT r.user_id, r.stream_id FROM json_to_recordset(${args.removed}::json) AS r(user_id integer, stream_id integer))`)
+          .where(
+            sql<boolean>`(sub.user_id, sub.stream_id) IN (
+            SELECT r.user_id, r.stream_id FROM json_to_recordset(${args.removed}::json) AS r(user_id integer, stream_id integer))`,
+          )
           .where('sub.realm_id', '=', args.realmId)
-          .returning('sub.user_id'))
+          .returning('sub.user_id'),
+      )
       .selectNoFrom((eb) => [
-        eb.selectFrom('new_channel').select((eb) => eb.fn.countAll<number>().as('n')).as('channels'),
-        eb.selectFrom('added_subscription').select((eb) => eb.fn.countAll<number>().as('n')).as('added'),
-        eb.selectFrom('removed_subscription').select((eb) => eb.fn.countAll<number>().as('n')).as('removed'),
+        eb
+          .selectFrom('new_channel')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .as('channels'),
+        eb
+          .selectFrom('added_subscription')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .as('added'),
+        eb
+          .selectFrom('removed_subscription')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .as('removed'),
       ]),
 );

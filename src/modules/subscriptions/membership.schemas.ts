@@ -15,23 +15,39 @@ export const subscribeSchema = nonGuestsOnly({
   summary: 'Subscribe users to channels, creating the missing ones',
   description:
     'All or nothing. Guests are refused before anything else. Channels are named case-insensitively; a name ' +
-    'that names no channel creates it, with the caller as its creator. Zulip\'s checks in Zulip\'s order; see ' +
+    "that names no channel creates it, with the caller as its creator. Zulip's checks in Zulip's order; see " +
     'docs/management-api.md.',
   tags: ['subscriptions'],
   ...formParameters({
-    subscriptions: required(channelRequests, `The channels, as a JSON list of {"name", "description"?, "color"?} (at most ${MAX_CHANNELS_PER_REQUEST}).`),
+    subscriptions: required(
+      channelRequests,
+      `The channels, as a JSON list of {"name", "description"?, "color"?} (at most ${MAX_CHANNELS_PER_REQUEST}).`,
+    ),
     principals: optional(principals, PRINCIPALS),
-    authorization_errors_fatal: optional(jsonBoolean, 'false: private channels the caller cannot access are listed in `unauthorized` instead of failing the request.', true),
+    authorization_errors_fatal: optional(
+      jsonBoolean,
+      'false: private channels the caller cannot access are listed in `unauthorized` instead of failing the request.',
+      true,
+    ),
     invite_only: optional(jsonBoolean, 'Channels created are private.', false),
     is_web_public: optional(jsonBoolean, 'Channels created are web-public: refused, no organization here enables spectator access.', false),
-    history_public_to_subscribers: optional(jsonBoolean, 'For private channels created (default false); public channels always have public history.'),
-    send_new_subscription_messages: optional(jsonBoolean, 'Adds `new_subscription_messages_sent` to the answer (no messages exist on this server).', true),
+    history_public_to_subscribers: optional(
+      jsonBoolean,
+      'For private channels created (default false); public channels always have public history.',
+    ),
+    send_new_subscription_messages: optional(
+      jsonBoolean,
+      'Adds `new_subscription_messages_sent` to the answer (no messages exist on this server).',
+      true,
+    ),
   }),
   documentedResponses: {
     200: successResponse('Who was subscribed where.', {
       subscribed: byUser('Per user id (decimal), the channels newly subscribed to.'),
       already_subscribed: byUser('Per user id (decimal), the channels the user was already subscribed to.'),
-      new_subscription_messages_sent: Type.Optional(Type.Boolean({ description: 'Only with send_new_subscription_messages: whether at most 100 users were newly subscribed.' })),
+      new_subscription_messages_sent: Type.Optional(
+        Type.Boolean({ description: 'Only with send_new_subscription_messages: whether at most 100 users were newly subscribed.' }),
+      ),
       unauthorized: Type.Optional(Type.Array(Type.String(), { description: 'Only with authorization_errors_fatal=false.' })),
     }),
     ...AUTHENTICATED_ERRORS,
@@ -70,7 +86,9 @@ export const channelMembersSchema = {
   tags: ['subscriptions'],
   ...queryParameters({}, { stream_id: idSegment('The channel id.') }),
   documentedResponses: {
-    200: successResponse('The active subscribers.', { subscribers: Type.Array(Type.Integer(), { description: 'User ids of active users, ascending.' }) }),
+    200: successResponse('The active subscribers.', {
+      subscribers: Type.Array(Type.Integer(), { description: 'User ids of active users, ascending.' }),
+    }),
     ...AUTHENTICATED_ERRORS,
   },
 } satisfies FastifySchema;

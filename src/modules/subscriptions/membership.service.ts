@@ -66,11 +66,20 @@ const noSuchUser = () => badRequest('No such user');
 const insufficientPermission = () => badRequest('Insufficient permission');
 
 /** Runs `work` in the caller's interactive transaction, holding the organization's membership lock. */
-function underMembershipLock<T>(writes: EventWrites, caller: Pick<MembershipCaller, 'id' | 'realmId'>, work: (tx: StatementRunner) => Promise<T>, departure: Departure | undefined): Promise<T> {
-  return writes.transactions.runInteractive(caller.id, async (tx) => {
-    await tx.run(REALM_MEMBERSHIP_LOCK, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
-    return work(tx);
-  }, departure);
+function underMembershipLock<T>(
+  writes: EventWrites,
+  caller: Pick<MembershipCaller, 'id' | 'realmId'>,
+  work: (tx: StatementRunner) => Promise<T>,
+  departure: Departure | undefined,
+): Promise<T> {
+  return writes.transactions.runInteractive(
+    caller.id,
+    async (tx) => {
+      await tx.run(REALM_MEMBERSHIP_LOCK, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
+      return work(tx);
+    },
+    departure,
+  );
 }
 
 /** The ids and delivery emails to look up for `principals` (a dummy address names its id). */
@@ -173,45 +182,81 @@ const historyPublic = (request: SubscribeRequest) => (request.inviteOnly ? (requ
 export type SubscribeResult = Record<string, unknown>;
 
 /** POST /users/me/subscriptions after the guest check and parsing. */
-export function subscribeUsers(context: MembershipContext, caller: MembershipCaller, request: SubscribeRequest, departure?: Departure): Promise<SubscribeResult> {
+export function subscribeUsers(
+  context: MembershipContext,
+  caller: MembershipCaller,
+  request: SubscribeRequest,
+  departure?: Departure,
+): Promise<SubscribeResult> {
   const names = checkedNames(request.channels.map((channel) => channel.name));
   const principals = request.principals;
-  const subscribingOthers = principals !== undefined && ('emails' in principals ? principals.emails.length > 0 : principals.ids.some((id) => id !== caller.id));
-  return underMembershipLock(context, caller, async (tx) => {
-    const keys = principalKeys(subscribingOthers ? principals : undefined, caller, context.config);
-    const read = await readMembership(tx, { realmId: caller.realmId, names, ...keys, wantNewIds: true });
-    const { existing, missing } = matchNames(names, read);
-    // Zulip's check_channel_creation_permissions: every non-guest may create public and private
-    // channels here (no group settings); web-public ones need spectator access, which no
-    // organization of this server enables.
-    if (missing.length > 0 && request.isWebPublic) throw badRequest('Web-public channels are not enabled.');
-    const index = membershipIndex(read);
-    const unauthorized = existing.filter((channel) => !hasContentAccess(channel, index.rowOf(caller.id, channel.id)?.active === true));
-    if (unauthorized.length > 0 && request.authorizationErrorsFatal) throw badRequest(`Unable to access channel (${unauthorized[0]!.name}).`);
-    const subscribers = subscribingOthers ? resolvePrincipals(principals, read, caller, context.config) : [read.targets.find((user) => user.id === caller.id)!];
-    const created = createdChannels(missing, request, read.new_ids, caller);
-    const authorized = existing.filter((channel) => !unauthorized.includes(channel));
-    const requestedColors = new Map(request.channels.filter((channel) => channel.color !== undefined).map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]));
-    const plan = planSubscriptions(requestedColors, [...authorized, ...created], new Set(created.map((channel) => channel.id)), subscribers, read);
-    if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events, read.queue_owners);
-    const newlySubscribedUsers = Object.keys(plan.subscribed).length;
-    return {
-      subscribed: plan.subscribed,
-      already_subscribed: plan.alreadySubscribed,
-      ...(request.sendNewSubscriptionMessages && { new_subscription_messages_sent: newlySubscribedUsers <= MAX_BULK_NEW_SUBSCRIPTION_MESSAGES }),
-      ...(!request.authorizationErrorsFatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
-    };
-  }, departure);
+  const subscribingOthers =
+    principals !== undefined && ('emails' in principals ? principals.emails.length > 0 : principals.ids.some((id) => id !== caller.id));
+  return underMembershipLock(
+    context,
+    caller,
+    async (tx) => {
+      const keys = principalKeys(subscribingOthers ? principals : undefined, caller, context.config);
+      const read = await readMembership(tx, { realmId: caller.realmId, names, ...keys, wantNewIds: true });
+      const { existing, missing } = matchNames(names, read);
+      // Zulip's check_channel_creation_permissions: every non-guest may create public and private
+      // channels here (no group settings); web-public ones need spectator access, which no
+      // organization of this server enables.
+      if (missing.length > 0 && request.isWebPublic) throw badRequest('Web-public channels are not enabled.');
+      const index = membershipIndex(read);
+      const unauthorized = existing.filter((channel) => !hasContentAccess(channel, index.rowOf(caller.id, channel.id)?.active === true));
+      if (unauthorized.length > 0 && request.authorizationErrorsFatal)
+        throw badRequest(`Unable to access channel (${unauthorized[0]!.name}).`);
+      const subscribers = subscribingOthers
+        ? resolvePrincipals(principals, read, caller, context.config)
+        : [read.targets.find((user) => user.id === caller.id)!];
+      const created = createdChannels(missing, request, read.new_ids, caller);
+      const authorized = existing.filter((channel) => !unauthorized.includes(channel));
+      const requestedColors = new Map(
+        request.channels
+          .filter((channel) => channel.color !== undefined)
+          .map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]),
+      );
+      const plan = planSubscriptions(
+        requestedColors,
+        [...authorized, ...created],
+        new Set(created.map((channel) => channel.id)),
+        subscribers,
+        read,
+      );
+      if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events, read.queue_owners);
+      const newlySubscribedUsers = Object.keys(plan.subscribed).length;
+      return {
+        subscribed: plan.subscribed,
+        already_subscribed: plan.alreadySubscribed,
+        ...(request.sendNewSubscriptionMessages && {
+          new_subscription_messages_sent: newlySubscribedUsers <= MAX_BULK_NEW_SUBSCRIPTION_MESSAGES,
+        }),
+        ...(!request.authorizationErrorsFatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
+      };
+    },
+    departure,
+  );
 }
 
 function createdChannels(missing: string[], request: SubscribeRequest, ids: number[], caller: MembershipCaller): ChannelRow[] {
   const now = Math.floor(Date.now() / 1000);
   return missing.map((name, index) => {
-    const description = (request.channels.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? '').replaceAll('\n', ' ');
+    const description = (
+      request.channels.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? ''
+    ).replaceAll('\n', ' ');
     return {
-      id: ids[index]!, name, description, rendered_description: description === '' ? '' : renderMarkdown(description),
-      invite_only: request.inviteOnly, is_web_public: false, history_public_to_subscribers: historyPublic(request),
-      creator_id: caller.id, date_created: now, deactivated: false, message_retention_days: null,
+      id: ids[index]!,
+      name,
+      description,
+      rendered_description: description === '' ? '' : renderMarkdown(description),
+      invite_only: request.inviteOnly,
+      is_web_public: false,
+      history_public_to_subscribers: historyPublic(request),
+      creator_id: caller.id,
+      date_created: now,
+      deactivated: false,
+      message_retention_days: null,
     };
   });
 }
@@ -258,7 +303,8 @@ function planSubscriptions(
       else perUser.set(user.id, [entry]);
     }
   }
-  const subscribersAfter = (channel: ChannelRow) => [...index.subscribersOf(channel.id), ...(addedTo.get(channel.id) ?? [])].sort((a, b) => a - b);
+  const subscribersAfter = (channel: ChannelRow) =>
+    [...index.subscribersOf(channel.id), ...(addedTo.get(channel.id) ?? [])].sort((a, b) => a - b);
   const events: AddressedEvent[] = [];
   // stream/create: a created channel to whoever sees it, then to each new subscriber the channels it could not see before.
   for (const channel of channels.filter((channel) => createdIds.has(channel.id))) {
@@ -266,25 +312,44 @@ function planSubscriptions(
   }
   for (const [userId, entries] of perUser) {
     const unseen = entries.filter(({ channel }) => !recipients.seesWithoutSubscription(channel, userId));
-    if (unseen.length > 0) events.push({ users: [userId], event: { type: 'stream', op: 'create', streams: unseen.map(({ channel }) => streamObject(channel)) } });
+    if (unseen.length > 0)
+      events.push({
+        users: [userId],
+        event: { type: 'stream', op: 'create', streams: unseen.map(({ channel }) => streamObject(channel)) },
+      });
   }
   for (const [userId, entries] of perUser) {
     const subscriptions = entries.map(({ channel, row, color }) => ({
       ...serializeSubscription({
-        stream_id: channel.id, name: channel.name, description: channel.description, rendered_description: channel.rendered_description,
-        creator_id: channel.creator_id, date_created: new Date(Number(channel.date_created) * 1000), invite_only: channel.invite_only,
-        is_web_public: channel.is_web_public, history_public_to_subscribers: channel.history_public_to_subscribers,
-        message_retention_days: channel.message_retention_days, color,
-        is_muted: row?.is_muted ?? false, pin_to_top: row?.pin_to_top ?? false,
-        desktop_notifications: row?.desktop_notifications ?? null, audible_notifications: row?.audible_notifications ?? null,
-        push_notifications: row?.push_notifications ?? null, email_notifications: row?.email_notifications ?? null,
-        wildcard_mentions_notify: row?.wildcard_mentions_notify ?? null, subscribers: subscribersAfter(channel),
+        stream_id: channel.id,
+        name: channel.name,
+        description: channel.description,
+        rendered_description: channel.rendered_description,
+        creator_id: channel.creator_id,
+        date_created: new Date(Number(channel.date_created) * 1000),
+        invite_only: channel.invite_only,
+        is_web_public: channel.is_web_public,
+        history_public_to_subscribers: channel.history_public_to_subscribers,
+        message_retention_days: channel.message_retention_days,
+        color,
+        is_muted: row?.is_muted ?? false,
+        pin_to_top: row?.pin_to_top ?? false,
+        desktop_notifications: row?.desktop_notifications ?? null,
+        audible_notifications: row?.audible_notifications ?? null,
+        push_notifications: row?.push_notifications ?? null,
+        email_notifications: row?.email_notifications ?? null,
+        wildcard_mentions_notify: row?.wildcard_mentions_notify ?? null,
+        subscribers: subscribersAfter(channel),
       }),
       is_archived: channel.deactivated,
     }));
     events.push({ users: [userId], event: { type: 'subscription', op: 'add', subscriptions } });
   }
-  const changes: PeerChange[] = channels.map((channel) => ({ channel, changed: addedTo.get(channel.id) ?? [], subscribersAfter: subscribersAfter(channel) }));
+  const changes: PeerChange[] = channels.map((channel) => ({
+    channel,
+    changed: addedTo.get(channel.id) ?? [],
+    subscribersAfter: subscribersAfter(channel),
+  }));
   events.push(...peerEvents('peer_add', changes, recipients));
   return { subscribed, alreadySubscribed, added, events };
 }
@@ -301,11 +366,19 @@ async function writeMembership(
 ): Promise<void> {
   // Only users with a queue can receive (a public channel's peers are the whole organization).
   const owners = new Set(queueOwners);
-  const stored = events.map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) })).filter((event) => event.users.length > 0);
+  const stored = events
+    .map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) }))
+    .filter((event) => event.users.length > 0);
   const channels: NewChannel[] = created.map((channel) => ({
-    id: channel.id, name: channel.name, description: channel.description, rendered_description: channel.rendered_description,
-    invite_only: channel.invite_only, is_web_public: channel.is_web_public, history_public_to_subscribers: channel.history_public_to_subscribers,
-    creator_id: channel.creator_id!, date_created: new Date(channel.date_created * 1000).toISOString(),
+    id: channel.id,
+    name: channel.name,
+    description: channel.description,
+    rendered_description: channel.rendered_description,
+    invite_only: channel.invite_only,
+    is_web_public: channel.is_web_public,
+    history_public_to_subscribers: channel.history_public_to_subscribers,
+    creator_id: channel.creator_id!,
+    date_created: new Date(channel.date_created * 1000).toISOString(),
   }));
   await writeMembershipStatement(tx, {
     realmId: caller.realmId,
@@ -323,59 +396,79 @@ export interface UnsubscribeRequest {
 }
 
 /** Zulip's user_directly_controls_user: oneself, or a bot one owns. */
-const controls = (caller: MembershipCaller, target: TargetRow) => target.id === caller.id || (target.bot_type !== null && target.bot_owner_id === caller.id);
+const controls = (caller: MembershipCaller, target: TargetRow) =>
+  target.id === caller.id || (target.bot_type !== null && target.bot_owner_id === caller.id);
 
 /** DELETE /users/me/subscriptions after parsing. */
 export function unsubscribeUsers(context: MembershipContext, caller: MembershipCaller, request: UnsubscribeRequest, departure?: Departure) {
   const principals = request.principals;
   const named = principals !== undefined && ('ids' in principals ? principals.ids.length > 0 : principals.emails.length > 0);
-  return underMembershipLock(context, caller, async (tx) => {
-    const strippedNames = request.names.map(stripName);
-    // A name PostgreSQL text cannot hold (NUL) fails its checks below, after the principals'.
-    const distinctNames = [...new Map(strippedNames.filter(isStorableText).map((name) => [name.toLowerCase(), name])).values()];
-    const read = await readMembership(tx, { realmId: caller.realmId, names: distinctNames, ...principalKeys(named ? principals : undefined, caller, context.config), wantNewIds: false });
-    const users = named ? resolvePrincipals(principals, read, caller, context.config) : [read.targets.find((user) => user.id === caller.id)!];
-    const unsubscribingOthers = users.some((user) => !controls(caller, user));
-    for (const name of strippedNames) checkChannelName(name);
-    const { existing, missing } = matchNames(distinctNames, read);
-    // Zulip's bulk_can_remove_subscribers_from_streams: administrators may; guests may not; others
-    // only from channels they administer (by default: created).
-    if (unsubscribingOthers && caller.role > ROLES.admin) {
-      if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id)) throw insufficientPermission();
-    }
-    if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
-    const index = membershipIndex(read);
-    const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
-    const removed: string[] = [];
-    const notRemoved: string[] = [];
-    const removals: { user_id: number; stream_id: number }[] = [];
-    const removedFrom = new Map<number, number[]>();
-    const lostBy = new Map<number, ChannelRow[]>();
-    for (const user of users) {
-      for (const channel of existing) {
-        if (index.rowOf(user.id, channel.id)?.active !== true) {
-          notRemoved.push(channel.name);
-          continue;
-        }
-        removed.push(channel.name);
-        removals.push({ user_id: user.id, stream_id: channel.id });
-        removedFrom.set(channel.id, [...(removedFrom.get(channel.id) ?? []), user.id]);
-        lostBy.set(user.id, [...(lostBy.get(user.id) ?? []), channel]);
-      }
-    }
-    if (removals.length > 0) {
-      const changes: PeerChange[] = existing.map((channel) => {
-        const gone = new Set(removedFrom.get(channel.id) ?? []);
-        return { channel, changed: [...gone], subscribersAfter: index.subscribersOf(channel.id).filter((id) => !gone.has(id)) };
+  return underMembershipLock(
+    context,
+    caller,
+    async (tx) => {
+      const strippedNames = request.names.map(stripName);
+      // A name PostgreSQL text cannot hold (NUL) fails its checks below, after the principals'.
+      const distinctNames = [...new Map(strippedNames.filter(isStorableText).map((name) => [name.toLowerCase(), name])).values()];
+      const read = await readMembership(tx, {
+        realmId: caller.realmId,
+        names: distinctNames,
+        ...principalKeys(named ? principals : undefined, caller, context.config),
+        wantNewIds: false,
       });
-      const events = peerEvents('peer_remove', changes, recipients);
-      for (const [userId, channels] of lostBy) {
-        events.push({ users: [userId], event: { type: 'subscription', op: 'remove', subscriptions: channels.map((channel) => ({ name: channel.name, stream_id: channel.id })) } });
+      const users = named
+        ? resolvePrincipals(principals, read, caller, context.config)
+        : [read.targets.find((user) => user.id === caller.id)!];
+      const unsubscribingOthers = users.some((user) => !controls(caller, user));
+      for (const name of strippedNames) checkChannelName(name);
+      const { existing, missing } = matchNames(distinctNames, read);
+      // Zulip's bulk_can_remove_subscribers_from_streams: administrators may; guests may not; others
+      // only from channels they administer (by default: created).
+      if (unsubscribingOthers && caller.role > ROLES.admin) {
+        if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id)) throw insufficientPermission();
       }
-      await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
-    }
-    return { removed, not_removed: notRemoved };
-  }, departure);
+      if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
+      const index = membershipIndex(read);
+      const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
+      const removed: string[] = [];
+      const notRemoved: string[] = [];
+      const removals: { user_id: number; stream_id: number }[] = [];
+      const removedFrom = new Map<number, number[]>();
+      const lostBy = new Map<number, ChannelRow[]>();
+      for (const user of users) {
+        for (const channel of existing) {
+          if (index.rowOf(user.id, channel.id)?.active !== true) {
+            notRemoved.push(channel.name);
+            continue;
+          }
+          removed.push(channel.name);
+          removals.push({ user_id: user.id, stream_id: channel.id });
+          removedFrom.set(channel.id, [...(removedFrom.get(channel.id) ?? []), user.id]);
+          lostBy.set(user.id, [...(lostBy.get(user.id) ?? []), channel]);
+        }
+      }
+      if (removals.length > 0) {
+        const changes: PeerChange[] = existing.map((channel) => {
+          const gone = new Set(removedFrom.get(channel.id) ?? []);
+          return { channel, changed: [...gone], subscribersAfter: index.subscribersOf(channel.id).filter((id) => !gone.has(id)) };
+        });
+        const events = peerEvents('peer_remove', changes, recipients);
+        for (const [userId, channels] of lostBy) {
+          events.push({
+            users: [userId],
+            event: {
+              type: 'subscription',
+              op: 'remove',
+              subscriptions: channels.map((channel) => ({ name: channel.name, stream_id: channel.id })),
+            },
+          });
+        }
+        await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
+      }
+      return { removed, not_removed: notRemoved };
+    },
+    departure,
+  );
 }
 
 /** The admin command line's `subscribe` names a channel that does not exist. */
@@ -387,15 +480,25 @@ export class ChannelNotFound extends Error {}
  * through the same lock, read, plan, write and events as POST /users/me/subscriptions. Returns
  * the subscription's colour (an existing row's, reactivated or active, is kept).
  */
-export function subscribeAsOperator(writes: EventWrites, realmId: number, userId: number, channelName: string): Promise<{ stream_id: number; color: string }> {
-  return underMembershipLock(writes, { id: userId, realmId }, async (tx) => {
-    const read = await readMembership(tx, { realmId, names: [channelName], targetIds: [userId], targetEmails: [], wantNewIds: false });
-    const { existing } = matchNames([channelName], read);
-    const channel = existing[0];
-    const user = read.targets.find((target) => target.id === userId);
-    if (!channel || !user) throw new ChannelNotFound(channelName);
-    const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
-    if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
-    return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
-  }, undefined);
+export function subscribeAsOperator(
+  writes: EventWrites,
+  realmId: number,
+  userId: number,
+  channelName: string,
+): Promise<{ stream_id: number; color: string }> {
+  return underMembershipLock(
+    writes,
+    { id: userId, realmId },
+    async (tx) => {
+      const read = await readMembership(tx, { realmId, names: [channelName], targetIds: [userId], targetEmails: [], wantNewIds: false });
+      const { existing } = matchNames([channelName], read);
+      const channel = existing[0];
+      const user = read.targets.find((target) => target.id === userId);
+      if (!channel || !user) throw new ChannelNotFound(channelName);
+      const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
+      if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
+      return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
+    },
+    undefined,
+  );
 }

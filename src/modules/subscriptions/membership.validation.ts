@@ -1,6 +1,17 @@
 import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
-import { checkDict, checkInteger, checkList, checkString, jsonTextKind, keyPath, type Kind, MESSAGES, parseJson, requireKey } from '../../http/params.js';
+import {
+  checkDict,
+  checkInteger,
+  checkList,
+  checkString,
+  jsonTextKind,
+  keyPath,
+  type Kind,
+  MESSAGES,
+  parseJson,
+  requireKey,
+} from '../../http/params.js';
 
 /**
  * The parameters of subscribing and unsubscribing and Zulip's channel-name rules
@@ -41,32 +52,40 @@ function listOfAtMost(raw: string, name: string, limit: number): unknown[] {
  * valid dictionary or instance of AddSubscriptionData".
  */
 export const channelRequests: Kind<ChannelRequest[]> = jsonTextKind(
-  Type.Array(Type.Object({ name: Type.String(), description: Type.Optional(Type.String({ maxLength: MAX_DESCRIPTION_LENGTH })), color: Type.Optional(Type.String()) }), { maxItems: MAX_CHANNELS_PER_REQUEST }),
-  (raw, name) => listOfAtMost(raw, name, MAX_CHANNELS_PER_REQUEST).map((entry, index) => {
-    const at = `${name}[${index}]`;
-    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
-      throw badRequest(`Invalid ${at}: Input should be a valid dictionary or instance of AddSubscriptionData`);
-    }
-    const object = checkDict(entry, at);
-    const request: ChannelRequest = { name: checkString(requireKey(object, 'name', at), keyPath(at, 'name')) };
-    if (object.color !== undefined && object.color !== null) {
-      const color = checkString(object.color, keyPath(at, 'color'));
-      if (!HEX_COLOR.test(color)) throw badRequest(`Invalid ${at}: Value error, add.color is not a valid hex color code`);
-      request.color = color;
-    }
-    if (object.description !== undefined && object.description !== null) {
-      const description = checkString(object.description, keyPath(at, 'description'));
-      if ([...description].length > MAX_DESCRIPTION_LENGTH) throw badRequest(MESSAGES.tooManyCharacters(keyPath(at, 'description'), MAX_DESCRIPTION_LENGTH));
-      request.description = description;
-    }
-    return request;
-  }),
+  Type.Array(
+    Type.Object({
+      name: Type.String(),
+      description: Type.Optional(Type.String({ maxLength: MAX_DESCRIPTION_LENGTH })),
+      color: Type.Optional(Type.String()),
+    }),
+    { maxItems: MAX_CHANNELS_PER_REQUEST },
+  ),
+  (raw, name) =>
+    listOfAtMost(raw, name, MAX_CHANNELS_PER_REQUEST).map((entry, index) => {
+      const at = `${name}[${index}]`;
+      if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
+        throw badRequest(`Invalid ${at}: Input should be a valid dictionary or instance of AddSubscriptionData`);
+      }
+      const object = checkDict(entry, at);
+      const request: ChannelRequest = { name: checkString(requireKey(object, 'name', at), keyPath(at, 'name')) };
+      if (object.color !== undefined && object.color !== null) {
+        const color = checkString(object.color, keyPath(at, 'color'));
+        if (!HEX_COLOR.test(color)) throw badRequest(`Invalid ${at}: Value error, add.color is not a valid hex color code`);
+        request.color = color;
+      }
+      if (object.description !== undefined && object.description !== null) {
+        const description = checkString(object.description, keyPath(at, 'description'));
+        if ([...description].length > MAX_DESCRIPTION_LENGTH)
+          throw badRequest(MESSAGES.tooManyCharacters(keyPath(at, 'description'), MAX_DESCRIPTION_LENGTH));
+        request.description = description;
+      }
+      return request;
+    }),
 );
 
 /** DELETE's `subscriptions`: channel names. */
-export const channelNames: Kind<string[]> = jsonTextKind(
-  Type.Array(Type.String(), { maxItems: MAX_CHANNELS_PER_REQUEST }),
-  (raw, name) => listOfAtMost(raw, name, MAX_CHANNELS_PER_REQUEST).map((item, index) => checkString(item, `${name}[${index}]`)),
+export const channelNames: Kind<string[]> = jsonTextKind(Type.Array(Type.String(), { maxItems: MAX_CHANNELS_PER_REQUEST }), (raw, name) =>
+  listOfAtMost(raw, name, MAX_CHANNELS_PER_REQUEST).map((item, index) => checkString(item, `${name}[${index}]`)),
 );
 
 /**

@@ -41,98 +41,141 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
   [...EVENT_APPEND_ARGUMENTS, 'isGuest', 'entries', 'updates', 'streamIds', 'write'],
   (db, args) => {
     const write = sql<boolean>`${args.write}::boolean`;
-    return withEventAppend(db, args)
-      // Raw: table functions WITH ORDINALITY / with a column list (parenthesized for Kysely).
-      .with('entry(ord, stream_id, property, value, known_old, old)', () => sql<{
-        ord: number; stream_id: number; property: string; value: unknown; known_old: boolean; old: unknown;
-      }>`(
+    return (
+      withEventAppend(db, args)
+        // Raw: table functions WITH ORDINALITY / with a column list (parenthesized for Kysely).
+        .with(
+          'entry(ord, stream_id, property, value, known_old, old)',
+          () => sql<{
+            ord: number;
+            stream_id: number;
+            property: string;
+            value: unknown;
+            known_old: boolean;
+            old: unknown;
+          }>`(
         SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
-        FROM jsonb_array_elements(${args.entries}::jsonb) WITH ORDINALITY AS e(item, ord))`)
-      .with('final_value', () => sql<{ stream_id: number } & SettingValues>`(
+        FROM jsonb_array_elements(${args.entries}::jsonb) WITH ORDINALITY AS e(item, ord))`,
+        )
+        .with(
+          'final_value',
+          () => sql<{ stream_id: number } & SettingValues>`(
         SELECT * FROM json_to_recordset(${args.updates}::json) AS v(
           stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
-          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean))`)
-      .with('channel', (db) =>
-        db
-          .selectFrom('streams as s')
-          .leftJoin('subscriptions as sub', (join) => join.onRef('sub.stream_id', '=', 's.id').on('sub.user_id', '=', args.userId))
-          .select((eb) => [
-            's.id', 's.invite_only', 's.is_web_public', 'sub.active',
-            jsonBuildObject({
-              color: eb.ref('sub.color'), is_muted: eb.ref('sub.is_muted'), pin_to_top: eb.ref('sub.pin_to_top'),
-              desktop_notifications: eb.ref('sub.desktop_notifications'), audible_notifications: eb.ref('sub.audible_notifications'),
-              push_notifications: eb.ref('sub.push_notifications'), email_notifications: eb.ref('sub.email_notifications'),
-              wildcard_mentions_notify: eb.ref('sub.wildcard_mentions_notify'),
-            }).as('settings'),
-          ])
-          .where('s.realm_id', '=', args.realmId)
-          .where('s.deactivated', '=', sql.lit(false))
-          .where('s.id', '=', sql<number>`ANY(${args.streamIds}::integer[])`))
-      // The lowest-index change that fails f (no such channel for the caller) or g (not subscribed).
-      .with('failure', (db) =>
-        db
-          .selectFrom('entry as e')
-          .leftJoin('channel as c', 'c.id', 'e.stream_id')
-          .select((eb) => [
-            'e.ord', 'e.stream_id',
-            eb.or([
-              eb('c.id', 'is', null),
-              // IS TRUE: no subscription row (active NULL) is no subscription, not an unknown.
-              eb.not(eb.or([
-                eb('c.is_web_public', '=', sql.lit(true)),
-                eb('c.active', 'is', true),
-                eb.and([sql<boolean>`NOT ${args.isGuest}::boolean`, eb('c.invite_only', '=', sql.lit(false))]),
-              ])),
-            ]).as('invalid_channel'),
-          ])
-          .where('c.active', 'is not', true)
-          .orderBy('e.ord')
-          .limit(sql.lit(1)))
-      .with('updated', (db) =>
-        db
-          .updateTable('subscriptions as sub')
-          .from('final_value as v')
-          .set((eb) => ({
-            color: eb.fn.coalesce('v.color', 'sub.color'),
-            is_muted: eb.fn.coalesce('v.is_muted', 'sub.is_muted'),
-            pin_to_top: eb.fn.coalesce('v.pin_to_top', 'sub.pin_to_top'),
-            desktop_notifications: eb.fn.coalesce('v.desktop_notifications', 'sub.desktop_notifications'),
-            audible_notifications: eb.fn.coalesce('v.audible_notifications', 'sub.audible_notifications'),
-            push_notifications: eb.fn.coalesce('v.push_notifications', 'sub.push_notifications'),
-            email_notifications: eb.fn.coalesce('v.email_notifications', 'sub.email_notifications'),
-            wildcard_mentions_notify: eb.fn.coalesce('v.wildcard_mentions_notify', 'sub.wildcard_mentions_notify'),
-          }))
-          .where(write)
-          .where('sub.user_id', '=', args.userId)
-          .where('sub.realm_id', '=', args.realmId)
-          .whereRef('sub.stream_id', '=', 'v.stream_id'))
-      .with('audited', (db) =>
-        db
-          .insertInto('subscription_audit_log')
-          .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
-          .expression((eb) =>
-            eb
-              .selectFrom('entry as e')
-              .innerJoin('channel as c', 'c.id', 'e.stream_id')
-              .select((eb) => [
-                sql<number>`${args.realmId}::integer`.as('realm_id'), sql<number>`${args.userId}::integer`.as('user_id'), 'e.stream_id', 'e.property',
-                // The first change of a setting starts from the stored value.
-                eb.case().when('e.known_old', '=', sql.lit(true)).then(eb.ref('e.old')).else(sql<unknown>`(c.settings -> e.property)::jsonb`).end().as('old_value'),
-                'e.value',
-                // Not now(): that is when the transaction began, which in a commit group
-                // (src/db/commit-groups.ts) can be before this user's lock was granted.
-                sql<Date>`clock_timestamp()`.as('created_at'),
-              ])
-              .where(write)
-              .orderBy('e.ord')))
-      // The main query evaluates the refusal: when a change fails, the statement raises before
-      // (or instead of) committing the writes above.
-      .selectNoFrom((eb) => [
-        eb
-          .selectFrom('failure')
-          .select(sql<boolean>`refuse_write(CASE WHEN invalid_channel THEN ${sql.lit(INVALID_CHANNEL)} ELSE ${sql.lit(NOT_SUBSCRIBED)} END, ord || ':' || stream_id)`.as('refused'))
-          .as('refused'),
-      ]);
+          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean))`,
+        )
+        .with('channel', (db) =>
+          db
+            .selectFrom('streams as s')
+            .leftJoin('subscriptions as sub', (join) => join.onRef('sub.stream_id', '=', 's.id').on('sub.user_id', '=', args.userId))
+            .select((eb) => [
+              's.id',
+              's.invite_only',
+              's.is_web_public',
+              'sub.active',
+              jsonBuildObject({
+                color: eb.ref('sub.color'),
+                is_muted: eb.ref('sub.is_muted'),
+                pin_to_top: eb.ref('sub.pin_to_top'),
+                desktop_notifications: eb.ref('sub.desktop_notifications'),
+                audible_notifications: eb.ref('sub.audible_notifications'),
+                push_notifications: eb.ref('sub.push_notifications'),
+                email_notifications: eb.ref('sub.email_notifications'),
+                wildcard_mentions_notify: eb.ref('sub.wildcard_mentions_notify'),
+              }).as('settings'),
+            ])
+            .where('s.realm_id', '=', args.realmId)
+            .where('s.deactivated', '=', sql.lit(false))
+            .where('s.id', '=', sql<number>`ANY(${args.streamIds}::integer[])`),
+        )
+        // The lowest-index change that fails f (no such channel for the caller) or g (not subscribed).
+        .with('failure', (db) =>
+          db
+            .selectFrom('entry as e')
+            .leftJoin('channel as c', 'c.id', 'e.stream_id')
+            .select((eb) => [
+              'e.ord',
+              'e.stream_id',
+              eb
+                .or([
+                  eb('c.id', 'is', null),
+                  // IS TRUE: no subscription row (active NULL) is no subscription, not an unknown.
+                  eb.not(
+                    eb.or([
+                      eb('c.is_web_public', '=', sql.lit(true)),
+                      eb('c.active', 'is', true),
+                      eb.and([sql<boolean>`NOT ${args.isGuest}::boolean`, eb('c.invite_only', '=', sql.lit(false))]),
+                    ]),
+                  ),
+                ])
+                .as('invalid_channel'),
+            ])
+            .where('c.active', 'is not', true)
+            .orderBy('e.ord')
+            .limit(sql.lit(1)),
+        )
+        .with('updated', (db) =>
+          db
+            .updateTable('subscriptions as sub')
+            .from('final_value as v')
+            .set((eb) => ({
+              color: eb.fn.coalesce('v.color', 'sub.color'),
+              is_muted: eb.fn.coalesce('v.is_muted', 'sub.is_muted'),
+              pin_to_top: eb.fn.coalesce('v.pin_to_top', 'sub.pin_to_top'),
+              desktop_notifications: eb.fn.coalesce('v.desktop_notifications', 'sub.desktop_notifications'),
+              audible_notifications: eb.fn.coalesce('v.audible_notifications', 'sub.audible_notifications'),
+              push_notifications: eb.fn.coalesce('v.push_notifications', 'sub.push_notifications'),
+              email_notifications: eb.fn.coalesce('v.email_notifications', 'sub.email_notifications'),
+              wildcard_mentions_notify: eb.fn.coalesce('v.wildcard_mentions_notify', 'sub.wildcard_mentions_notify'),
+            }))
+            .where(write)
+            .where('sub.user_id', '=', args.userId)
+            .where('sub.realm_id', '=', args.realmId)
+            .whereRef('sub.stream_id', '=', 'v.stream_id'),
+        )
+        .with('audited', (db) =>
+          db
+            .insertInto('subscription_audit_log')
+            .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
+            .expression((eb) =>
+              eb
+                .selectFrom('entry as e')
+                .innerJoin('channel as c', 'c.id', 'e.stream_id')
+                .select((eb) => [
+                  sql<number>`${args.realmId}::integer`.as('realm_id'),
+                  sql<number>`${args.userId}::integer`.as('user_id'),
+                  'e.stream_id',
+                  'e.property',
+                  // The first change of a setting starts from the stored value.
+                  eb
+                    .case()
+                    .when('e.known_old', '=', sql.lit(true))
+                    .then(eb.ref('e.old'))
+                    .else(sql<unknown>`(c.settings -> e.property)::jsonb`)
+                    .end()
+                    .as('old_value'),
+                  'e.value',
+                  // Not now(): that is when the transaction began, which in a commit group
+                  // (src/db/commit-groups.ts) can be before this user's lock was granted.
+                  sql<Date>`clock_timestamp()`.as('created_at'),
+                ])
+                .where(write)
+                .orderBy('e.ord'),
+            ),
+        )
+        // The main query evaluates the refusal: when a change fails, the statement raises before
+        // (or instead of) committing the writes above.
+        .selectNoFrom((eb) => [
+          eb
+            .selectFrom('failure')
+            .select(
+              sql<boolean>`refuse_write(CASE WHEN invalid_channel THEN ${sql.lit(INVALID_CHANNEL)} ELSE ${sql.lit(NOT_SUBSCRIBED)} END, ord || ':' || stream_id)`.as(
+                'refused',
+              ),
+            )
+            .as('refused'),
+        ])
+    );
   },
 );
 
@@ -155,19 +198,29 @@ export async function deleteOldAuditRows(db: Database, days: number, limit: numb
  * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
  * optionally with each channel's active subscribers (active users), all in one query.
  */
-export function selectActiveSubscriptions(
-  db: Database,
-  user: { id: number; realmId: number },
-  includeSubscribers: boolean,
-) {
+export function selectActiveSubscriptions(db: Database, user: { id: number; realmId: number }, includeSubscribers: boolean) {
   return db
     .selectFrom('subscriptions as sub')
     .innerJoin('streams as s', 's.id', 'sub.stream_id')
     .select([
-      's.id as stream_id', 's.name', 's.description', 's.rendered_description', 's.creator_id', 's.date_created',
-      's.invite_only', 's.is_web_public', 's.history_public_to_subscribers', 's.message_retention_days',
-      'sub.color', 'sub.is_muted', 'sub.pin_to_top', 'sub.desktop_notifications', 'sub.audible_notifications',
-      'sub.push_notifications', 'sub.email_notifications', 'sub.wildcard_mentions_notify',
+      's.id as stream_id',
+      's.name',
+      's.description',
+      's.rendered_description',
+      's.creator_id',
+      's.date_created',
+      's.invite_only',
+      's.is_web_public',
+      's.history_public_to_subscribers',
+      's.message_retention_days',
+      'sub.color',
+      'sub.is_muted',
+      'sub.pin_to_top',
+      'sub.desktop_notifications',
+      'sub.audible_notifications',
+      'sub.push_notifications',
+      'sub.email_notifications',
+      'sub.wildcard_mentions_notify',
     ])
     .select(
       (includeSubscribers

@@ -4,12 +4,7 @@ import { callerOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
-import {
-  listSubscriptionsSchema,
-  updateSettingByPostSchema,
-  updateSettingSchema,
-  updateSettingsSchema,
-} from './subscriptions.schemas.js';
+import { listSubscriptionsSchema, updateSettingByPostSchema, updateSettingSchema, updateSettingsSchema } from './subscriptions.schemas.js';
 import { applySubscriptionChanges, listSubscriptions } from './subscriptions.service.js';
 import { checkSettingChange } from './subscriptions.validation.js';
 import { channelMembersSchema, subscribeSchema, subscriptionStatusSchema, unsubscribeSchema } from './membership.schemas.js';
@@ -47,15 +42,20 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
   const membership = { ...writes, config };
   app.post('/api/v1/users/me/subscriptions', { schema: subscribeSchema }, async (request, reply) => {
     const values = parametersOf(request, subscribeSchema);
-    const result = await subscribeUsers(membership, callerOf(request), {
-      channels: values.subscriptions,
-      principals: values.principals,
-      authorizationErrorsFatal: values.authorization_errors_fatal,
-      inviteOnly: values.invite_only,
-      isWebPublic: values.is_web_public,
-      historyPublicToSubscribers: values.history_public_to_subscribers,
-      sendNewSubscriptionMessages: values.send_new_subscription_messages,
-    }, clientGone(reply));
+    const result = await subscribeUsers(
+      membership,
+      callerOf(request),
+      {
+        channels: values.subscriptions,
+        principals: values.principals,
+        authorizationErrorsFatal: values.authorization_errors_fatal,
+        inviteOnly: values.invite_only,
+        isWebPublic: values.is_web_public,
+        historyPublicToSubscribers: values.history_public_to_subscribers,
+        sendNewSubscriptionMessages: values.send_new_subscription_messages,
+      },
+      clientGone(reply),
+    );
     return success(request, result);
   });
 

@@ -1,7 +1,18 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
-import { checkBoolean, formParameters, jsonList, kind, optional, parseJson, pathSegment, queryParameters, required, text } from '../../http/params.js';
+import {
+  checkBoolean,
+  formParameters,
+  jsonList,
+  kind,
+  optional,
+  parseJson,
+  pathSegment,
+  queryParameters,
+  required,
+  text,
+} from '../../http/params.js';
 import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.js';
 
 // The subscription routes' parameters and documentation (spec §2.8, §2.12, §3.2–§3.4); see
@@ -21,11 +32,19 @@ export const includeSubscribers = kind(Type.Boolean(), (raw, name) => {
   const value = parseJson(raw, name);
   return value === 'partial' || checkBoolean(value, name);
 });
-export const INCLUDE_SUBSCRIBERS = 'Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.';
+export const INCLUDE_SUBSCRIBERS =
+  'Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.';
 
 const PROPERTIES = [
-  'color', 'is_muted', 'in_home_view', 'pin_to_top', 'desktop_notifications', 'audible_notifications',
-  'push_notifications', 'email_notifications', 'wildcard_mentions_notify',
+  'color',
+  'is_muted',
+  'in_home_view',
+  'pin_to_top',
+  'desktop_notifications',
+  'audible_notifications',
+  'push_notifications',
+  'email_notifications',
+  'wildcard_mentions_notify',
 ];
 const PROPERTY_DESCRIPTION = `One of: ${PROPERTIES.join(', ')}.`;
 
@@ -56,7 +75,9 @@ export const SubscriptionObject = Type.Object(
     stream_id: Type.Integer(),
     stream_weekly_traffic: Type.Null(),
     wildcard_mentions_notify: nullableBoolean('null: the user default applies.'),
-    subscribers: Type.Optional(Type.Array(Type.Integer(), { description: 'Only with include_subscribers: active subscribers, ascending.' })),
+    subscribers: Type.Optional(
+      Type.Array(Type.Integer(), { description: 'Only with include_subscribers: active subscribers, ascending.' }),
+    ),
   },
   { description: "One of the caller's subscriptions." },
 );
@@ -104,13 +125,19 @@ export const updateSettingSchema = {
   summary: 'Update one subscription setting',
   description: 'PATCH and POST behave identically; the change applies as one entry of the bulk update.',
   tags: ['subscriptions'],
-  ...formParameters({
-    property: required(text, PROPERTY_DESCRIPTION),
-    value: required(kind(Type.String(), parseSingleValue), '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.'),
-  }, {
-    // The router matches digits only; values beyond the id range simply match no channel.
-    stream_id: pathSegment(Type.String({ pattern: '^\\d+$', description: 'The channel id (digits only).' }), Number),
-  }),
+  ...formParameters(
+    {
+      property: required(text, PROPERTY_DESCRIPTION),
+      value: required(
+        kind(Type.String(), parseSingleValue),
+        '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.',
+      ),
+    },
+    {
+      // The router matches digits only; values beyond the id range simply match no channel.
+      stream_id: pathSegment(Type.String({ pattern: '^\\d+$', description: 'The channel id (digits only).' }), Number),
+    },
+  ),
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
 

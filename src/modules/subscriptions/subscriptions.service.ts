@@ -41,7 +41,9 @@ function planWrites(changes: SettingChange[]) {
     set[change.column] = change.stored;
     for (const event of changeEvents(change)) events.push(event);
   }
-  const finalValues = [...updates].filter(([streamId]) => isIdInRange(streamId)).map(([streamId, values]) => ({ stream_id: streamId, ...values }));
+  const finalValues = [...updates]
+    .filter(([streamId]) => isIdInRange(streamId))
+    .map(([streamId, values]) => ({ stream_id: streamId, ...values }));
   return { entries, finalValues, events };
 }
 
@@ -87,7 +89,12 @@ export async function applySubscriptionChanges(
     maxPendingEvents: writes.maxPendingEvents,
   };
   try {
-    await writes.transactions.run(caller.id, (tx) => writeSettingsStatement(tx, args), departure, changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small');
+    await writes.transactions.run(
+      caller.id,
+      (tx) => writeSettingsStatement(tx, args),
+      departure,
+      changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small',
+    );
   } catch (error) {
     throw channelError(error, changes) ?? error;
   }

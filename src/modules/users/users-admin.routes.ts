@@ -36,15 +36,19 @@ const USER_ID = ':user_id(^\\d+$)';
 export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) => {
   app.get('/api/v1/users/me', { schema: getOwnUserSchema }, async (request) => untypedSuccess(await getOwnUser(deps, callerOf(request))));
 
-  app.post('/api/v1/users', {
-    schema: createUserSchema,
-    config: { authLookup: () => canCreateUsersLookup, beforeParameters: (request) => requireRealmAdmin(callerOf(request)) },
-  }, async (request, reply) => {
-    const input = parametersOf(request, createUserSchema);
-    const canCreateUsers = lookupRowOf(request, canCreateUsersLookup)?.can_create_users === true;
-    const userId = await createUserByApi(deps, callerOf(request), canCreateUsers, input, clientGone(reply));
-    return success(request, { user_id: userId });
-  });
+  app.post(
+    '/api/v1/users',
+    {
+      schema: createUserSchema,
+      config: { authLookup: () => canCreateUsersLookup, beforeParameters: (request) => requireRealmAdmin(callerOf(request)) },
+    },
+    async (request, reply) => {
+      const input = parametersOf(request, createUserSchema);
+      const canCreateUsers = lookupRowOf(request, canCreateUsersLookup)?.can_create_users === true;
+      const userId = await createUserByApi(deps, callerOf(request), canCreateUsers, input, clientGone(reply));
+      return success(request, { user_id: userId });
+    },
+  );
 
   app.delete(`/api/v1/users/${USER_ID}`, { schema: deactivateUserSchema }, async (request, reply) => {
     const { user_id } = parametersOf(request, deactivateUserSchema);

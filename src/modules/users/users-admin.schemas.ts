@@ -3,8 +3,20 @@ import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
 import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
 import {
-  checkDict, checkInteger, checkList, formParameters, jsonTextKind, keyPath, kind, MESSAGES, optional, parseJson, pathSegment, required,
-  requireKey, text,
+  checkDict,
+  checkInteger,
+  checkList,
+  formParameters,
+  jsonTextKind,
+  keyPath,
+  kind,
+  MESSAGES,
+  optional,
+  parseJson,
+  pathSegment,
+  required,
+  requireKey,
+  text,
 } from '../../http/params.js';
 import { ROLES } from '../../zulip.js';
 import { UserObject } from './users.schemas.js';
@@ -73,16 +85,20 @@ export const deactivateUserSchema = {
     'here (`No such user`). The user and their active bots are deactivated, their credentials stop working and their ' +
     'event queues end at once.',
   tags: ['users'],
-  ...formParameters({
-    deactivation_notification_comment: optional(cappedText(DEACTIVATION_COMMENT_LIMIT), 'Accepted; no email is sent by this server.'),
-  }, USER_ID_PATH),
+  ...formParameters(
+    {
+      deactivation_notification_comment: optional(cappedText(DEACTIVATION_COMMENT_LIMIT), 'Accepted; no email is sent by this server.'),
+    },
+    USER_ID_PATH,
+  ),
   documentedResponses: { 200: successResponse('The user was deactivated.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
 
 export const deactivateOwnUserSchema = {
   operationId: 'deactivate-own-user',
   summary: 'Deactivate own user',
-  description: 'Any user or bot, except the last active user and the only active human owner. Parameters are ignored without `ignored_parameters_unsupported`.',
+  description:
+    'Any user or bot, except the last active user and the only active human owner. Parameters are ignored without `ignored_parameters_unsupported`.',
   tags: ['users'],
   documentedResponses: { 200: successResponse('Deactivated.'), ...AUTHENTICATED_ERRORS, 400: LAST_USER },
 } satisfies FastifySchema;
@@ -112,10 +128,13 @@ const MAX_PROFILE_DATA = 1000;
 
 /** profile_data: a JSON list of {"id": integer, "value": string | list of integers | null}. */
 const profileData = jsonTextKind(
-  Type.Array(Type.Object({
-    id: Type.Integer(),
-    value: Type.Union([Type.String(), Type.Array(Type.Integer()), Type.Null()], { description: 'null, "" or [] removes the value.' }),
-  }), { maxItems: MAX_PROFILE_DATA }),
+  Type.Array(
+    Type.Object({
+      id: Type.Integer(),
+      value: Type.Union([Type.String(), Type.Array(Type.Integer()), Type.Null()], { description: 'null, "" or [] removes the value.' }),
+    }),
+    { maxItems: MAX_PROFILE_DATA },
+  ),
   (raw, name): ProfileDataEntry[] => {
     const list = checkList(parseJson(raw, name), name);
     if (list.length > MAX_PROFILE_DATA) throw badRequest(MESSAGES.tooManyItems(name, MAX_PROFILE_DATA));
@@ -139,11 +158,14 @@ export const updateUserSchema = {
     'only owners grant or remove the owner role, and the only active human owner keeps it. Each change sends a ' +
     'realm_user/update event.',
   tags: ['users'],
-  ...formParameters({
-    full_name: optional(text, 'Ignored when blank or unchanged.'),
-    role: optional(jsonRole, '100 owner, 200 administrator, 300 moderator, 400 member, 600 guest.'),
-    profile_data: optional(profileData, 'Custom profile field values to set or remove.'),
-    new_email: optional(text, 'Refused: no one holds the can_change_user_emails permission here.'),
-  }, { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) }),
+  ...formParameters(
+    {
+      full_name: optional(text, 'Ignored when blank or unchanged.'),
+      role: optional(jsonRole, '100 owner, 200 administrator, 300 moderator, 400 member, 600 guest.'),
+      profile_data: optional(profileData, 'Custom profile field values to set or remove.'),
+      new_email: optional(text, 'Refused: no one holds the can_change_user_emails permission here.'),
+    },
+    { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) },
+  ),
   documentedResponses: { 200: successResponse('Updated.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;

@@ -37,7 +37,9 @@ export const adminRequired = (): ApiError => new ApiError(400, 'Must be an organ
 export const ownerRequired = (): ApiError => new ApiError(400, 'Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL');
 
 const realmOf = (caller: Caller): ManagedRealm => ({
-  id: caller.realmId, subdomain: caller.realmSubdomain, canAccessAllUsersGroup: caller.realmCanAccessAllUsersGroup,
+  id: caller.realmId,
+  subdomain: caller.realmSubdomain,
+  canAccessAllUsersGroup: caller.realmCanAccessAllUsersGroup,
 });
 
 export function contextOf(deps: UserAdminDeps, caller: Caller, departure: Departure | undefined): ManagementContext {
@@ -76,8 +78,14 @@ export async function createUserByApi(
   if (!isValidEmail(input.email)) throw badRequest('Bad name or username');
   try {
     const { userId } = await createUserWithEvents(contextOf(deps, caller, departure), {
-      email: normalizeEmail(input.email), fullName, role: ROLES.member, timezone: '',
-      emailAddressVisibility: EMAIL_ADDRESS_VISIBILITY.everyone, isImportedStub: false, canCreateUsers: false, passwordTooWeak: isPasswordTooWeak(input.password),
+      email: normalizeEmail(input.email),
+      fullName,
+      role: ROLES.member,
+      timezone: '',
+      emailAddressVisibility: EMAIL_ADDRESS_VISIBILITY.everyone,
+      isImportedStub: false,
+      canCreateUsers: false,
+      passwordTooWeak: isPasswordTooWeak(input.password),
     });
     return userId;
   } catch (error) {
@@ -104,8 +112,9 @@ export async function findManagedUser(db: Database, realmId: number, userId: num
     .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name'])
     .select([
       sql<boolean | null>`(SELECT o.is_active FROM users o WHERE o.id = t.bot_owner_id)`.as('owner_is_active'),
-      sql<number>`(SELECT count(*) FROM users o WHERE o.realm_id = t.realm_id AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)::integer`
-        .as('active_human_owners'),
+      sql<number>`(SELECT count(*) FROM users o WHERE o.realm_id = t.realm_id AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)::integer`.as(
+        'active_human_owners',
+      ),
       sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = t.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
     ])
     .where('t.id', '=', userId)
@@ -114,7 +123,8 @@ export async function findManagedUser(db: Database, realmId: number, userId: num
 }
 
 /** Zulip's check_last_owner: an owner, human, and the only active human owner (deactivated targets included). */
-export const isLastOwner = (user: ManagedUser): boolean => user.role === ROLES.owner && user.bot_type === null && user.active_human_owners === 1;
+export const isLastOwner = (user: ManagedUser): boolean =>
+  user.role === ROLES.owner && user.bot_type === null && user.active_human_owners === 1;
 
 type Operation = 'delete-other' | 'delete-me' | 'update';
 
@@ -122,19 +132,28 @@ type Operation = 'delete-other' | 'delete-me' | 'update';
 export function apiErrorOfRefusal(error: unknown, operation: Operation): unknown {
   if (!(error instanceof ManagementRefusal)) return error;
   switch (error.reason) {
-    case REFUSALS.emailInUse: return badRequest('Email is already in use.');
-    case REFUSALS.weakPassword: return badRequest('The password is too weak.');
-    case REFUSALS.deactivated: return badRequest('User is deactivated');
-    case REFUSALS.lastUser: return cannotDeactivateLast('user');
+    case REFUSALS.emailInUse:
+      return badRequest('Email is already in use.');
+    case REFUSALS.weakPassword:
+      return badRequest('The password is too weak.');
+    case REFUSALS.deactivated:
+      return badRequest('User is deactivated');
+    case REFUSALS.lastUser:
+      return cannotDeactivateLast('user');
     case REFUSALS.lastOwner:
       if (operation === 'delete-me') return cannotDeactivateLast('organization owner');
-      return badRequest(operation === 'update'
-        ? 'The owner permission cannot be removed from the only organization owner.'
-        : 'Cannot deactivate the only organization owner');
+      return badRequest(
+        operation === 'update'
+          ? 'The owner permission cannot be removed from the only organization owner.'
+          : 'Cannot deactivate the only organization owner',
+      );
     case REFUSALS.botNameTaken:
-      return badRequest(`There is already an active bot named "${error.detail}" in this organization. ` +
-        'To reactivate this bot, you must rename or deactivate the other one first.');
-    default: return error;
+      return badRequest(
+        `There is already an active bot named "${error.detail}" in this organization. ` +
+          'To reactivate this bot, you must rename or deactivate the other one first.',
+      );
+    default:
+      return error;
   }
 }
 
@@ -142,7 +161,12 @@ const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =
   new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
 
 /** DELETE /users/{user_id} (spec management §5). */
-export async function deactivateUserByApi(deps: UserAdminDeps, caller: Caller, userId: number | undefined, departure?: Departure): Promise<void> {
+export async function deactivateUserByApi(
+  deps: UserAdminDeps,
+  caller: Caller,
+  userId: number | undefined,
+  departure?: Departure,
+): Promise<void> {
   const target = userId === undefined ? undefined : await findManagedUser(deps.db, caller.realmId, userId);
   if (!target || target.bot_type !== null) throw noSuchUser();
   if (!target.is_active) throw badRequest('User is deactivated');
@@ -150,9 +174,14 @@ export async function deactivateUserByApi(deps: UserAdminDeps, caller: Caller, u
   if (target.role === ROLES.owner && caller.role !== ROLES.owner) throw ownerRequired();
   if (isLastOwner(target)) throw badRequest('Cannot deactivate the only organization owner');
   try {
-    await deactivateUserWithEvents(contextOf(deps, caller, departure), { id: target.id, botType: null, activeBotIds: target.active_bot_ids }, {
-      self: false, keepLastOwner: true,
-    });
+    await deactivateUserWithEvents(
+      contextOf(deps, caller, departure),
+      { id: target.id, botType: null, activeBotIds: target.active_bot_ids },
+      {
+        self: false,
+        keepLastOwner: true,
+      },
+    );
   } catch (error) {
     throw apiErrorOfRefusal(error, 'delete-other');
   }
@@ -163,9 +192,14 @@ export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, dep
   const own = await findManagedUser(deps.db, caller.realmId, caller.id);
   if (!own) throw noSuchUser();
   try {
-    await deactivateUserWithEvents(contextOf(deps, caller, departure), { id: own.id, botType: own.bot_type, activeBotIds: own.active_bot_ids }, {
-      self: true, keepLastOwner: true,
-    });
+    await deactivateUserWithEvents(
+      contextOf(deps, caller, departure),
+      { id: own.id, botType: own.bot_type, activeBotIds: own.active_bot_ids },
+      {
+        self: true,
+        keepLastOwner: true,
+      },
+    );
   } catch (error) {
     throw apiErrorOfRefusal(error, 'delete-me');
   }
@@ -175,7 +209,12 @@ export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, dep
 const canCreateBots = (caller: Caller): boolean => caller.role !== ROLES.guest;
 
 /** POST /users/{user_id}/reactivate (spec management §7). An active human: success, nothing sent. */
-export async function reactivateUserByApi(deps: UserAdminDeps, caller: Caller, userId: number | undefined, departure?: Departure): Promise<void> {
+export async function reactivateUserByApi(
+  deps: UserAdminDeps,
+  caller: Caller,
+  userId: number | undefined,
+  departure?: Departure,
+): Promise<void> {
   const target = userId === undefined ? undefined : await findManagedUser(deps.db, caller.realmId, userId);
   if (!target) throw noSuchUser();
   const ownsBot = target.bot_type !== null && target.bot_owner_id === caller.id;

@@ -6,12 +6,7 @@ import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type UserTransa
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
-import {
-  type AudienceEvent,
-  audienceEventsJson,
-  EVERY_ROLE,
-  type GuestAudience,
-} from '../events/realm-events.js';
+import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience } from '../events/realm-events.js';
 import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord } from './users.serializers.js';
 import { CREATE_USER, DEACTIVATE_USER, kyselyRunner, REACTIVATE_USER, REFUSALS } from './users.writes.js';
@@ -43,7 +38,10 @@ export interface ManagementContext {
 
 /** A refusal of the statement (users.writes.ts REFUSALS), for the caller to turn into its own error. */
 export class ManagementRefusal extends Error {
-  constructor(readonly reason: string, readonly detail: string) {
+  constructor(
+    readonly reason: string,
+    readonly detail: string,
+  ) {
     super(reason);
     this.name = 'ManagementRefusal';
   }
@@ -55,12 +53,17 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
   const lock = [REALM_MEMBERSHIP_LOCK_NAMESPACE, realm.id];
   try {
     if (transactions) {
-      await transactions.run.run(transactions.actingUserId, (tx) => {
-        // Every statement is issued before the first await (see UserTransactions.run).
-        const locked = tx.run(REALM_MEMBERSHIP_LOCK, lock);
-        const written = tx.run(statement, values);
-        return Promise.all([locked, written]);
-      }, transactions.departure, 'large');
+      await transactions.run.run(
+        transactions.actingUserId,
+        (tx) => {
+          // Every statement is issued before the first await (see UserTransactions.run).
+          const locked = tx.run(REALM_MEMBERSHIP_LOCK, lock);
+          const written = tx.run(statement, values);
+          return Promise.all([locked, written]);
+        },
+        transactions.departure,
+        'large',
+      );
       return;
     }
     const work = async (db: Database) => {
@@ -79,8 +82,12 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
   }
 }
 
-const commonValues = (context: ManagementContext, events: readonly AudienceEvent[], excluded: readonly number[]) =>
-  [context.realm.id, context.maxPendingEvents, audienceEventsJson(events), excluded];
+const commonValues = (context: ManagementContext, events: readonly AudienceEvent[], excluded: readonly number[]) => [
+  context.realm.id,
+  context.maxPendingEvents,
+  audienceEventsJson(events),
+  excluded,
+];
 
 /** Which guests may see events about `userId` (spec §2.4): all, unless the organization restricts them. */
 export function guestsSeeing(realm: ManagedRealm, target: { id: number; botType: number | null }): GuestAudience {
@@ -88,8 +95,16 @@ export function guestsSeeing(realm: ManagedRealm, target: { id: number; botType:
 }
 
 /** A realm_user update about a user, to everyone who may access them. */
-export function userUpdateEvent(realm: ManagedRealm, target: { id: number; botType: number | null }, person: Record<string, unknown>): AudienceEvent {
-  return { event: { type: 'realm_user', op: 'update', person: { user_id: target.id, ...person } }, ...EVERY_ROLE, guests: guestsSeeing(realm, target) };
+export function userUpdateEvent(
+  realm: ManagedRealm,
+  target: { id: number; botType: number | null },
+  person: Record<string, unknown>,
+): AudienceEvent {
+  return {
+    event: { type: 'realm_user', op: 'update', person: { user_id: target.id, ...person } },
+    ...EVERY_ROLE,
+    guests: guestsSeeing(realm, target),
+  };
 }
 
 export interface NewUserInput {
@@ -115,12 +130,26 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   const userId = await nextUserId(context.db);
   const apiKey = generateApiKey();
   const record: UserRecord = {
-    id: userId, realmId: context.realm.id, deliveryEmail: input.email, fullName: input.fullName, dateJoined: new Date(),
-    isActive: true, role: input.role, botType: null, botOwnerId: null, timezone: input.timezone, avatarSource: 'G', avatarVersion: 1,
-    emailAddressVisibility: input.emailAddressVisibility, isImportedStub: input.isImportedStub, isDeleted: false, profileValues: [],
+    id: userId,
+    realmId: context.realm.id,
+    deliveryEmail: input.email,
+    fullName: input.fullName,
+    dateJoined: new Date(),
+    isActive: true,
+    role: input.role,
+    botType: null,
+    botOwnerId: null,
+    timezone: input.timezone,
+    avatarSource: 'G',
+    avatarVersion: 1,
+    emailAddressVisibility: input.emailAddressVisibility,
+    isImportedStub: input.isImportedStub,
+    isDeleted: false,
+    profileValues: [],
   };
   const seesAddress = maxRoleSeeingAddress(input.emailAddressVisibility);
-  const person = (role: number) => buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
+  const person = (role: number) =>
+    buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
   const guests = guestsSeeing(context.realm, record);
   const events: AudienceEvent[] = [
     { event: { type: 'realm_user', op: 'add', person: person(ROLES.owner) }, lo: 0, hi: seesAddress, guests },
@@ -128,15 +157,27 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   ].filter((event) => event.lo < event.hi);
   await runManagementWrite(context, CREATE_USER, [
     ...commonValues(context, events, []),
-    userId, input.email, input.fullName, record.dateJoined, input.emailAddressVisibility, input.passwordTooWeak,
-    hashApiKey(apiKey), input.role, input.timezone, input.isImportedStub, input.canCreateUsers,
+    userId,
+    input.email,
+    input.fullName,
+    record.dateJoined,
+    input.emailAddressVisibility,
+    input.passwordTooWeak,
+    hashApiKey(apiKey),
+    input.role,
+    input.timezone,
+    input.isImportedStub,
+    input.canCreateUsers,
   ]);
   return { userId, apiKey };
 }
 
 /** A viewer of this role who is nobody in particular: what such a viewer may see of others. */
 const viewerOfRole = (realm: ManagedRealm, role: number): UserViewer => ({
-  id: 0, role, realmSubdomain: realm.subdomain, realmCanAccessAllUsersGroup: realm.canAccessAllUsersGroup,
+  id: 0,
+  role,
+  realmSubdomain: realm.subdomain,
+  realmCanAccessAllUsersGroup: realm.canAccessAllUsersGroup,
 });
 
 /** The id the next user gets, taken from the sequence before the write (its events name it). */
@@ -170,7 +211,11 @@ export async function deactivateUserWithEvents(
   ];
   const gone = [target.id, ...target.activeBotIds];
   await runManagementWrite(context, DEACTIVATE_USER, [
-    ...commonValues(context, events, gone), target.id, target.activeBotIds, options.self, options.keepLastOwner,
+    ...commonValues(context, events, gone),
+    target.id,
+    target.activeBotIds,
+    options.self,
+    options.keepLastOwner,
   ]);
 }
 
@@ -189,7 +234,11 @@ export async function reactivateUserWithEvents(
 }
 
 /** A PATCH's statement and its events (users-api.service.ts computes both). */
-export async function updateUserWithEvents(context: ManagementContext, statement: Statement, args: readonly unknown[], events: readonly AudienceEvent[]): Promise<void> {
+export async function updateUserWithEvents(
+  context: ManagementContext,
+  statement: Statement,
+  args: readonly unknown[],
+  events: readonly AudienceEvent[],
+): Promise<void> {
   await runManagementWrite(context, statement, [...commonValues(context, events, []), ...args]);
 }
-

@@ -81,7 +81,8 @@ function storedProfileValue(field: ProfileField, value: string | number[]): stri
   }
 }
 
-const isEmptyValue = (value: ProfileDataEntry['value']): boolean => value === null || value === '' || (Array.isArray(value) && value.length === 0);
+const isEmptyValue = (value: ProfileDataEntry['value']): boolean =>
+  value === null || value === '' || (Array.isArray(value) && value.length === 0);
 
 /** PATCH /users/{user_id}: Zulip's checks in order, then one statement with the changes and their events. */
 export async function updateUserByApi(
@@ -105,14 +106,16 @@ export async function updateUserByApi(
   if (changes.role !== undefined && changes.role !== target.role) {
     if ((changes.role === ROLES.owner || target.role === ROLES.owner) && caller.role !== ROLES.owner) throw ownerRequired();
     if (!isAdmin(caller.role)) throw adminRequired();
-    if (target.role === ROLES.owner && isLastOwner(target)) throw badRequest('The owner permission cannot be removed from the only organization owner.');
+    if (target.role === ROLES.owner && isLastOwner(target))
+      throw badRequest('The owner permission cannot be removed from the only organization owner.');
     role = changes.role;
     events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { role }));
   }
   let fullName: string | null = null;
   if (changes.full_name !== undefined && changes.full_name !== target.full_name && changes.full_name.trim() !== '') {
     fullName = checkFullName(changes.full_name);
-    if (fullName !== target.full_name) events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { full_name: fullName }));
+    if (fullName !== target.full_name)
+      events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { full_name: fullName }));
   }
   const stored: { id: number; value: string; rendered_value: string | null }[] = [];
   const removed: number[] = [];
@@ -133,7 +136,8 @@ export async function updateUserByApi(
     const value = storedProfileValue(field, entry.value!);
     const rendered = MARKDOWN_PROFILE_FIELD_TYPES.has(field.field_type) ? renderMarkdown(value) : null;
     stored.push({ id: field.id, value, rendered_value: rendered });
-    if (field.current !== value) events.push(profileEvent(context, target, { id: field.id, value, ...(rendered ? { rendered_value: rendered } : {}) }));
+    if (field.current !== value)
+      events.push(profileEvent(context, target, { id: field.id, value, ...(rendered ? { rendered_value: rendered } : {}) }));
   }
   if (role === null && fullName === null && stored.length === 0 && removed.length === 0) return;
   try {
@@ -143,7 +147,11 @@ export async function updateUserByApi(
   }
 }
 
-function profileEvent(context: ReturnType<typeof contextOf>, target: { id: number; bot_type: number | null }, field: object): AudienceEvent {
+function profileEvent(
+  context: ReturnType<typeof contextOf>,
+  target: { id: number; bot_type: number | null },
+  field: object,
+): AudienceEvent {
   return userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { custom_profile_field: field });
 }
 

@@ -50,10 +50,7 @@ export function isRestrictedViewer(viewer: UserViewer): boolean {
  * Spec §2.4. `sharesActiveChannelWithViewer` only matters for restricted viewers; repositories
  * compute it only for them (undefined counts as "no shared channel").
  */
-export function canAccessUser(
-  viewer: UserViewer,
-  target: VisibilityTarget & { sharesActiveChannelWithViewer?: boolean },
-): boolean {
+export function canAccessUser(viewer: UserViewer, target: VisibilityTarget & { sharesActiveChannelWithViewer?: boolean }): boolean {
   if (target.botType !== null) return true;
   if (!isRestrictedViewer(viewer)) return true;
   if (target.id === viewer.id) return true;
@@ -65,6 +62,8 @@ export function canAccessUser(
  * matrix above is a threshold on the role, so the users who see it are those with role ≤ this.
  */
 export function maxRoleSeeingAddress(visibility: number): number {
-  const roles = Object.entries(VISIBLE_TO_ROLE).filter(([, allowed]) => allowed.includes(visibility)).map(([role]) => Number(role));
+  const roles = Object.entries(VISIBLE_TO_ROLE)
+    .filter(([, allowed]) => allowed.includes(visibility))
+    .map(([role]) => Number(role));
   return roles.length === 0 ? 0 : Math.max(...roles);
 }

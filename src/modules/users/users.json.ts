@@ -34,8 +34,21 @@ export function canBuildUsersInSql(viewer: UserViewer, config: UserObjectConfig)
 }
 
 const USER_COLUMNS = [
-  'id', 'realm_id', 'delivery_email', 'full_name', 'date_joined', 'is_active', 'role', 'bot_type', 'bot_owner_id', 'timezone',
-  'avatar_source', 'avatar_version', 'email_address_visibility', 'is_imported_stub', 'is_deleted',
+  'id',
+  'realm_id',
+  'delivery_email',
+  'full_name',
+  'date_joined',
+  'is_active',
+  'role',
+  'bot_type',
+  'bot_owner_id',
+  'timezone',
+  'avatar_source',
+  'avatar_version',
+  'email_address_visibility',
+  'is_imported_stub',
+  'is_deleted',
 ] as const;
 
 const text = (value: string) => sql`${value}::text`;
@@ -71,12 +84,17 @@ function userJsonExpression(viewer: UserViewer, options: UserObjectOptions, conf
     WHERE v.user_id = users.id AND v.realm_id = users.realm_id)`;
   const fakeDomain = fakeEmailDomain(viewer.realmSubdomain, config);
   // is_admin, is_owner, is_guest and role: one constant per role (fewer concatenations per row).
-  const roleFields = sql`CASE users.role ${sql.join(Object.values(ROLES).map((role) => {
-    const fields = `,"is_admin":${role === ROLES.owner || role === ROLES.admin},"is_owner":${role === ROLES.owner},"is_guest":${role === ROLES.guest},"role":${role}`;
-    return sql`WHEN ${sql.lit(role)} THEN ${sql.lit(fields)}`;
-  }), sql` `)} END`;
+  const roleFields = sql`CASE users.role ${sql.join(
+    Object.values(ROLES).map((role) => {
+      const fields = `,"is_admin":${role === ROLES.owner || role === ROLES.admin},"is_owner":${role === ROLES.owner},"is_guest":${role === ROLES.guest},"role":${role}`;
+      return sql`WHEN ${sql.lit(role)} THEN ${sql.lit(fields)}`;
+    }),
+    sql` `,
+  )} END`;
   // Any NULL makes the whole text NULL: that user is built by buildUserObject.
-  return sql<string | null>`'{"email":' || to_json(CASE WHEN ${publicAddress} THEN users.delivery_email ELSE 'user' || users.id || '@' || ${text(fakeDomain)} END)::text
+  return sql<
+    string | null
+  >`'{"email":' || to_json(CASE WHEN ${publicAddress} THEN users.delivery_email ELSE 'user' || users.id || '@' || ${text(fakeDomain)} END)::text
     || ',"user_id":' || users.id
     || ',"avatar_version":' || users.avatar_version
     || ${roleFields}
@@ -113,16 +131,23 @@ export function selectRealmUsersJson(
 ) {
   // OFFSET 0 keeps the planner from copying the expression into the fallback column.
   const json = sql<{ json: string | null }>`(SELECT ${userJsonExpression(viewer, options, config)} AS json OFFSET 0)`.as('j');
-  const columns = USER_COLUMNS.flatMap((column) => [sql.lit(column), column === 'date_joined' ? sql`users.date_joined::text` : sql.ref(`users.${column}`)]);
+  const columns = USER_COLUMNS.flatMap((column) => [
+    sql.lit(column),
+    column === 'date_joined' ? sql`users.date_joined::text` : sql.ref(`users.${column}`),
+  ]);
   if (options.includeCustomProfileFields) {
-    columns.push(sql.lit('profile_values'), jsonArrayFrom(
-      db.selectFrom('custom_profile_field_values as v')
-        .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-        .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
-        .where('v.user_id', '=', sql.ref<number>('users.id'))
-        .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
-        .orderBy('v.field_id'),
-    ));
+    columns.push(
+      sql.lit('profile_values'),
+      jsonArrayFrom(
+        db
+          .selectFrom('custom_profile_field_values as v')
+          .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
+          .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
+          .where('v.user_id', '=', sql.ref<number>('users.id'))
+          .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
+          .orderBy('v.field_id'),
+      ),
+    );
   }
   const list = split ? sql<boolean>`users.is_active` : sql<boolean>`true`;
   const users = db

@@ -24,9 +24,20 @@ export interface UserLoadOptions {
 
 // Without realm_id, which a lookup within one organization knows already.
 const USER_COLUMNS_IN_REALM = [
-  'users.id', 'users.delivery_email', 'users.full_name', 'users.date_joined', 'users.is_active',
-  'users.role', 'users.bot_type', 'users.bot_owner_id', 'users.timezone', 'users.avatar_source', 'users.avatar_version',
-  'users.email_address_visibility', 'users.is_imported_stub', 'users.is_deleted',
+  'users.id',
+  'users.delivery_email',
+  'users.full_name',
+  'users.date_joined',
+  'users.is_active',
+  'users.role',
+  'users.bot_type',
+  'users.bot_owner_id',
+  'users.timezone',
+  'users.avatar_source',
+  'users.avatar_version',
+  'users.email_address_visibility',
+  'users.is_imported_stub',
+  'users.is_deleted',
 ] as const;
 const USER_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id'] as const;
 
@@ -108,8 +119,12 @@ const userByIdQueries = new Map<string, (reads: StatementRunner, args: UserByIdA
 
 const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
   reusableStatement<UserByIdArgs, UserRow>(restricted ? ['realmId', 'userId', 'viewerId'] : ['realmId', 'userId'], (db, args) =>
-    selectUsers(db, args.realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: args.viewerId! }) })
-      .where('users.id', '=', args.userId));
+    selectUsers(db, args.realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: args.viewerId! }) }).where(
+      'users.id',
+      '=',
+      args.userId,
+    ),
+  );
 
 export async function findUserById(
   reads: StatementRunner,

@@ -29,7 +29,8 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
     const caller = callerOf(request);
     // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
     return largeReadTurns.run(caller.id, async () =>
-      sendSuccessInSlices(request, reply, { members: await listUsersForViewer(db, config, caller, options, user_ids) }));
+      sendSuccessInSlices(request, reply, { members: await listUsersForViewer(db, config, caller, options, user_ids) }),
+    );
   });
 
   app.get('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema, config: { authLookup: userLookupForRequest } }, async (request) => {

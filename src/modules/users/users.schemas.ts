@@ -19,7 +19,11 @@ export const UserObject = Type.Object(
     is_admin: Type.Boolean(),
     is_owner: Type.Boolean(),
     is_guest: Type.Boolean(),
-    role: Type.Integer({ description: Object.entries(ROLES).map(([name, role]) => `${role} ${name}`).join(', ') }),
+    role: Type.Integer({
+      description: Object.entries(ROLES)
+        .map(([name, role]) => `${role} ${name}`)
+        .join(', '),
+    }),
     is_bot: Type.Boolean(),
     full_name: Type.String(),
     timezone: Type.String({ description: 'IANA time zone; empty when unset.' }),
@@ -34,7 +38,10 @@ export const UserObject = Type.Object(
     profile_data: Type.Optional(
       Type.Record(
         Type.String(),
-        Type.Object({ value: Type.String(), rendered_value: Type.Optional(Type.String({ description: 'HTML, for Markdown field types.' })) }),
+        Type.Object({
+          value: Type.String(),
+          rendered_value: Type.Optional(Type.String({ description: 'HTML, for Markdown field types.' })),
+        }),
         { description: 'Humans only, when include_custom_profile_fields is true: custom profile field id → value.' },
       ),
     ),
@@ -77,10 +84,12 @@ export const getUserSchema = {
   summary: 'Get a user by id or email',
   description:
     'The path segment is a user id (digits) or an email address: a real address the caller may see, or a ' +
-    "dummy `user<id>@<domain>` address. Unknown users and hidden addresses answer 400 `No such user`; a user " +
+    'dummy `user<id>@<domain>` address. Unknown users and hidden addresses answer 400 `No such user`; a user ' +
     'the caller cannot access answers 400 `Insufficient permission`.',
   tags: ['users'],
-  ...queryParameters(USER_OPTIONS, { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) }),
+  ...queryParameters(USER_OPTIONS, {
+    user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment),
+  }),
   documentedResponses: {
     200: successResponse('The user.', { user: UserObject }),
     ...AUTHENTICATED_ERRORS,

@@ -132,12 +132,7 @@ export function buildProfileData(values: readonly ProfileFieldValue[]): Record<s
 }
 
 /** The user object of spec §2.11 for this viewer, keys in the required order. */
-export function buildUserObject(
-  viewer: UserViewer,
-  target: UserRecord,
-  options: UserObjectOptions,
-  config: UserObjectConfig,
-): ApiUser {
+export function buildUserObject(viewer: UserViewer, target: UserRecord, options: UserObjectOptions, config: UserObjectConfig): ApiUser {
   const emailVisible = canSeeDeliveryEmail(viewer, target);
   const isBot = target.botType !== null;
   return {

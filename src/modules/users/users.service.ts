@@ -19,12 +19,7 @@ import {
   type JoinedUser,
   userRecordFromJoinedRow,
 } from './users.repository.js';
-import {
-  type ApiUser,
-  buildUserObject,
-  type UserObjectOptions,
-  type UserRecord,
-} from './users.serializers.js';
+import { type ApiUser, buildUserObject, type UserObjectOptions, type UserRecord } from './users.serializers.js';
 
 /** The lookups of GET /users/{user_id}, /users/{email} and /users (spec §3.5–§3.7). */
 
@@ -99,9 +94,10 @@ export async function getUserForViewer(
   prefetched?: JoinedUser & { caller_realm_id: number },
 ): Promise<ApiUser> {
   // A restricted viewer also needs the shared-channel fact, which the lookup leaves out.
-  const target = prefetched !== undefined && !isRestrictedViewer(viewer)
-    ? userRecordFromJoinedRow(prefetched)
-    : await findTarget(db, reads, config, viewer, pathValue, loadOptions(viewer, options));
+  const target =
+    prefetched !== undefined && !isRestrictedViewer(viewer)
+      ? userRecordFromJoinedRow(prefetched)
+      : await findTarget(db, reads, config, viewer, pathValue, loadOptions(viewer, options));
   if (!target) throw noSuchUser();
   if (!canAccessUser(viewer, target)) throw badRequest('Insufficient permission');
   return buildUserObject(viewer, target, options, config);

@@ -30,8 +30,9 @@ export function checkFullName(raw: string): string {
 }
 
 // Django's EmailValidator: a dot-atom or quoted local part; a domain of labels with a TLD.
-// eslint-disable-next-line no-control-regex -- Django's quoted-string rule names control characters.
-const USER_PART = /^([-!#$%&'*+/=?^_`{}|~0-9A-Z]+(\.[-!#$%&'*+/=?^_`{}|~0-9A-Z]+)*|"([\x01-\x08\x0b\x0c\x0e-\x1f!#-[\]-\x7f]|\\[\x01-\x09\x0b\x0c\x0d-\x7f])*")$/i;
+const USER_PART =
+  // eslint-disable-next-line no-control-regex -- Django's quoted-string rule names control characters.
+  /^([-!#$%&'*+/=?^_`{}|~0-9A-Z]+(\.[-!#$%&'*+/=?^_`{}|~0-9A-Z]+)*|"([\x01-\x08\x0b\x0c\x0e-\x1f!#-[\]-\x7f]|\\[\x01-\x09\x0b\x0c\x0d-\x7f])*")$/i;
 const DOMAIN_PART = /^((?:[A-Z0-9](?:[A-Z0-9-]{0,61}[A-Z0-9])?\.)+)(?:[A-Z0-9-]{2,63}(?<!-))$/i;
 
 /** Whether Django's EmailField (CreateUserForm) accepts the address. */
