@@ -47,7 +47,8 @@ describe('routing (spec §1.1, cases 1–7)', () => {
       ['POST', '/api/v1/users/14', ['DELETE', 'GET', 'HEAD', 'PATCH']],
       ['DELETE', '/api/v1/users/u@example.com', ['GET', 'HEAD', 'PATCH']],
       ['DELETE', '/api/v1/navigation_views', ['GET', 'HEAD', 'POST']],
-      ['POST', '/api/v1/users/me/subscriptions', ['GET', 'HEAD']],
+      ['PUT', '/api/v1/users/me/subscriptions', ['DELETE', 'GET', 'HEAD', 'POST']],
+      ['POST', '/api/v1/streams/100/members', ['GET', 'HEAD']],
     ];
     for (const [method, url, allowed] of cases) {
       const res = await api(ctx.app, { method, url });

@@ -192,7 +192,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     // Nor are 404, 405, OPTIONS and the operational endpoints.
     for (const [method, url] of [
       ['GET', '/api/v1/nope'],
-      ['DELETE', '/api/v1/users/14'],
+      ['PUT', '/api/v1/users/14'],
       ['OPTIONS', '/api/v1/users/14'],
       ['GET', '/health'],
     ] as const) {
