@@ -28,8 +28,11 @@ const renameU = reusableStatement<{ userId: number; name: string }, { id: number
 );
 const nameOfU = async () =>
   (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
-const rename = (name: string, size: 'small' | 'large') =>
-  ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name }), undefined, size);
+/** A small or large write (one implicit transaction), or an interactive one (BEGIN … COMMIT on a pooled connection). */
+const rename = (name: string, size: 'small' | 'large' | 'interactive') =>
+  size === 'interactive'
+    ? ctx.database.transactions.runInteractive(ids.U, (tx) => renameU(tx, { userId: ids.U, name }))
+    : ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name }), undefined, size);
 
 /** The app's backends: every session of this database but the admin's. */
 const terminateAppSessions = () =>
@@ -38,7 +41,7 @@ const terminateAppSessions = () =>
 describe('a server that turned read-only (a demoted primary)', () => {
   it('fails the write as unavailable (503), closes the connection and writes on a new one: no retry for ever on a standby', async () => {
     const database = (await admin.query<{ name: string }>('SELECT current_database() AS name')).rows[0]!.name;
-    for (const size of ['small', 'large'] as const) {
+    for (const size of ['small', 'large', 'interactive'] as const) {
       // Every new session is read-only from now, as on a standby; the open ones are dropped.
       await admin.query(`ALTER DATABASE "${database}" SET default_transaction_read_only = on`);
       await terminateAppSessions();
@@ -92,7 +95,7 @@ describe('a server that turned read-only (a demoted primary)', () => {
 });
 
 describe('a connection lost during the commit', () => {
-  it('fails the write as "outcome unknown" (504, never replayed by the balancer), on both kinds of connection', async () => {
+  it('fails the write as "outcome unknown" (504, never replayed by the balancer), on every kind of connection', async () => {
     // A deferred trigger runs at the commit, after every statement completed: it ends its own
     // session there, as a primary going away during the commit would.
     await sql`CREATE FUNCTION test_end_session_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -103,7 +106,7 @@ describe('a connection lost during the commit', () => {
     await sql`CREATE CONSTRAINT TRIGGER test_end_session_at_commit AFTER UPDATE ON users DEFERRABLE INITIALLY DEFERRED
       FOR EACH ROW EXECUTE FUNCTION test_end_session_at_commit()`.execute(ctx.db);
     try {
-      for (const size of ['small', 'large'] as const) {
+      for (const size of ['small', 'large', 'interactive'] as const) {
         const failure = await rename('End at commit', size).then(
           () => undefined,
           (error: unknown) => error,

@@ -256,6 +256,9 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
     );
     await rejects({ subscriptions: [{}] }, 'subscriptions[0]["name"] field is missing: Field required');
     await rejects({ subscriptions: [{ name: 1 }] }, 'subscriptions[0]["name"] is not a string');
+    // Neither reaches PostgreSQL inside JSON (each failed there as a 500).
+    await rejects({ subscriptions: [{ name: 'new', description: 'a\u0000b' }] }, 'Invalid characters in subscriptions[0]["description"]');
+    await rejects({ subscriptions: [{ name: 'new', description: 'a\ud800b' }] }, 'Invalid characters in subscriptions[0]["description"]');
     await rejects(
       { subscriptions: [{ name: 'a', color: 'red' }] },
       'Invalid subscriptions[0]: Value error, add.color is not a valid hex color code',

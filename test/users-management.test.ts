@@ -467,6 +467,11 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
       errorBody("'bad' is not a valid choice for 'Team'."),
     );
     await expectRefused(() => patch(ids.V, { profile_data: '[{"id":4,"value":"soon"}]' }), errorBody('Birthday is not a date'));
+    // A lone surrogate cannot reach PostgreSQL inside JSON (it failed there as a 500).
+    await expectRefused(
+      () => patch(ids.V, { profile_data: '[{"id":2,"value":"a\\ud800b"}]' }),
+      errorBody('Invalid characters in Biography'),
+    );
     await expectRefused(
       () => patch(ids.V, { profile_data: '[{"id":1,"value":"x"},{"id":4,"value":"soon"}]' }),
       errorBody('Birthday is not a date'),

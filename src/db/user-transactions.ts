@@ -5,6 +5,7 @@ import {
   CommitOutcomeUnknown,
   commitMayHaveHappened,
   connectOrUnavailable,
+  isDatabaseUnavailable,
   isUserLockRefusal,
   statementFailure,
 } from './errors.js';
@@ -157,6 +158,8 @@ export class UserTransactions {
           const result = await client.query<R & pg.QueryResultRow>({ ...statement, values: values as unknown[] });
           return result.rows;
         } catch (error) {
+          // Its session ended, or its server turned read-only: closed below, not used again.
+          if (closesConnection(error)) failedClients.add(client);
           throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
         } finally {
           onStatement?.(statement.text);
@@ -169,7 +172,10 @@ export class UserTransactions {
         await query(LOCK, [USER_EVENT_LOCK_NAMESPACE, userId]);
         const result = await work({ run: query });
         open = false;
-        await query({ text: 'COMMIT' }, []);
+        // The connection lost during the COMMIT: it may have happened (a 504, never replayed).
+        await query({ text: 'COMMIT' }, []).catch((error: unknown) => {
+          throw isDatabaseUnavailable(error) ? new CommitOutcomeUnknown(error) : error;
+        });
         return result;
       } finally {
         stopListening?.();

@@ -88,10 +88,25 @@ function appendEvents(
           .$if(single !== undefined, (qb) => qb.where('q.user_id', '=', single!))
           .$if(single === undefined, (qb) => qb.where('q.realm_id', '=', args.realmId)),
       )
+      // Several users' queues: locked first, in (user, id) order, the order commit groups lock their
+      // members' queues in; else the update would lock them in its plan's order and could deadlock
+      // with a group of small writes. Not referenced, so never run, for one user's own queues.
+      .with(
+        (cte) => cte('locked_queue').materialized(),
+        (db) =>
+          db
+            .selectFrom('event_queues as lq')
+            .select('lq.id')
+            .where('lq.id', 'in', (eb) => eb.selectFrom('accepting').select('accepting.queue_id'))
+            .orderBy('lq.user_id')
+            .orderBy('lq.id')
+            .forUpdate(),
+      )
       .with('event_count', (db) =>
         db
           .selectFrom('accepting as a')
           .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
+          .$if(single === undefined, (qb) => qb.innerJoin('locked_queue as l', 'l.id', 'a.queue_id'))
           .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
           .groupBy('a.queue_id'),
       )

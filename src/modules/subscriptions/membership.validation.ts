@@ -1,5 +1,6 @@
 import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
+import { isStorableInJson } from '../../lib/text.js';
 import {
   checkDict,
   checkInteger,
@@ -75,6 +76,7 @@ export const channelRequests: Kind<ChannelRequest[]> = jsonTextKind(
       }
       if (object.description !== undefined && object.description !== null) {
         const description = checkString(object.description, keyPath(at, 'description'));
+        if (!isStorableInJson(description)) throw badRequest(`Invalid characters in ${keyPath(at, 'description')}`);
         if ([...description].length > MAX_DESCRIPTION_LENGTH)
           throw badRequest(MESSAGES.tooManyCharacters(keyPath(at, 'description'), MAX_DESCRIPTION_LENGTH));
         request.description = description;

@@ -2,6 +2,7 @@ import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { badRequest } from '../../http/errors.js';
 import { renderMarkdown } from '../../lib/markdown.js';
+import { isStorableInJson } from '../../lib/text.js';
 import { MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
 import type { AudienceEvent } from '../events/realm-events.js';
 import {
@@ -55,6 +56,7 @@ function storedProfileValue(field: ProfileField, value: string | number[]): stri
   }
   if (typeof value !== 'string') throw badRequest(`${name} is not a string`);
   if (value.includes('\0')) throw badRequest(`${name} cannot contain NUL characters`);
+  if (!isStorableInJson(value)) throw badRequest(`Invalid characters in ${name}`);
   switch (field.field_type) {
     case PROFILE_FIELD_TYPES.long_text:
       if ([...value].length > LONG_TEXT_LIMIT) throw badRequest(`${name} is too long (limit: ${LONG_TEXT_LIMIT} characters)`);
