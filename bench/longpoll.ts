@@ -37,6 +37,7 @@ export interface LongPollFigures {
 /** The steady state: every poll answered by a heartbeat and opened again at once, as clients do all day. */
 export interface SteadyFigures {
   seconds: number;
+  heartbeat: { seconds: number; jitterSeconds: number };
   heartbeats: number;
   transactions: number;
   /** Instance B's CPU over the window, in % of one core (its own CPU time: less moved by neighbours' load). */
@@ -199,6 +200,8 @@ export async function measureLongPolls(options: {
   deliveries: number;
   /** The steady-state window (0: none). */
   steadySeconds: number;
+  /** B's heartbeat interval and jitter (HEARTBEAT_SECONDS, HEARTBEAT_JITTER_SECONDS). */
+  heartbeat: { seconds: number; jitterSeconds: number };
   log: (line: string) => void;
 }): Promise<LongPollFigures> {
   const { db, a, b, accounts, log } = options;
@@ -347,6 +350,7 @@ async function measureSteadyState(options: {
   queueIds: readonly string[];
   steadySeconds: number;
   deliveries: number;
+  heartbeat: { seconds: number; jitterSeconds: number };
   log: (line: string) => void;
 }): Promise<SteadyFigures> {
   const { db, a, b, accounts, queueIds, log } = options;
@@ -360,7 +364,9 @@ async function measureSteadyState(options: {
   // clients' HTTP libraries do; by default each poll opens a connection of its own.
   const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
   const clients: PollingClient[] = [];
-  const spreadMs = 50_000;
+  const { seconds: heartbeatSeconds, jitterSeconds } = options.heartbeat;
+  // 50 s at Zulip's 45 + 0..10 s.
+  const spreadMs = heartbeatSeconds * 1000 + jitterSeconds * 500;
   const opened = Date.now();
   log(`long polls, steady state: opening ${accounts.length} polls again over ${spreadMs / 1000} s`);
   for (let i = 0; i < accounts.length; i++) {
@@ -369,7 +375,7 @@ async function measureSteadyState(options: {
     clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
   }
   // The first heartbeats come 45 s after the first polls: from 55 s on, every part of the cycle runs.
-  await sleep(Math.max(0, opened + 55_000 - Date.now()));
+  await sleep(Math.max(0, opened + (heartbeatSeconds + jitterSeconds) * 1000 - Date.now()));
   const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
   const errorsBefore = clients.reduce((sum, client) => sum + client.serverErrors(), 0);
   const transactionsBefore = await transactions(db);
@@ -417,6 +423,7 @@ async function measureSteadyState(options: {
   return {
     lateDeliveries: latencies.filter((ms) => ms === Number.POSITIVE_INFINITY).length,
     seconds,
+    heartbeat: options.heartbeat,
     heartbeats,
     transactions: transactionsAfter - transactionsBefore,
     cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds,
@@ -453,7 +460,7 @@ function formatSteady(s: SteadyFigures): string[] {
   const perCycle = s.transactions / s.heartbeats;
   const perSecond = s.transactions / s.seconds;
   return [
-    `Steady state: each poll answered by its heartbeat (45 + 0..10 s) and opened again at once, ${s.seconds.toFixed(0)} s, load average ${s.loadBefore} → ${s.loadAfter}`,
+    `Steady state: each poll answered by its heartbeat (${s.heartbeat.seconds} + 0..${s.heartbeat.jitterSeconds} s) and opened again at once, ${s.seconds.toFixed(0)} s, load average ${s.loadBefore} → ${s.loadAfter}`,
     `  heartbeats answered: ${s.heartbeats} (${(s.heartbeats / s.seconds).toFixed(1)}/s); polls answered 5xx (sent again after 1 s): ${s.serverErrors}`,
     `  PostgreSQL transactions (whole cluster): ${perSecond.toFixed(1)}/s, ${perCycle.toFixed(2)} per heartbeat cycle (target ≤ 1: ${perCycle <= 1 ? 'met' : 'MISSED'})`,
     `  instance B CPU: ${s.cpuPercent.toFixed(1)} % of a core (target ≤ 5: ${s.cpuPercent <= 5 ? 'met' : 'MISSED'})`,

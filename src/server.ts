@@ -1,5 +1,6 @@
 // Process entry: config → database → buildApp → listen → graceful close.
 import type { Server } from 'node:http';
+import { setFlagsFromString } from 'node:v8';
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
@@ -21,6 +22,8 @@ const LOG_FLUSH_INTERVAL_MS = 1000;
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  // Read by V8 at every full collection, so it applies from the next one on.
+  if (config.heapGrowingPercent > 0) setFlagsFromString(`--heap-growing-percent=${config.heapGrowingPercent}`);
   let embedded: EmbeddedDatabase | undefined;
   let forgetServer: (() => Promise<void>) | undefined;
   if (!config.databaseUrl) {

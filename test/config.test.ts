@@ -51,6 +51,7 @@ describe('configuration from the environment', () => {
       metricsPort: undefined,
       metricsHost: '127.0.0.1',
       compressionThresholdBytes: 4096,
+      heapGrowingPercent: 30,
     });
   });
 
@@ -69,11 +70,13 @@ describe('configuration from the environment', () => {
       METRICS_PORT: '9464',
       METRICS_HOST: '0.0.0.0',
       COMPRESSION_THRESHOLD_BYTES: '0',
+      HEAP_GROWING_PERCENT: '0',
     });
     expect(config).toMatchObject({
       port: 8080,
       enableGravatar: false,
       trustProxy: true,
+      heapGrowingPercent: 0,
       externalHost: 'chat.example.com:8443',
       fakeEmailDomain: 'chat.example.com',
       rootSubdomainAliases: ['www', 'app'],
@@ -98,6 +101,7 @@ describe('configuration from the environment', () => {
     [{ SHUTDOWN_DRAIN_SECONDS: '-1' }, /^Invalid environment variable SHUTDOWN_DRAIN_SECONDS="-1"/],
     // A longer interval would let the 60 s poll leases run out between two renewals.
     [{ POLL_RECHECK_SECONDS: '21' }, /^Invalid environment variable POLL_RECHECK_SECONDS="21"/],
+    [{ HEAP_GROWING_PERCENT: '301' }, /^Invalid environment variable HEAP_GROWING_PERCENT="301"/],
     [{ HEARTBEAT_SECONDS: '100' }, /^EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS must exceed/],
     // No body of the largest size could ever be admitted.
     [{ REQUEST_BODY_MEMORY_BYTES: '4096', BODY_LIMIT_BYTES: '8192' }, /^REQUEST_BODY_MEMORY_BYTES must be at least BODY_LIMIT_BYTES/],

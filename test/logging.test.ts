@@ -45,6 +45,7 @@ afterAll(async () => {
 type LogLine = Record<string, unknown>;
 const parsed = (): LogLine[] => lines.map((line) => JSON.parse(line) as LogLine);
 const linesOf = (reqId: string): LogLine[] => parsed().filter((line) => line.reqId === reqId);
+const COMPLETED_KEYS = ['level', 'time', 'pid', 'hostname', 'reqId', 'method', 'path', 'userId', 'statusCode', 'responseTimeMs', 'msg'];
 
 /** onResponse runs once the response is finished: give it a moment to write. */
 async function completedLine(reqId: string): Promise<LogLine> {
@@ -76,6 +77,9 @@ describe('request logs', () => {
       msg: 'request completed',
     });
     expect(line.responseTimeMs).toEqual(expect.any(Number));
+    // Written by the root logger with the request id first (no child logger was made for it):
+    // the same line, key for key, as a request's child logger writes (the 500 below).
+    expect(Object.keys(line)).toEqual(COMPLETED_KEYS);
     expect(JSON.stringify(line)).not.toContain('client_gravatar');
     // Fastify's own "incoming request" / "request completed" pair is off: this is the only line.
     expect(linesOf('lb-req-0001')).toHaveLength(1);
@@ -162,6 +166,9 @@ describe('request logs', () => {
     expect(await completedLine('fault')).toMatchObject({ statusCode: 500, userId: 13 });
     const errorLine = linesOf('fault').find((line) => line.msg === 'unhandled error');
     expect(errorLine).toMatchObject({ level: 50, err: { message: expect.stringContaining('navigation_views') } });
+    // The error line made the request's child logger, which then wrote the completion line.
+    expect(Object.keys(errorLine!).slice(0, 5)).toEqual(['level', 'time', 'pid', 'hostname', 'reqId']);
+    expect(Object.keys(await completedLine('fault'))).toEqual(COMPLETED_KEYS);
 
     const text = lines.join('\n');
     expect(text).not.toMatch(/authorization/i);
