@@ -18,7 +18,7 @@ import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEve
 /** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
 const HEARTBEAT_TICK_MS = 250;
 /** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
-const POLL_GATHER_MS = 20;
+const POLL_GATHER_MS = 50;
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
@@ -111,7 +111,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
 
   // Before authentication (the app's preHandler): a blocking poll waits for the others arriving
   // within POLL_GATHER_MS, whose authentication and start it then shares. dont_block polls do not
-  // wait (read from the query, where clients send it; one sent in a body only waits 20 ms more).
+  // wait (read from the query, where clients send it; one sent in a body only waits 50 ms more).
   const gather = async (request: FastifyRequest) => {
     if ((request.query as Record<string, unknown> | undefined)?.dont_block !== 'true') await gathering.wait();
   };
