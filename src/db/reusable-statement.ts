@@ -55,7 +55,7 @@ export function preparedStatement(text: string): Required<Statement> {
 /** A reusable statement: runs with each call's arguments; `statement()` is its text and name, compiled once. */
 export interface ReusableStatement<Args, Row> {
   (runner: StatementRunner, args: Args): Promise<Row[]>;
-  statement(): Required<Statement>;
+  readonly statement: () => Required<Statement>;
 }
 
 /**

@@ -36,7 +36,7 @@ afterAll(async () => {
   const { unregisteredStatements } = await import('../../src/sql-registry.js');
   const missing = unregisteredStatements(testStatementNames);
   if (missing.length > 0) {
-    const listed = missing.map(([name, text]) => `${name}: ${text}`).join('\n\n');
+    const listed = missing.map(([name, text]) => `${name}: ${text.length > 300 ? `${text.slice(0, 300)}…` : text}`).join('\n\n');
     throw new Error(`statements compiled at run time that src/sql-registry.ts does not list (add them, then npm run sql):\n${listed}`);
   }
 });
