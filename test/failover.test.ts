@@ -2,10 +2,10 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommitOutcomeUnknown, DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
-import { reusableStatement } from '../src/db/reusable-statement.js';
 import { toApiError } from '../src/http/errors.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
+import { testStatement } from './helpers/statements.js';
 
 // What a PostgreSQL failover does to the write path (`npm run test:failover` does it for real):
 // a demoted primary answers writes with 25006 until its connections are closed, and a primary that
@@ -23,7 +23,7 @@ afterAll(async () => {
   await ctx.close();
 });
 
-const renameU = reusableStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
+const renameU = testStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
   db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'),
 );
 const nameOfU = async () =>
@@ -132,7 +132,7 @@ describe('a connection lost during the commit', () => {
   });
 
   it('a session ended while a statement ran rolled the transaction back: a plain 503', async () => {
-    const slow = reusableStatement<{ seconds: number }, { slept: unknown }>(['seconds'], (db, args) =>
+    const slow = testStatement<{ seconds: number }, { slept: unknown }>(['seconds'], (db, args) =>
       db.selectNoFrom(sql<unknown>`pg_sleep(${args.seconds}::float8)`.as('slept')),
     );
     for (const size of ['small', 'large'] as const) {

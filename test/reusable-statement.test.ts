@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reusableStatement, statementName } from '../src/db/reusable-statement.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { ids } from './helpers/fixture.js';
+import { testStatement } from './helpers/statements.js';
 
 describe('reusableStatement', () => {
   let database: TestDatabase;
@@ -15,7 +16,7 @@ describe('reusableStatement', () => {
 
   it('builds once, then runs the same SQL with each call’s values in the arguments’ places; constants stay', async () => {
     let builds = 0;
-    const usersInRealm = reusableStatement<{ realmId: number; isStub: boolean }, { id: number }>(['realmId', 'isStub'], (db, args) => {
+    const usersInRealm = testStatement<{ realmId: number; isStub: boolean }, { id: number }>(['realmId', 'isStub'], (db, args) => {
       builds++;
       return db
         .selectFrom('users')
@@ -70,7 +71,7 @@ describe('reusableStatement', () => {
         return database.reads.run<R>(statement, values);
       },
     };
-    const ownedBots = reusableStatement<{ userId: number; active: boolean }, { id: number }>(['userId', 'active'], (db, args) =>
+    const ownedBots = testStatement<{ userId: number; active: boolean }, { id: number }>(['userId', 'active'], (db, args) =>
       db
         .selectFrom('users')
         .select('id')
@@ -87,7 +88,7 @@ describe('reusableStatement', () => {
   });
 
   it('a failing statement rejects with the database error, and is counted', async () => {
-    const divide = reusableStatement<{ divisor: number }, { quotient: number }>(['divisor'], (db, args) =>
+    const divide = testStatement<{ divisor: number }, { quotient: number }>(['divisor'], (db, args) =>
       db
         .selectFrom('users')
         .select(sql<number>`1 / ${args.divisor}`.as('quotient'))
@@ -100,11 +101,11 @@ describe('reusableStatement', () => {
   });
 
   it('runs as a named prepared statement on the connection that runs it; queries through the pool stay unnamed', async () => {
-    const fullName = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
+    const fullName = testStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
       db.selectFrom('users').select('full_name').where('id', '=', args.userId),
     );
     const fullNameSql = database.db.selectFrom('users').select('full_name').where('id', '=', 1).compile().sql;
-    const preparedHere = reusableStatement<{ userId: number }, { prepared: string[]; names: string[] }>(['userId'], (db, args) =>
+    const preparedHere = testStatement<{ userId: number }, { prepared: string[]; names: string[] }>(['userId'], (db, args) =>
       db
         .selectFrom('users')
         .select(sql<string[]>`(SELECT array_agg(statement) FROM pg_prepared_statements)`.as('prepared'))
@@ -112,7 +113,7 @@ describe('reusableStatement', () => {
         .where('id', '=', args.userId),
     );
     // The same text built a second time: one name, one preparation per connection.
-    const fullNameAgain = reusableStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
+    const fullNameAgain = testStatement<{ userId: number }, { full_name: string }>(['userId'], (db, args) =>
       db.selectFrom('users').select('full_name').where('id', '=', args.userId),
     );
 

@@ -1,7 +1,6 @@
 import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { reusableStatement } from '../src/db/reusable-statement.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
@@ -10,6 +9,7 @@ import { OK } from './helpers/envelope.js';
 import { pendingEvents, pinEvent } from './helpers/events.js';
 import { createQueue, ids } from './helpers/fixture.js';
 import { auditRows, bulk, pinP, subscriptionOf } from './helpers/subscriptions.js';
+import { testStatement } from './helpers/statements.js';
 
 // Issue 31: a small write whose user's lock another instance holds (here: another session) holds up
 // no other user's write. It is refused the lock on the shared write connection and sent again on a
@@ -54,14 +54,12 @@ async function lockWaiter(): Promise<number> {
 const LOCK = 'SELECT pg_advisory_xact_lock($1, $2)';
 const LOCK_NOW = 'SELECT user_lock_now($1, $2)';
 /** Renames a user; answers the transaction id and the backend. */
-const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; pid: number }>(
-  ['userId', 'name'],
-  (db, args) =>
-    db
-      .updateTable('users')
-      .set({ full_name: args.name })
-      .where('id', '=', args.userId)
-      .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`pg_backend_pid()`.as('pid')]),
+const rename = testStatement<{ userId: number; name: string }, { id: number; xid: string; pid: number }>(['userId', 'name'], (db, args) =>
+  db
+    .updateTable('users')
+    .set({ full_name: args.name })
+    .where('id', '=', args.userId)
+    .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`pg_backend_pid()`.as('pid')]),
 );
 const renameAs = (userId: number, name: string, departure?: Departure) =>
   ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name }), departure);
@@ -129,7 +127,7 @@ describe('a small write whose user is locked elsewhere', () => {
   it('refused first in a group whose statements are new to the connection, it leaves the connection serving (not closed as uncertain)', async () => {
     const shared = (await renameAs(ids.V, 'Probe'))[0]!.pid;
     // A statement no connection has prepared yet: the group sends its Parse before U's refused lock.
-    const fresh = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
+    const fresh = testStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
       db
         .selectFrom('users')
         .select(sql<number>`pg_backend_pid() + 0`.as('pid'))

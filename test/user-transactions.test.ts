@@ -2,7 +2,7 @@ import net from 'node:net';
 import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { reusableStatement, type StatementRunner } from '../src/db/reusable-statement.js';
+import type { StatementRunner } from '../src/db/reusable-statement.js';
 import { isDatabaseUnavailable } from '../src/db/errors.js';
 import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/lib/departure.js';
@@ -10,6 +10,7 @@ import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
 import { auth, ids } from './helpers/fixture.js';
 import { PROPERTIES_URL } from './helpers/subscriptions.js';
+import { testStatement } from './helpers/statements.js';
 
 // src/db/user-transactions.ts: a user's statements in one pipelined transaction under the user's
 // lock, cancelled when the client goes away.
@@ -28,7 +29,7 @@ afterEach(async () => {
   await other.end();
 });
 
-const renameU = reusableStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
+const renameU = testStatement<{ userId: number; name: string }, { id: number }>(['userId', 'name'], (db, args) =>
   db.updateTable('users').set({ full_name: args.name }).where('id', '=', args.userId).returning('id'),
 );
 const nameOfU = async () =>
@@ -61,7 +62,7 @@ describe('UserTransactions', () => {
   });
 
   it('a work that gives up at its first failed statement leaves no later failure unobserved', async () => {
-    const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+    const failing = testStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
       db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
     );
     for (const size of ['small', 'large'] as const) {
@@ -83,7 +84,7 @@ describe('UserTransactions', () => {
   });
 
   it('a failing statement rolls back the statements before it (one implicit transaction), on both kinds of connection', async () => {
-    const failing = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+    const failing = testStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
       db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
     );
     for (const size of ['small', 'large'] as const) {
@@ -108,7 +109,7 @@ describe('UserTransactions', () => {
     for (const size of ['small', 'large'] as const) {
       // Fails at its Parse: the connection is replaced, so the statement is prepared afresh
       // (a stale record would answer 26000, "prepared statement does not exist").
-      const unparsable = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+      const unparsable = testStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
         db.selectNoFrom(sql<number>`no_such_function(${args.x}::integer)`.as('y')),
       );
       for (let attempt = 0; attempt < 2; attempt++) {
@@ -118,10 +119,10 @@ describe('UserTransactions', () => {
       }
       // Prepared, then the transaction fails after it: the statement stays prepared (preparing it
       // again would answer 42P05, "prepared statement already exists").
-      const doubled = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+      const doubled = testStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
         db.selectNoFrom(sql<number>`${args.x}::integer * 2`.as('y')),
       );
-      const divided = reusableStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+      const divided = testStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
         db.selectNoFrom(sql<number>`1 / ${args.x}::integer`.as('y')),
       );
       await expect(
@@ -146,7 +147,7 @@ describe('UserTransactions', () => {
   });
 
   it('small transactions share the write connections: at most DB_WRITE_CONNECTIONS (2) backends for any number of users', async () => {
-    const backend = reusableStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
+    const backend = testStatement<{ userId: number }, { pid: number }>(['userId'], (db, args) =>
       db
         .selectFrom('users')
         .select(sql<number>`pg_backend_pid()`.as('pid'))
@@ -187,16 +188,14 @@ describe('UserTransactions', () => {
 describe('commit groups: the small transactions of different users in one turn', () => {
   const LOCK = 'SELECT user_lock_now($1, $2)';
   /** Renames a user; answers the transaction id and the time of the statement within it. */
-  const rename = reusableStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(
-    ['userId', 'name'],
-    (db, args) =>
-      db
-        .updateTable('users')
-        .set({ full_name: args.name })
-        .where('id', '=', args.userId)
-        .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`extract(epoch FROM clock_timestamp())::float8`.as('at')]),
+  const rename = testStatement<{ userId: number; name: string }, { id: number; xid: string; at: number }>(['userId', 'name'], (db, args) =>
+    db
+      .updateTable('users')
+      .set({ full_name: args.name })
+      .where('id', '=', args.userId)
+      .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`extract(epoch FROM clock_timestamp())::float8`.as('at')]),
   );
-  const divide = reusableStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
+  const divide = testStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
     db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
   );
   const nameOf = async (userId: number) =>
@@ -243,7 +242,7 @@ describe('commit groups: the small transactions of different users in one turn',
   });
 
   it('a value that cannot be sent fails its member only, before anything of the group is written', async () => {
-    const echo = reusableStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) =>
+    const echo = testStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) =>
       db.selectNoFrom(sql<unknown>`${args.value}::jsonb`.as('value')),
     );
     const circular: Record<string, unknown> = {};

@@ -38,6 +38,27 @@ class Placeholder {
 export const statementName = (text: string): string => `s_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
 
 /**
+ * Every named statement this process has made so far (compiled reusable statements and
+ * preparedStatement's), text by name: the tests compare them with src/sql-registry.ts, so that a
+ * statement the code builds at run time cannot be missing from the reviewed sql/ files. One entry
+ * per statement, added once, when it is compiled: never on a request's path after that.
+ */
+export const compiledStatements = new Map<string, string>();
+
+/** A named statement of hand-written SQL (its text fixed at module load), named by a hash of its text. */
+export function preparedStatement(text: string): Required<Statement> {
+  const name = statementName(text);
+  compiledStatements.set(name, text);
+  return { name, text };
+}
+
+/** A reusable statement: runs with each call's arguments; `statement()` is its text and name, compiled once. */
+export interface ReusableStatement<Args, Row> {
+  (runner: StatementRunner, args: Args): Promise<Row[]>;
+  readonly statement: () => Required<Statement>;
+}
+
+/**
  * A Kysely query built and compiled once, then run with other values as a named prepared
  * statement. Kysely builds an immutable node tree and parses every column reference on each call
  * (30–40 µs and garbage per query here); on the per-request paths that was the largest part of the
@@ -58,8 +79,8 @@ export const statementName = (text: string): string => `s_${createHash('sha256')
 export function reusableStatement<Args extends Record<string, unknown>, Row>(
   names: readonly (keyof Args & string)[],
   build: (db: Kysely<DB>, args: Args) => Compilable<Row>,
-): (runner: StatementRunner, args: Args) => Promise<Row[]> {
-  let compiled: { statement: Statement; constants: readonly unknown[]; bound: (string | undefined)[] } | undefined;
+): ReusableStatement<Args, Row> {
+  let compiled: { statement: Required<Statement>; constants: readonly unknown[]; bound: (string | undefined)[] } | undefined;
   const compile = () => {
     const placeholders = Object.fromEntries(names.map((name) => [name, new Placeholder(name)]));
     const query = build(compiler, placeholders as unknown as Args).compile();
@@ -72,10 +93,10 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
       }
     }
     const { text, constants, bound } = shareParameters(query.sql, query.parameters);
-    return { statement: { name: statementName(text), text }, constants, bound };
+    return { statement: preparedStatement(text), constants, bound };
   };
   // Not async: the runner's promise is returned as it is, without another promise around it.
-  return (runner, args) => {
+  const run = (runner: StatementRunner, args: Args): Promise<Row[]> => {
     try {
       compiled ??= compile();
     } catch (error) {
@@ -85,6 +106,7 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     const values = bound.map((name, i) => (name === undefined ? constants[i] : args[name]));
     return runner.run<Row>(statement, values);
   };
+  return Object.assign(run, { statement: () => (compiled ??= compile()).statement });
 }
 
 /**

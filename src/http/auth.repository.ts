@@ -2,7 +2,7 @@ import { type Expression, type QueryCreator, sql } from 'kysely';
 import type { DB } from '../db/types.js';
 import pg from 'pg';
 import { isDatabaseUnavailable } from '../db/errors.js';
-import { reusableStatement, type StatementRunner } from '../db/reusable-statement.js';
+import { type ReusableStatement, reusableStatement, type Statement, type StatementRunner } from '../db/reusable-statement.js';
 import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
 
 /**
@@ -75,17 +75,13 @@ export type AccountRow = Awaited<ReturnType<AccountQuery['executeTakeFirstOrThro
 
 /**
  * A lookup a route folds into its authentication statement, so that a hot endpoint needs one round
- * trip instead of two. `extend` joins the lookup's row to the caller's (tables `caller` and
- * `caller_realm`; one row per request, by index: a LEFT JOIN LATERAL … OFFSET 0, as the caller's)
- * and selects its columns, none starting with `caller_` or `rate_limit_`. The row is computed
- * whether or not the credentials are accepted, and used only if they are. `key` names the query:
- * the same key must always build the same query.
+ * trip instead of two: its query (AuthLookupQuery, defined once) and, per request, the value it
+ * reads (`argument`; 0 for a lookup of the caller's own row only).
  */
-export type AuthLookup<Extra extends object> =
-  /** A lookup of one value per request (`argument` there; in the query, the request's column). */
-  | { key: string; argument: number; extend: (account: AccountQuery, argument: Expression<number>) => Expression<AccountRow & Extra> }
-  /** A lookup of the caller's own row only. */
-  | { key: string; argument?: undefined; extend: (account: AccountQuery) => Expression<AccountRow & Extra> };
+export interface AuthLookup<Extra extends object> {
+  query: AuthLookupQuery<Extra>;
+  argument: number;
+}
 
 export type AuthenticationRow<Extra extends object> = AccountRow & Extra & RateLimitColumns;
 
@@ -142,12 +138,8 @@ const decision = (args: BatchArgs) => {
 )`;
 };
 
-function accountStatement<Extra extends object>(lookup: AuthLookup<Extra> | undefined, rateLimited: boolean) {
-  const account = (db: QueryCreator<DBWithRequests>): Expression<AccountRow & Extra> => {
-    const base = selectAccounts(db);
-    if (!lookup) return base as Expression<AccountRow & Extra>;
-    return lookup.argument === undefined ? lookup.extend(base) : lookup.extend(base, sql.ref<number>('r.lookup_argument'));
-  };
+function accountStatement<Extra extends object>(extend: LookupExtension<Extra>, rateLimited: boolean) {
+  const account = (db: QueryCreator<DBWithRequests>) => extend(selectAccounts(db), sql.ref<number>('r.lookup_argument'));
   const names: (keyof BatchArgs & string)[] = ['requests', ...(rateLimited ? (['maxRequests', 'windowSeconds'] as const) : [])];
   return reusableStatement<BatchArgs, AuthenticationRow<Extra>>(names, (db, args) => {
     const withAccount = db
@@ -178,15 +170,61 @@ function accountStatement<Extra extends object>(lookup: AuthLookup<Extra> | unde
   });
 }
 
-type AccountStatement = (reads: StatementRunner, args: BatchArgs) => Promise<AuthenticationRow<object>[]>;
-const statements = new Map<string, AccountStatement>();
+/**
+ * How a lookup extends the authentication query: joins its row to the caller's (tables `caller` and
+ * `caller_realm`; one row per request, by index: a LEFT JOIN LATERAL … OFFSET 0, as the caller's)
+ * and selects its columns, none starting with `caller_` or `rate_limit_`. `argument` is the
+ * request's value (its column in the query); a lookup of the caller's own row ignores it. The row
+ * is computed whether or not the credentials are accepted, and used only if they are.
+ */
+type LookupExtension<Extra extends object> = (account: AccountQuery, argument: Expression<number>) => Expression<AccountRow & Extra>;
 
-function statementFor(lookup: AuthLookup<object> | undefined, rateLimited: boolean): AccountStatement {
-  const key = `${lookup?.key ?? ''}|${rateLimited}`;
-  let statement = statements.get(key);
-  if (!statement) statements.set(key, (statement = accountStatement<object>(lookup, rateLimited)));
-  return statement;
+/** One authentication statement (a lookup, rate limited or not), compiled: `key` is its name, a hash of its SQL. */
+interface AuthVariant {
+  key: string;
+  run: ReusableStatement<BatchArgs, AuthenticationRow<object>>;
 }
+
+/**
+ * A lookup's query, defined once at module level (src/sql-registry.ts lists every one, so that
+ * `npm run sql` writes its statements to sql/auth/). Its two statements (rate limited or not) are
+ * built and compiled on first use, then kept here: a request only picks one. Batches and lookup
+ * rows are matched by the statements' names, which are hashes of their SQL, so two lookups share
+ * a batch or a row only when they run the same query, whatever they are called.
+ */
+export class AuthLookupQuery<Extra extends object> {
+  private readonly variants: [AuthVariant | undefined, AuthVariant | undefined] = [undefined, undefined];
+
+  constructor(
+    /** Names its files in sql/auth/. */
+    readonly name: string,
+    private readonly extend: LookupExtension<Extra>,
+  ) {}
+
+  /** The authentication statement with this lookup, with the rate-limit decision or without. */
+  variant(rateLimited: boolean): AuthVariant {
+    const index = rateLimited ? 1 : 0;
+    let variant = this.variants[index];
+    if (!variant) {
+      const run = accountStatement(this.extend, rateLimited);
+      variant = this.variants[index] = { key: run.statement().name, run };
+    }
+    return variant;
+  }
+
+  /** The text and name of its statement (src/sql-registry.ts). */
+  statement(rateLimited: boolean): Required<Statement> {
+    return this.variant(rateLimited).run.statement();
+  }
+
+  /** Names the query: the name of its statement without the rate-limit decision. */
+  get key(): string {
+    return this.variant(false).key;
+  }
+}
+
+/** The authentication statement of a route without a lookup. */
+export const NO_LOOKUP = new AuthLookupQuery<object>('caller', (account) => account);
 
 /** Whether one request's values may be what failed its batch: SQLSTATE classes 22 and 23, or no SQLSTATE at all (the driver refused a value). */
 function valueMayCause(error: unknown): boolean {
@@ -206,7 +244,7 @@ interface Pending {
 }
 
 interface Batch {
-  lookup: AuthLookup<object> | undefined;
+  variant: AuthVariant;
   rule: RateLimitRule | undefined;
   pending: Pending[];
   keyHashes: Set<string>;
@@ -234,14 +272,14 @@ export class AccountBatches {
     lookup: AuthLookup<Extra> | undefined,
     rule: RateLimitRule | undefined,
   ): Promise<AuthenticationRow<Extra> | undefined> {
-    const group = `${lookup?.key ?? ''}|${rule ? `${rule.maxRequests}/${rule.windowSeconds}` : ''}`;
+    const variant = (lookup?.query ?? NO_LOOKUP).variant(rule !== undefined);
+    const group = `${variant.key}|${rule ? `${rule.maxRequests}/${rule.windowSeconds}` : ''}`;
     let batch = this.batches.get(group);
     if (batch && (batch.keyHashes.has(request.key_hash) || batch.pending.length >= MAX_BATCH)) {
       this.send(group);
       batch = undefined;
     }
-    if (!batch)
-      this.batches.set(group, (batch = { lookup: lookup as AuthLookup<object> | undefined, rule, pending: [], keyHashes: new Set() }));
+    if (!batch) this.batches.set(group, (batch = { variant, rule, pending: [], keyHashes: new Set() }));
     batch.keyHashes.add(request.key_hash);
     const pending = batch.pending;
     const found = new Promise<AuthenticationRow<object> | undefined>((resolve, reject) => {
@@ -261,8 +299,8 @@ export class AccountBatches {
     const batch = this.batches.get(group);
     if (!batch) return;
     this.batches.delete(group);
-    const { pending, lookup, rule } = batch;
-    this.run(pending, lookup, rule);
+    const { pending, variant, rule } = batch;
+    this.run(pending, variant, rule);
   }
 
   /**
@@ -272,21 +310,21 @@ export class AccountBatches {
    * of its turn, whatever its organization. Any other failure (the database unavailable, read-only
    * or out of space) each would meet alone too: fanning the batch out would only add load then.
    */
-  private run(pending: Pending[], lookup: AuthLookup<object> | undefined, rule: RateLimitRule | undefined): void {
+  private run(pending: Pending[], variant: AuthVariant, rule: RateLimitRule | undefined): void {
     const args = {
       requests: JSON.stringify(pending.map((entry, ord) => ({ ...entry.request, ord }))),
       maxRequests: rule?.maxRequests ?? 0,
       windowSeconds: rule?.windowSeconds ?? 0,
     };
     this.onBatch?.(pending.length);
-    statementFor(lookup, rule !== undefined)(this.reads, args).then(
+    variant.run(this.reads, args).then(
       (rows) => {
         const byOrd = new Map(rows.map((row) => [row.ord, row]));
         pending.forEach((entry, ord) => entry.resolve(byOrd.get(ord)));
       },
       (error: unknown) => {
         if (pending.length === 1 || !valueMayCause(error)) return pending.forEach((entry) => entry.reject(error));
-        for (const entry of pending) this.run([entry], lookup, rule);
+        for (const entry of pending) this.run([entry], variant, rule);
       },
     );
   }

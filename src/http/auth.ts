@@ -45,7 +45,7 @@ function parseBasicAuthorization(header: string | undefined): { email: string; a
 }
 
 /** A route's lookup, folded into the authentication statement (see auth.repository.ts). */
-export type { AuthLookup } from './auth.repository.js';
+export { type AuthLookup, AuthLookupQuery } from './auth.repository.js';
 
 export interface Authentication<Extra extends object> {
   caller: Caller;
@@ -126,15 +126,16 @@ export function callerOf(request: FastifyRequest): Caller {
 
 /**
  * The row `lookup` added to the request's authentication statement, typed by the lookup; undefined
- * when the statement ran another lookup (other key or argument) or none. The same key always builds
- * the same query (AuthLookup), so a row of this key and argument has this lookup's columns.
+ * when the statement ran another lookup (other query or argument) or none. A query's key is the
+ * name of its compiled statement, a hash of its SQL (AuthLookupQuery), so a row of this key and
+ * argument has this lookup's columns.
  */
 export function lookupRowOf<Extra extends object>(
   request: FastifyRequest,
   lookup: AuthLookup<Extra> | undefined,
 ): (AccountRow & Extra) | undefined {
   const found = request.authLookupRow;
-  if (!lookup || !found || found.lookup.key !== lookup.key || found.lookup.argument !== lookup.argument) return undefined;
+  if (!lookup || !found || found.lookup.query.key !== lookup.query.key || found.lookup.argument !== lookup.argument) return undefined;
   return found.row as AccountRow & Extra;
 }
 

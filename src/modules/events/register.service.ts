@@ -3,7 +3,7 @@ import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import { runQuery } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
-import type { AuthLookup, Caller } from '../../http/auth.js';
+import { type AuthLookup, AuthLookupQuery, type Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { largeReadTurns } from '../../lib/large-read-turns.js';
 import { forEachInSlices, JsonTextList } from '../../lib/slices.js';
@@ -53,16 +53,15 @@ export interface NotificationDefaults {
 /** The caller's notification defaults, as notificationDefaultsLookup adds them to the authentication row. */
 type NotificationDefaultColumns = Record<`${keyof NotificationDefaults}_default`, boolean>;
 
-export const notificationDefaultsLookup: AuthLookup<NotificationDefaultColumns> = {
-  key: 'caller notification defaults',
-  extend: (account) =>
-    account.select([
-      'caller.enable_stream_audible_notifications as audible_default',
-      'caller.enable_stream_desktop_notifications as desktop_default',
-      'caller.enable_stream_email_notifications as email_default',
-      'caller.enable_stream_push_notifications as push_default',
-    ]),
-};
+export const notificationDefaultsQuery = new AuthLookupQuery<NotificationDefaultColumns>('caller-notification-defaults', (account) =>
+  account.select([
+    'caller.enable_stream_audible_notifications as audible_default',
+    'caller.enable_stream_desktop_notifications as desktop_default',
+    'caller.enable_stream_email_notifications as email_default',
+    'caller.enable_stream_push_notifications as push_default',
+  ]),
+);
+export const notificationDefaultsLookup: AuthLookup<NotificationDefaultColumns> = { query: notificationDefaultsQuery, argument: 0 };
 
 /** The defaults out of notificationDefaultsLookup's row (register always runs it). */
 export function notificationDefaultsFromLookup(row: NotificationDefaultColumns | undefined): NotificationDefaults {

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
+import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import type { SubscriptionRow } from './subscriptions.serializers.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
 
@@ -119,13 +119,19 @@ SELECT
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
     CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids`;
 
-const READ = { name: 'membership_read', text: READ_TEXT };
+export const MEMBERSHIP_READ = preparedStatement(READ_TEXT);
 
 export async function readMembership(
   tx: StatementRunner,
   args: { realmId: number; names: string[]; targetIds: number[]; targetEmails: string[]; wantNewIds: boolean },
 ): Promise<MembershipRead> {
-  const [row] = await tx.run<MembershipRead>(READ, [args.realmId, args.names, args.targetIds, args.targetEmails, args.wantNewIds]);
+  const [row] = await tx.run<MembershipRead>(MEMBERSHIP_READ, [
+    args.realmId,
+    args.names,
+    args.targetIds,
+    args.targetEmails,
+    args.wantNewIds,
+  ]);
   return row!;
 }
 

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppDeps } from '../../deps.js';
-import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
+import { type AuthLookup, AuthLookupQuery, callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success, untypedSuccess } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
@@ -24,10 +24,10 @@ import { updateUserByApi } from './users-update.service.js';
 import { resolveUserPath } from './users.service.js';
 
 /** The caller's can_create_users permission, read with the authentication statement (POST /users). */
-const canCreateUsersLookup: AuthLookup<{ can_create_users: boolean }> = {
-  key: 'caller can_create_users',
-  extend: (account) => account.select('caller.can_create_users'),
-};
+export const canCreateUsersQuery = new AuthLookupQuery<{ can_create_users: boolean }>('caller-can-create-users', (account) =>
+  account.select('caller.can_create_users'),
+);
+const canCreateUsersLookup: AuthLookup<{ can_create_users: boolean }> = { query: canCreateUsersQuery, argument: 0 };
 
 /** The id paths take digits only: any other segment is not these routes (404 or 405 from the router). */
 const USER_ID = ':user_id(^\\d+$)';

@@ -1,7 +1,7 @@
 import { type Expression, type ExpressionBuilder, sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
-import type { AccountQuery } from '../../http/auth.repository.js';
+import { type AccountQuery, AuthLookupQuery } from '../../http/auth.repository.js';
 import type { DB } from '../../db/types.js';
 import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import type { UserRecord } from './users.serializers.js';
@@ -113,10 +113,6 @@ interface UserByIdArgs extends Record<string, unknown> {
   viewerId?: number;
 }
 
-// GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
-// shape of the load options.
-const userByIdQueries = new Map<string, (reads: StatementRunner, args: UserByIdArgs) => Promise<UserRow[]>>();
-
 const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
   reusableStatement<UserByIdArgs, UserRow>(restricted ? ['realmId', 'userId', 'viewerId'] : ['realmId', 'userId'], (db, args) =>
     selectUsers(db, args.realmId, { withProfileData, ...(restricted && { sharedChannelsWithUserId: args.viewerId! }) }).where(
@@ -126,6 +122,15 @@ const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
     ),
   );
 
+// GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
+// shape of the load options.
+export const userByIdStatements = {
+  plain: userByIdQuery(false, false),
+  withProfileData: userByIdQuery(true, false),
+  restricted: userByIdQuery(false, true),
+  restrictedWithProfileData: userByIdQuery(true, true),
+};
+
 export async function findUserById(
   reads: StatementRunner,
   realmId: number,
@@ -133,9 +138,13 @@ export async function findUserById(
   options: UserLoadOptions,
 ): Promise<UserRecord | undefined> {
   const restricted = options.sharedChannelsWithUserId !== undefined;
-  const shape = `${options.withProfileData}/${restricted}`;
-  let query = userByIdQueries.get(shape);
-  if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
+  const query = restricted
+    ? options.withProfileData
+      ? userByIdStatements.restrictedWithProfileData
+      : userByIdStatements.restricted
+    : options.withProfileData
+      ? userByIdStatements.withProfileData
+      : userByIdStatements.plain;
   const [row] = await query(reads, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
   return row && toUserRecord(row, row.realm_id);
 }
@@ -145,7 +154,7 @@ export async function findUserById(
  * joined under the table's own name and column names (one index probe per request: LATERAL with
  * OFFSET 0, as the caller's own row): no restricted-viewer fact, which depends on the viewer's role.
  */
-export const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: Expression<number>) =>
+const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: Expression<number>) =>
   account
     .leftJoinLateral(
       (eb) =>
@@ -164,6 +173,12 @@ export const joinUserById = (withProfileData: boolean) => (account: AccountQuery
 
 /** The columns joinUserById adds to the authentication row: the user's, null when it found none. */
 export type JoinedUser = { [column in keyof Omit<UserRow, 'realm_id'>]: UserRow[column] | null };
+
+/** GET /users/{user_id}'s lookups (userByIdAuthLookup), with and without the profile data. */
+export const userByIdLookupQueries = {
+  plain: new AuthLookupQuery<JoinedUser>('user-by-id', joinUserById(false)),
+  withProfileData: new AuthLookupQuery<JoinedUser>('user-by-id-with-profile-data', joinUserById(true)),
+};
 
 /** The user of a joinUserById row, if the join found one (in the caller's organization). */
 export function userRecordFromJoinedRow(row: JoinedUser & { caller_realm_id: number }): UserRecord | undefined {

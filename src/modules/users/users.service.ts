@@ -15,8 +15,8 @@ import {
   realmUserRecord,
   selectRealmUsers,
   type UserLoadOptions,
-  joinUserById,
   type JoinedUser,
+  userByIdLookupQueries,
   userRecordFromJoinedRow,
 } from './users.repository.js';
 import { type ApiUser, buildUserObject, type UserObjectOptions, type UserRecord } from './users.serializers.js';
@@ -77,7 +77,7 @@ async function findTarget(
 export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup<JoinedUser> | undefined {
   const userId = DIGITS.test(pathValue) ? parseUserId(pathValue) : undefined;
   if (userId === undefined) return undefined;
-  return { key: `user by id, profile data ${withProfileData}`, argument: userId, extend: joinUserById(withProfileData) };
+  return { query: withProfileData ? userByIdLookupQueries.withProfileData : userByIdLookupQueries.plain, argument: userId };
 }
 
 /**

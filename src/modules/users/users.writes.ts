@@ -1,6 +1,6 @@
 import { CompiledQuery } from 'kysely';
 import type { Database } from '../../db/database.js';
-import type { Statement, StatementRunner } from '../../db/reusable-statement.js';
+import { preparedStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { realmEventAppend } from '../events/realm-events.js';
 
@@ -32,9 +32,7 @@ const ACTIVE_HUMAN_OWNERS = `(SELECT count(*) FROM users o
   WHERE o.realm_id = $1 AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)`;
 
 /** $5 id (from the sequence), $6 email, $7 full name, $8 date joined, $9 address visibility, $10 password too weak, $11 API key hash, $12 role, $13 timezone, $14 imported stub, $15 can_create_users. */
-export const CREATE_USER: Statement = {
-  name: 'user_management_create',
-  text: `WITH guard AS (
+export const CREATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE
       WHEN EXISTS (SELECT 1 FROM users WHERE realm_id = $1 AND lower(delivery_email) = lower($6::text))
         THEN refuse_write('${REFUSALS.emailInUse}', '')
@@ -48,17 +46,14 @@ export const CREATE_USER: Statement = {
     WHERE (SELECT refused FROM guard) IS NULL
     RETURNING id
   ),${common('EXISTS (SELECT 1 FROM created)')}
-  SELECT (SELECT refused FROM guard) AS refused`,
-};
+  SELECT (SELECT refused FROM guard) AS refused`);
 
 /**
  * $5 target, $6 its active bots (deactivated with it), $7 the caller deactivates themselves
  * (DELETE /users/me: the last user of the organization stays), $8 the last owner stays (the API;
  * the admin command line deactivates anyone).
  */
-export const DEACTIVATE_USER: Statement = {
-  name: 'user_management_deactivate',
-  text: `WITH guard AS (
+export const DEACTIVATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE
       WHEN NOT t.is_active THEN refuse_write('${REFUSALS.deactivated}', '')
       WHEN $7::boolean AND (SELECT count(*) FROM users WHERE realm_id = $1 AND is_active) = 1
@@ -78,13 +73,10 @@ export const DEACTIVATE_USER: Statement = {
     DELETE FROM event_queues WHERE realm_id = $1 AND user_id IN (SELECT id FROM deactivated)
     RETURNING pg_notify('zulip_events', id::text) AS notified
   ),${common('EXISTS (SELECT 1 FROM deactivated)')}
-  SELECT (SELECT refused FROM guard) AS refused`,
-};
+  SELECT (SELECT refused FROM guard) AS refused`);
 
 /** $5 target, $6 its new bot owner (a bot whose owner is deactivated), or null. */
-export const REACTIVATE_USER: Statement = {
-  name: 'user_management_reactivate',
-  text: `WITH guard AS (
+export const REACTIVATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE
       WHEN t.bot_type IS NOT NULL AND EXISTS (
         SELECT 1 FROM users o WHERE o.realm_id = $1 AND o.is_active AND lower(o.full_name) = lower(btrim(t.full_name)))
@@ -97,16 +89,13 @@ export const REACTIVATE_USER: Statement = {
     WHERE id = $5 AND realm_id = $1 AND NOT is_active AND (SELECT refused FROM guard) IS NULL
     RETURNING id
   ),${common('EXISTS (SELECT 1 FROM reactivated)')}
-  SELECT (SELECT refused FROM guard) AS refused`,
-};
+  SELECT (SELECT refused FROM guard) AS refused`);
 
 /**
  * $5 target, $6 new full name or null, $7 new role or null, $8 profile values to store (JSON
  * [{id, value, rendered_value}]), $9 profile field ids whose values go.
  */
-export const UPDATE_USER: Statement = {
-  name: 'user_management_update',
-  text: `WITH guard AS (
+export const UPDATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE
       WHEN $7::smallint IS NOT NULL AND $7::smallint <> ${ROLES.owner} AND t.role = ${ROLES.owner} AND t.bot_type IS NULL
         AND ${ACTIVE_HUMAN_OWNERS} = 1
@@ -132,8 +121,7 @@ export const UPDATE_USER: Statement = {
     ON CONFLICT (user_id, field_id) DO UPDATE SET value = EXCLUDED.value, rendered_value = EXCLUDED.rendered_value
     RETURNING field_id
   ),${common('(SELECT refused FROM guard) IS NULL')}
-  SELECT (SELECT refused FROM guard) AS refused`,
-};
+  SELECT (SELECT refused FROM guard) AS refused`);
 
 /** Runs statements on a Kysely connection or transaction (the admin command line's way in). */
 export const kyselyRunner = (db: Database): StatementRunner => ({

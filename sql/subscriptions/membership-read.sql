@@ -1,0 +1,40 @@
+-- Built in src/modules/subscriptions/membership.repository.ts.
+-- Prepared as s_5bf77a4d908fddb7b89c54136d7d4b8c, a hash of its exact text; this one differs from it only in
+-- the line breaks and indentation added for reading. Written by `npm run sql` from
+-- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+WITH requested AS (
+  SELECT n.ord::integer AS ord, n.name FROM unnest($2::text[]) WITH ORDINALITY AS n(name, ord)
+),
+  named AS (
+  SELECT r.ord, s.id AS stream_id FROM requested r LEFT JOIN streams s ON s.realm_id = $1 AND lower(s.name) = lower(r.name)
+),
+  channel AS (
+  SELECT s.id, s.name, s.description, s.rendered_description, s.invite_only, s.is_web_public,
+         s.history_public_to_subscribers, s.creator_id, floor(extract(epoch FROM s.date_created))::bigint AS date_created,
+         s.deactivated, s.message_retention_days
+  FROM streams s WHERE s.id IN (SELECT stream_id FROM named)
+),
+  target AS (
+  SELECT u.id, u.delivery_email, u.email_address_visibility, u.bot_type, u.bot_owner_id, u.role, u.is_active
+  FROM users u WHERE u.realm_id = $1 AND (u.id = ANY ($3::integer[]) OR lower(u.delivery_email) = ANY ($4::text[]))
+)
+SELECT
+  (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
+  (SELECT coalesce(json_agg(c ORDER BY c.id), '[]') FROM channel c) AS channels,
+  (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
+  (SELECT coalesce(json_agg(json_build_object(
+      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
+      'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top,
+      'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications,
+      'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications,
+      'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
+   FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+   WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
+  (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (
+     SELECT sub.user_id, array_agg(sub.color) AS colors FROM subscriptions sub
+     WHERE sub.user_id IN (SELECT id FROM target) AND sub.active GROUP BY sub.user_id) g) AS used_colors,
+  ARRAY(SELECT id FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_ids,
+  ARRAY(SELECT role FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_roles,
+  ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
+  ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
+    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids

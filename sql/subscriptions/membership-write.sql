@@ -1,0 +1,104 @@
+-- Built in src/modules/subscriptions/membership.repository.ts.
+-- Prepared as s_22d18da84ca544aa869269c592b383c6, a hash of its exact text; this one differs from it only in
+-- the line breaks and indentation added for reading. Written by `npm run sql` from
+-- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+with "incoming_event"("payload", "ord", "type", "user_id") as (
+    WITH item AS MATERIALIZED (
+      SELECT e.item->'event' AS payload, e.ord, e.item->'event'->>'type' AS type, e.item->'users' AS users
+      FROM json_array_elements($1::json) WITH ORDINALITY AS e(item, ord))
+    SELECT item.payload, item.ord, item.type, r.user_id::integer
+    FROM item CROSS JOIN LATERAL json_array_elements_text(item.users) AS r(user_id)),
+  "accepting" as (
+  select "q"."id" as "queue_id",
+    "t"."type",
+    "t"."user_id"
+  from "event_queues" as "q"
+  inner join (
+    select distinct "user_id",
+      "type"
+    from "incoming_event"
+  ) as "t" on "q"."user_id" = "t"."user_id" and q.event_types IS NULL OR t.type = ANY (q.event_types)
+  where "q"."realm_id" = $2
+),
+  "locked_queue" as materialized (
+  select "lq"."id"
+  from "event_queues" as "lq"
+  where "lq"."id" in (
+    select "accepting"."queue_id"
+    from "accepting"
+  )
+  order by "lq"."user_id",
+    "lq"."id" for update
+),
+  "event_count" as (
+  select "a"."queue_id",
+    count(*) as "n"
+  from "accepting" as "a"
+  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+  inner join "locked_queue" as "l" on "l"."id" = "a"."queue_id"
+  group by "a"."queue_id"
+),
+  "bumped_queue" as (
+  update "event_queues" as "eq" set "next_event_id" = "eq"."next_event_id" + "c"."n"
+  from "event_count" as "c"
+  where "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
+  returning "eq"."id",
+    "eq"."next_event_id" - "c"."n" as "first_id",
+    pg_notify('zulip_events', eq.id::text) as "notified"
+),
+  "dropped_queue" as (
+  delete
+  from "event_queues"
+  where "event_queues"."id" in (
+    select "queue_id"
+    from "event_count"
+  ) and "event_queues"."id" not in (
+    select "id"
+    from "bumped_queue"
+  )
+  returning pg_notify('zulip_events', event_queues.id::text) as "notified"
+),
+  "inserted_event" as (
+  insert into "events" ("queue_id", "id", "realm_id", "payload")
+  select "b"."id" as "queue_id",
+    "b"."first_id" - 1 + row_number() over(partition by "b"."id" order by "i"."ord") as "id",
+    $2::integer as "realm_id",
+    "i"."payload"
+  from "bumped_queue" as "b"
+  inner join "accepting" as "a" on "a"."queue_id" = "b"."id"
+  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+),
+  "new_channel" as (
+  insert into "streams" ("id", "realm_id", "name", "description", "rendered_description", "invite_only", "is_web_public", "history_public_to_subscribers", "creator_id", "date_created") (
+            SELECT c.id, $2::integer, c.name, c.description, c.rendered_description, c.invite_only, c.is_web_public,
+                   c.history_public_to_subscribers, c.creator_id, c.date_created
+            FROM json_to_recordset($4::json) AS c(
+              id integer, name text, description text, rendered_description text, invite_only boolean, is_web_public boolean,
+              history_public_to_subscribers boolean, creator_id integer, date_created timestamptz))
+  returning "id"
+),
+  "added_subscription" as (
+  insert into "subscriptions" ("realm_id", "user_id", "stream_id", "color") (
+            SELECT $2::integer, a.user_id, a.stream_id, a.color
+            FROM json_to_recordset($5::json) AS a(user_id integer, stream_id integer, color text))
+  on conflict ("user_id", "stream_id") do update set "active" = $6
+  returning "user_id"
+),
+  "removed_subscription" as (
+  update "subscriptions" as "sub" set "active" = $7
+  where (sub.user_id, sub.stream_id) IN (
+            SELECT r.user_id, r.stream_id FROM json_to_recordset($8::json) AS r(user_id integer, stream_id integer)) and "sub"."realm_id" = $2
+  returning "sub"."user_id"
+)
+select (
+  select count(*) as "n"
+  from "new_channel"
+) as "channels",
+  (
+  select count(*) as "n"
+  from "added_subscription"
+) as "added",
+  (
+  select count(*) as "n"
+  from "removed_subscription"
+) as "removed"

@@ -1,0 +1,123 @@
+-- Built in src/modules/subscriptions/subscriptions.repository.ts.
+-- Prepared as s_7c2a68bb45c20deea170e54d6b5c9ccc, a hash of its exact text; this one differs from it only in
+-- the line breaks and indentation added for reading. Written by `npm run sql` from
+-- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+with "incoming_event"("payload", "ord", "type", "user_id") as (
+    SELECT e.payload, e.ord, e.payload->>'type', $1::integer
+    FROM json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord)),
+  "accepting" as (
+  select "q"."id" as "queue_id",
+    "t"."type",
+    "t"."user_id"
+  from "event_queues" as "q"
+  inner join (
+    select distinct "user_id",
+      "type"
+    from "incoming_event"
+  ) as "t" on "q"."user_id" = "t"."user_id" and q.event_types IS NULL OR t.type = ANY (q.event_types)
+  where "q"."user_id" = $1
+),
+  "locked_queue" as materialized (
+  select "lq"."id"
+  from "event_queues" as "lq"
+  where "lq"."id" in (
+    select "accepting"."queue_id"
+    from "accepting"
+  )
+  order by "lq"."user_id",
+    "lq"."id" for update
+),
+  "event_count" as (
+  select "a"."queue_id",
+    count(*) as "n"
+  from "accepting" as "a"
+  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+  group by "a"."queue_id"
+),
+  "bumped_queue" as (
+  update "event_queues" as "eq" set "next_event_id" = "eq"."next_event_id" + "c"."n"
+  from "event_count" as "c"
+  where "eq"."user_id" = $1 and "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
+  returning "eq"."id",
+    "eq"."next_event_id" - "c"."n" as "first_id",
+    pg_notify('zulip_events', eq.id::text) as "notified"
+),
+  "dropped_queue" as (
+  delete
+  from "event_queues"
+  where "event_queues"."user_id" = $1 and "event_queues"."id" in (
+    select "queue_id"
+    from "event_count"
+  ) and "event_queues"."id" not in (
+    select "id"
+    from "bumped_queue"
+  )
+  returning pg_notify('zulip_events', event_queues.id::text) as "notified"
+),
+  "inserted_event" as (
+  insert into "events" ("queue_id", "id", "realm_id", "payload")
+  select "b"."id" as "queue_id",
+    "b"."first_id" - 1 + row_number() over(partition by "b"."id" order by "i"."ord") as "id",
+    $4::integer as "realm_id",
+    "i"."payload"
+  from "bumped_queue" as "b"
+  inner join "accepting" as "a" on "a"."queue_id" = "b"."id"
+  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+),
+  "entry"("ord", "stream_id", "property", "value", "known_old", "old") as (
+        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
+        FROM jsonb_array_elements($5::jsonb) WITH ORDINALITY AS e(item, ord)),
+  "final_value" as (
+        SELECT * FROM json_to_recordset($6::json) AS v(
+          stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
+          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean)),
+  "channel" as (
+  select "s"."id",
+    "s"."invite_only",
+    "s"."is_web_public",
+    "sub"."active",
+    json_build_object('color', "sub"."color", 'is_muted', "sub"."is_muted", 'pin_to_top', "sub"."pin_to_top", 'desktop_notifications', "sub"."desktop_notifications", 'audible_notifications', "sub"."audible_notifications", 'push_notifications', "sub"."push_notifications", 'email_notifications', "sub"."email_notifications", 'wildcard_mentions_notify', "sub"."wildcard_mentions_notify") as "settings"
+  from "streams" as "s"
+  left join "subscriptions" as "sub" on "sub"."stream_id" = "s"."id" and "sub"."user_id" = $1
+  where "s"."realm_id" = $4 and "s"."deactivated" = false and "s"."id" = ANY($7::integer[])
+),
+  "failure" as (
+  select "e"."ord",
+    "e"."stream_id",
+    ("c"."id" is null or not ("c"."is_web_public" = true or "c"."active" is true or (NOT $8::boolean and "c"."invite_only" = false))) as "invalid_channel"
+  from "entry" as "e"
+  left join "channel" as "c" on "c"."id" = "e"."stream_id"
+  where "c"."active" is not true
+  order by "e"."ord"
+  limit 1
+),
+  "updated" as (
+  update "subscriptions" as "sub" set "color" = coalesce("v"."color", "sub"."color"),
+    "is_muted" = coalesce("v"."is_muted", "sub"."is_muted"),
+    "pin_to_top" = coalesce("v"."pin_to_top", "sub"."pin_to_top"),
+    "desktop_notifications" = coalesce("v"."desktop_notifications", "sub"."desktop_notifications"),
+    "audible_notifications" = coalesce("v"."audible_notifications", "sub"."audible_notifications"),
+    "push_notifications" = coalesce("v"."push_notifications", "sub"."push_notifications"),
+    "email_notifications" = coalesce("v"."email_notifications", "sub"."email_notifications"),
+    "wildcard_mentions_notify" = coalesce("v"."wildcard_mentions_notify", "sub"."wildcard_mentions_notify")
+  from "final_value" as "v"
+  where $9::boolean and "sub"."user_id" = $1 and "sub"."realm_id" = $4 and "sub"."stream_id" = "v"."stream_id"
+),
+  "audited" as (
+  insert into "subscription_audit_log" ("realm_id", "acting_user_id", "stream_id", "property", "old_value", "new_value", "created_at")
+  select $4::integer as "realm_id",
+    $1::integer as "user_id",
+    "e"."stream_id",
+    "e"."property",
+    case when "e"."known_old" = true then "e"."old" else (c.settings -> e.property)::jsonb end as "old_value",
+    "e"."value",
+    clock_timestamp() as "created_at"
+  from "entry" as "e"
+  inner join "channel" as "c" on "c"."id" = "e"."stream_id"
+  where $9::boolean
+  order by "e"."ord"
+)
+select (
+  select refuse_write(CASE WHEN invalid_channel THEN 'invalid channel' ELSE 'not subscribed' END, ord || ':' || stream_id) as "refused"
+  from "failure"
+) as "refused"

@@ -1,0 +1,42 @@
+import { afterAll } from 'vitest';
+import { compiledStatements, reusableStatement, type ReusableStatement } from '../../src/db/reusable-statement.js';
+import type { DB } from '../../src/db/types.js';
+import type { Compilable, Kysely } from 'kysely';
+
+/** The statements tests build for themselves (testStatement): not the server's, so not registered. */
+const testStatementNames = new Set<string>();
+
+/**
+ * A reusable statement of a test's own (reusableStatement's arguments), compiled at once so that
+ * the check below knows it is not the server's.
+ */
+export function testStatement<Args extends Record<string, unknown>, Row>(
+  names: readonly (keyof Args & string)[],
+  build: (db: Kysely<DB>, args: Args) => Compilable<Row>,
+): ReusableStatement<Args, Row> {
+  const statement = reusableStatement(names, build);
+  testStatementNames.add(statement.statement().name);
+  return statement;
+}
+
+/** Forgets a statement a test compiled on purpose outside the registry (test/sql-registry.test.ts). */
+export function forgetStatement(name: string): void {
+  compiledStatements.delete(name);
+}
+
+/**
+ * A setup file of every test file (vitest.config.ts): after the file's tests, every statement the
+ * server compiled while they ran must be one of src/sql-registry.ts, whose sql/ files reviewers
+ * see and CI checks (`npm run sql:check`). A statement built at run time that the registry lacks
+ * (a new variant of a lookup, say) fails the file that ran it.
+ */
+afterAll(async () => {
+  if ([...compiledStatements.keys()].every((name) => testStatementNames.has(name))) return;
+  // Loaded only when needed: it imports the modules of every statement.
+  const { unregisteredStatements } = await import('../../src/sql-registry.js');
+  const missing = unregisteredStatements(testStatementNames);
+  if (missing.length > 0) {
+    const listed = missing.map(([name, text]) => `${name}: ${text.length > 300 ? `${text.slice(0, 300)}…` : text}`).join('\n\n');
+    throw new Error(`statements compiled at run time that src/sql-registry.ts does not list (add them, then npm run sql):\n${listed}`);
+  }
+});
