@@ -223,10 +223,26 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect(res.body).toBe(OK);
     expect(await isActive(ids.V)).toBe(false);
     expect(await ctx.db.selectFrom('event_queues').select('id').where('id', '=', queueV).executeTakeFirst()).toBeUndefined();
+    // V's channels' peers first (test/users-management-peers.test.ts details them), then the deactivation.
+    const peerRemove = (streamIds: number[], id: number) => ({
+      type: 'subscription',
+      op: 'peer_remove',
+      stream_ids: streamIds,
+      user_ids: [ids.V],
+      id,
+    });
     expect(await queueEvents(ctx.db, queueU)).toEqual([
-      { type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 0 },
+      peerRemove([ids.P], 0),
+      peerRemove([ids.Q], 1),
+      peerRemove([ids.W], 2),
+      { type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 3 },
     ]);
-    expect(await queueEvents(ctx.db, queueO)).toEqual([]);
+    expect(await queueEvents(ctx.db, queueO)).toEqual([
+      peerRemove([ids.P], 0),
+      peerRemove([ids.S], 1),
+      peerRemove([ids.Q], 2),
+      peerRemove([ids.W], 3),
+    ]);
     const asV = await api(ctx.app, { url: '/api/v1/users/me', headers: { authorization: basicAuth('v@example.com', apiKeys.V) } });
     expect(asV.statusCode).toBe(401);
     expect(asV.body).toBe(errorBody('Account is deactivated', 'UNAUTHORIZED'));
@@ -238,11 +254,8 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect((await deactivate(ids.U)).statusCode).toBe(200);
     expect(await isActive(ids.B)).toBe(false);
     expect(await isActive(ids.H)).toBe(false);
-    expect((await queueEvents(ctx.db, queueA)).map((event) => (event.person as { user_id: number }).user_id)).toEqual([
-      ids.B,
-      ids.H,
-      ids.U,
-    ]);
+    const realmUser = (await queueEvents(ctx.db, queueA)).filter((event) => event.type === 'realm_user');
+    expect(realmUser.map((event) => (event.person as { user_id: number }).user_id)).toEqual([ids.B, ids.H, ids.U]);
   });
 
   it("refuses with Zulip's messages and changes nothing", async () => {
@@ -311,7 +324,8 @@ describe('DELETE /api/v1/users/me', () => {
     expect(res.body).toBe(OK);
     expect(await isActive(ids.U)).toBe(false);
     expect(await isActive(ids.B)).toBe(false);
-    expect((await queueEvents(ctx.db, queueV)).map((event) => event.person)).toEqual([
+    const realmUser = (await queueEvents(ctx.db, queueV)).filter((event) => event.type === 'realm_user');
+    expect(realmUser.map((event) => event.person)).toEqual([
       { user_id: ids.B, is_active: false },
       { user_id: ids.H, is_active: false },
       { user_id: ids.U, is_active: false },
@@ -343,6 +357,8 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     expect(await isActive(ids.D)).toBe(true);
     expect(await queueEvents(ctx.db, queueU)).toEqual([
       { type: 'realm_user', op: 'update', person: { user_id: ids.D, is_active: true }, id: 0 },
+      // D is subscribed to P: its peers hear of it again.
+      { type: 'subscription', op: 'peer_add', stream_ids: [ids.P], user_ids: [ids.D], id: 1 },
     ]);
   });
 
