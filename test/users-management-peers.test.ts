@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { OK } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
+import { deleteUser } from '../src/cli/operations.js';
 import { createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
 
 /**
@@ -234,5 +235,56 @@ describe('reactivation sends peer_add for each channel of the user that is not a
     const queueU = await createQueue(ctx.db, 'U');
     expect((await reactivate(ids.V)).body).toBe(OK);
     expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+  });
+});
+
+describe("the admin command line's user delete: the service's deactivation, then the personal data goes", () => {
+  it('sends the deactivation events, ends the queues, deletes the subscriptions and profile values, scrubs the row', async () => {
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values({ realm_id: 1, user_id: ids.U, field_id: 4, value: '1999-12-31' })
+      .execute();
+    const queues = await queuesOf(['V', 'U', 'B']);
+    expect(await deleteUser(ctx.db, ctx.config, '', 'u@example.com')).toEqual({ user_id: ids.U, is_deleted: true });
+    expect(await queueEvents(ctx.db, queues.V!)).toEqual([
+      isActiveEvent(ids.B, false, 0),
+      isActiveEvent(ids.H, false, 1),
+      peer('peer_remove', [ids.P], ids.U, 2),
+      peer('peer_remove', [ids.Z], ids.U, 3),
+      isActiveEvent(ids.U, false, 4),
+    ]);
+    expect(await ctx.db.selectFrom('event_queues').select('id').where('id', 'in', [queues.U!, queues.B!]).execute()).toEqual([]);
+    const row = await ctx.db
+      .selectFrom('users')
+      .select(['is_active', 'is_deleted', 'full_name', 'delivery_email', 'timezone', 'email_address_visibility', 'avatar_source'])
+      .where('id', '=', ids.U)
+      .executeTakeFirstOrThrow();
+    expect(row).toEqual({
+      is_active: false,
+      is_deleted: true,
+      full_name: `Deleted User ${ids.U}`,
+      delivery_email: `deleteduser${ids.U}@chat.example.com`,
+      timezone: '',
+      email_address_visibility: 1,
+      avatar_source: 'G',
+    });
+    expect(await ctx.db.selectFrom('subscriptions').select('stream_id').where('user_id', '=', ids.U).execute()).toEqual([]);
+    expect(await ctx.db.selectFrom('custom_profile_field_values').select('field_id').where('user_id', '=', ids.U).execute()).toEqual([]);
+    // The bots are deactivated, not deleted.
+    expect(await ctx.db.selectFrom('users').select(['is_active', 'is_deleted']).where('id', '=', ids.B).executeTakeFirstOrThrow()).toEqual({
+      is_active: false,
+      is_deleted: false,
+    });
+  });
+
+  it('a deactivated user: nothing is sent, the data still goes', async () => {
+    const queueU = await createQueue(ctx.db, 'U');
+    expect(await deleteUser(ctx.db, ctx.config, '', 'd@example.com')).toEqual({ user_id: ids.D, is_deleted: true });
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+    expect(await ctx.db.selectFrom('subscriptions').select('stream_id').where('user_id', '=', ids.D).execute()).toEqual([]);
+    expect(await ctx.db.selectFrom('users').select(['is_deleted', 'full_name']).where('id', '=', ids.D).executeTakeFirstOrThrow()).toEqual({
+      is_deleted: true,
+      full_name: `Deleted User ${ids.D}`,
+    });
   });
 });
