@@ -517,6 +517,43 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
     ]);
   });
 
+  it("profile_data: a user-list field takes ids of the organization's active humans, checked as Zulip's check_valid_user_ids", async () => {
+    await ctx.db.insertInto('custom_profile_fields').values({ id: 5, realm_id: 1, name: 'Mentor', field_type: 6 }).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values({ realm_id: 1, user_id: ids.V, field_id: 5, value: `[${ids.U}]` })
+      .execute();
+    const queueU = await createQueue(ctx.db, 'U');
+    const values = () => ctx.db.selectFrom('custom_profile_field_values').selectAll().orderBy('user_id').orderBy('field_id').execute();
+    const before = await values();
+    const refused = async (value: string, msg: string) => {
+      // Another field's valid change in the same request is not kept either.
+      await expectRefused(() => patch(ids.V, { profile_data: `[{"id":1,"value":"kept?"},{"id":5,"value":${value}}]` }), errorBody(msg));
+      expect(await values()).toEqual(before);
+    };
+    // The validator's own name for the value, not the field's (Zulip's test: "User IDs is not a list" for "Mentor").
+    await refused('"not a list"', 'User IDs is not a list');
+    // Every id that names no user of the organization, in request order: unknown, another organization's, beyond integers.
+    await refused(`[${ids.U},999999,${ids.X},99999999999,999999]`, `Invalid user IDs: 999999, ${ids.X}, 99999999999, 999999`);
+    await refused('[-1]', 'Invalid user IDs: -1');
+    // Then the first user, by id, who is deactivated or a bot.
+    await refused(`[${ids.U},${ids.D},${ids.B}]`, `User with ID ${ids.B} is a bot`);
+    await refused(`[${ids.D},${ids.U}]`, `User with ID ${ids.D} is deactivated`);
+    await refused(`[${ids.H}]`, `User with ID ${ids.H} is a bot`);
+    // Active humans, guests included, in the order given.
+    expect((await patch(ids.V, { profile_data: `[{"id":5,"value":[${ids.G},${ids.O}]}]` })).body).toBe(OK);
+    const stored = await ctx.db
+      .selectFrom('custom_profile_field_values')
+      .select('value')
+      .where('user_id', '=', ids.V)
+      .where('field_id', '=', 5)
+      .executeTakeFirstOrThrow();
+    expect(stored.value).toBe(`[${ids.G},${ids.O}]`);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { custom_profile_field: { id: 5, value: `[${ids.G},${ids.O}]` } }, 0),
+    ]);
+  });
+
   it('costs a constant number of statements, whatever the number of fields and changes', async () => {
     ctx.database.statements.length = 0;
     expect((await patch(ids.V, { full_name: 'One', profile_data: '[{"id":1,"value":"a"}]' })).body).toBe(OK);
