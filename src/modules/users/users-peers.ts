@@ -66,11 +66,16 @@ function recipientsOf(read: PeerRead): Recipients {
 
 /** One user's peer events, as realm events addressed to their recipients. */
 function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: number, gone: ReadonlySet<number>): AudienceEvent[] {
-  const subscribed = new Set(read.memberships.filter((row) => row.user_id === userId).map((row) => row.stream_id));
+  const subscribersOf = new Map<number, number[]>();
+  for (const row of read.memberships) {
+    const list = subscribersOf.get(row.stream_id);
+    if (list) list.push(row.user_id);
+    else subscribersOf.set(row.stream_id, [row.user_id]);
+  }
   const changes: PeerChange[] = read.channels
-    .filter((channel) => subscribed.has(channel.id))
+    .filter((channel) => subscribersOf.get(channel.id)?.includes(userId))
     .map((channel) => {
-      const subscribers = read.memberships.filter((row) => row.stream_id === channel.id).map((row) => row.user_id);
+      const subscribers = subscribersOf.get(channel.id)!;
       // After a departure the user and those gone before are no longer subscribers; after an arrival the user is one.
       return {
         channel,
@@ -85,7 +90,7 @@ function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: numbe
 
 /**
  * A deactivation's events: for each user who goes, in order (the bots, then their owner), its
- * peer_remove events, then its own `realmUserEvent`.
+ * peer_remove events, then its own realm_user event (`event`).
  */
 export function departureEvents(read: PeerRead, order: readonly { id: number; event: AudienceEvent }[]): AudienceEvent[] {
   const gone = new Set<number>();
