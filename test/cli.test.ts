@@ -237,7 +237,7 @@ describe('admin command line (real processes)', () => {
       .select(['is_active', 'is_deleted', 'full_name'])
       .where('id', '=', owner.user_id as number)
       .executeTakeFirstOrThrow();
-    expect(deleted).toEqual({ is_active: false, is_deleted: true, full_name: 'Deleted user' });
+    expect(deleted).toEqual({ is_active: false, is_deleted: true, full_name: `Deleted User ${owner.user_id as number}` });
     expect(await ctx.db.selectFrom('custom_profile_field_values').selectAll().execute()).toEqual([]);
 
     expect(await ok(['realm', 'deactivate', '--realm', ''])).toEqual({ realm_id: realm.realm_id, deactivated: true });

@@ -102,7 +102,7 @@ describe('long poll wake-up', () => {
     expect(await pendingEvents(ctx.app, queueId, 'U', 0)).toEqual([]);
   });
 
-  it("deactivation ends the user's waiting poll at once (BAD_EVENT_QUEUE_ID) and answers the others' with realm_user/update", async () => {
+  it("deactivation ends the user's waiting poll at once (BAD_EVENT_QUEUE_ID) and answers the others' with peer_remove and realm_user/update", async () => {
     await setUp();
     const queueV = await registerQueue(ctx.app, {}, 'V');
     const queueU = await registerQueue(ctx.app, {}, 'U');
@@ -117,7 +117,22 @@ describe('long poll wake-up', () => {
     expect(v.res.body).toBe(badQueueBody(queueV));
     const u = await timed(waitingU.poll, changedAt);
     expect(u.elapsed).toBeLessThan(1000);
-    expect(u.res.body).toBe(waited(queueU, [{ type: 'realm_user', op: 'update', person: { user_id: 14, is_active: false }, id: 0 }]));
+    // V's channels' peer_remove events (P, Q, W for a member), then the deactivation, all at once.
+    const peerRemove = (streamId: number, id: number) => ({
+      type: 'subscription',
+      op: 'peer_remove',
+      stream_ids: [streamId],
+      user_ids: [14],
+      id,
+    });
+    expect(u.res.body).toBe(
+      waited(queueU, [
+        peerRemove(100, 0),
+        peerRemove(101, 1),
+        peerRemove(104, 2),
+        { type: 'realm_user', op: 'update', person: { user_id: 14, is_active: false }, id: 3 },
+      ]),
+    );
   });
 
   it('case 164 (two instances): a change committed through A answers a poll waiting on B', async () => {

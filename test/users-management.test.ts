@@ -223,10 +223,26 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect(res.body).toBe(OK);
     expect(await isActive(ids.V)).toBe(false);
     expect(await ctx.db.selectFrom('event_queues').select('id').where('id', '=', queueV).executeTakeFirst()).toBeUndefined();
+    // V's channels' peers first (test/users-management-peers.test.ts details them), then the deactivation.
+    const peerRemove = (streamIds: number[], id: number) => ({
+      type: 'subscription',
+      op: 'peer_remove',
+      stream_ids: streamIds,
+      user_ids: [ids.V],
+      id,
+    });
     expect(await queueEvents(ctx.db, queueU)).toEqual([
-      { type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 0 },
+      peerRemove([ids.P], 0),
+      peerRemove([ids.Q], 1),
+      peerRemove([ids.W], 2),
+      { type: 'realm_user', op: 'update', person: { user_id: ids.V, is_active: false }, id: 3 },
     ]);
-    expect(await queueEvents(ctx.db, queueO)).toEqual([]);
+    expect(await queueEvents(ctx.db, queueO)).toEqual([
+      peerRemove([ids.P], 0),
+      peerRemove([ids.S], 1),
+      peerRemove([ids.Q], 2),
+      peerRemove([ids.W], 3),
+    ]);
     const asV = await api(ctx.app, { url: '/api/v1/users/me', headers: { authorization: basicAuth('v@example.com', apiKeys.V) } });
     expect(asV.statusCode).toBe(401);
     expect(asV.body).toBe(errorBody('Account is deactivated', 'UNAUTHORIZED'));
@@ -238,11 +254,8 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect((await deactivate(ids.U)).statusCode).toBe(200);
     expect(await isActive(ids.B)).toBe(false);
     expect(await isActive(ids.H)).toBe(false);
-    expect((await queueEvents(ctx.db, queueA)).map((event) => (event.person as { user_id: number }).user_id)).toEqual([
-      ids.B,
-      ids.H,
-      ids.U,
-    ]);
+    const realmUser = (await queueEvents(ctx.db, queueA)).filter((event) => event.type === 'realm_user');
+    expect(realmUser.map((event) => (event.person as { user_id: number }).user_id)).toEqual([ids.B, ids.H, ids.U]);
   });
 
   it("refuses with Zulip's messages and changes nothing", async () => {
@@ -311,7 +324,8 @@ describe('DELETE /api/v1/users/me', () => {
     expect(res.body).toBe(OK);
     expect(await isActive(ids.U)).toBe(false);
     expect(await isActive(ids.B)).toBe(false);
-    expect((await queueEvents(ctx.db, queueV)).map((event) => event.person)).toEqual([
+    const realmUser = (await queueEvents(ctx.db, queueV)).filter((event) => event.type === 'realm_user');
+    expect(realmUser.map((event) => event.person)).toEqual([
       { user_id: ids.B, is_active: false },
       { user_id: ids.H, is_active: false },
       { user_id: ids.U, is_active: false },
@@ -343,6 +357,8 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     expect(await isActive(ids.D)).toBe(true);
     expect(await queueEvents(ctx.db, queueU)).toEqual([
       { type: 'realm_user', op: 'update', person: { user_id: ids.D, is_active: true }, id: 0 },
+      // D is subscribed to P: its peers hear of it again.
+      { type: 'subscription', op: 'peer_add', stream_ids: [ids.P], user_ids: [ids.D], id: 1 },
     ]);
   });
 
@@ -498,6 +514,43 @@ describe('PATCH /api/v1/users/{user_id | email}', () => {
     expect(await queueEvents(ctx.db, queueU)).toEqual([
       update(ids.V, { custom_profile_field: { id: 4, value: null } }, 0),
       update(ids.V, { custom_profile_field: { id: 1, value: '**New**', rendered_value: '<p><strong>New</strong></p>' } }, 1),
+    ]);
+  });
+
+  it("profile_data: a user-list field takes ids of the organization's active humans, checked as Zulip's check_valid_user_ids", async () => {
+    await ctx.db.insertInto('custom_profile_fields').values({ id: 5, realm_id: 1, name: 'Mentor', field_type: 6 }).execute();
+    await ctx.db
+      .insertInto('custom_profile_field_values')
+      .values({ realm_id: 1, user_id: ids.V, field_id: 5, value: `[${ids.U}]` })
+      .execute();
+    const queueU = await createQueue(ctx.db, 'U');
+    const values = () => ctx.db.selectFrom('custom_profile_field_values').selectAll().orderBy('user_id').orderBy('field_id').execute();
+    const before = await values();
+    const refused = async (value: string, msg: string) => {
+      // Another field's valid change in the same request is not kept either.
+      await expectRefused(() => patch(ids.V, { profile_data: `[{"id":1,"value":"kept?"},{"id":5,"value":${value}}]` }), errorBody(msg));
+      expect(await values()).toEqual(before);
+    };
+    // The validator's own name for the value, not the field's (Zulip's test: "User IDs is not a list" for "Mentor").
+    await refused('"not a list"', 'User IDs is not a list');
+    // Every id that names no user of the organization, in request order: unknown, another organization's, beyond integers.
+    await refused(`[${ids.U},999999,${ids.X},99999999999,999999]`, `Invalid user IDs: 999999, ${ids.X}, 99999999999, 999999`);
+    await refused('[-1]', 'Invalid user IDs: -1');
+    // Then the first user, by id, who is deactivated or a bot.
+    await refused(`[${ids.U},${ids.D},${ids.B}]`, `User with ID ${ids.B} is a bot`);
+    await refused(`[${ids.D},${ids.U}]`, `User with ID ${ids.D} is deactivated`);
+    await refused(`[${ids.H}]`, `User with ID ${ids.H} is a bot`);
+    // Active humans, guests included, in the order given.
+    expect((await patch(ids.V, { profile_data: `[{"id":5,"value":[${ids.G},${ids.O}]}]` })).body).toBe(OK);
+    const stored = await ctx.db
+      .selectFrom('custom_profile_field_values')
+      .select('value')
+      .where('user_id', '=', ids.V)
+      .where('field_id', '=', 5)
+      .executeTakeFirstOrThrow();
+    expect(stored.value).toBe(`[${ids.G},${ids.O}]`);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([
+      update(ids.V, { custom_profile_field: { id: 5, value: `[${ids.G},${ids.O}]` } }, 0),
     ]);
   });
 

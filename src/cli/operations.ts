@@ -55,7 +55,7 @@ async function findRealm(db: Database, subdomain: string) {
 async function findUser(db: Database, realmId: number, email: string) {
   const user = await db
     .selectFrom('users')
-    .select(['id', 'bot_type'])
+    .select(['id', 'bot_type', 'is_active'])
     .select(
       sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
     )
@@ -229,43 +229,56 @@ export async function deactivateUser(
 ): Promise<{ user_id: number; is_active: false }> {
   const realm = await findRealm(db, realmName);
   const user = await findUser(db, realm.id, email);
+  await deactivateQuietly(managementContext(db, config, realm), user);
+  return { user_id: user.id, is_active: false };
+}
+
+/** The service's deactivation by the operator: anyone, the last owner included; a deactivated user stays so, silently. */
+async function deactivateQuietly(context: ManagementContext, user: Awaited<ReturnType<typeof findUser>>): Promise<void> {
   try {
     await deactivateUserWithEvents(
-      managementContext(db, config, realm),
+      context,
       { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids },
-      {
-        self: false,
-        keepLastOwner: false,
-      },
+      { self: false, keepLastOwner: false },
     );
   } catch (error) {
     if (!(error instanceof ManagementRefusal && error.reason === REFUSALS.deactivated)) throw error;
   }
-  return { user_id: user.id, is_active: false };
 }
 
 /**
- * Permanent deletion keeps the row (ids stay valid for history) but removes the personal data:
- * name, address, time zone and profile values; the account can no longer log in.
+ * Zulip's delete_user command (do_delete_user_preserving_messages; the API has no deletion: DELETE
+ * /users/{id} deactivates). One transaction: first the API's deactivation service, so an active
+ * user's bots are deactivated, every queue of theirs ends and the organization gets the same
+ * subscription/peer_remove and realm_user/update events as DELETE /users/{id} (an already
+ * deactivated user: nothing is sent, as Zulip's do_deactivate_user returns early); then the
+ * personal data goes, as Zulip's do_delete_user_core scrubs it: the row stays (ids in history stay
+ * valid) with Zulip's placeholder name and address, default time zone, address visibility and
+ * avatar, a new unknown API key; the profile values and the subscriptions are deleted. Zulip sends
+ * no event about the scrubbed name or address, nor here.
  */
 export async function deleteUser(
   db: Database,
-  config: HostConfig,
+  config: HostConfig & ManagementConfig,
   realm: string,
   email: string,
 ): Promise<{ user_id: number; is_deleted: true }> {
   const found = await findRealm(db, realm);
   const user = await findUser(db, found.id, email);
   await db.transaction().execute(async (trx) => {
+    // Not for a deactivated user: the statement's refusal would abort the transaction.
+    if (user.is_active) await deactivateQuietly(managementContext(trx, config, found), user);
     await trx.deleteFrom('custom_profile_field_values').where('user_id', '=', user.id).execute();
+    await trx.deleteFrom('subscriptions').where('user_id', '=', user.id).execute();
     await trx
       .updateTable('users')
       .set({
-        is_active: false,
         is_deleted: true,
-        full_name: 'Deleted user',
+        full_name: `Deleted User ${user.id}`,
         delivery_email: `deleteduser${user.id}@${fakeEmailDomain(found.subdomain, config)}`,
         timezone: '',
+        email_address_visibility: EMAIL_ADDRESS_VISIBILITY.everyone,
+        avatar_source: 'G',
         api_key_hash: hashApiKey(generateApiKey()),
       })
       .where('id', '=', user.id)

@@ -2,7 +2,8 @@ import { ROLES } from '../../zulip.js';
 import { EVENTS_CHANNEL, type ApiEvent } from './events.repository.js';
 
 /**
- * Events about one user sent to the OTHER users of the organization (realm_user add / update):
+ * Events about one user sent to the OTHER users of the organization (realm_user add / update, and
+ * the subscription peer events of a deactivation or reactivation, to explicit `users`):
  * withEventAppend (events.repository.ts) serves a user's own queues; these CTEs append to every
  * queue of the organization whose user is in an event's audience, in the statement that makes the
  * change, so the change and its events commit together.
@@ -39,6 +40,8 @@ export interface AudienceEvent {
   lo: number;
   hi: number;
   guests: GuestAudience;
+  /** When given, only these users (still within the role range, active and not excluded): the peers of a subscription event. */
+  users?: readonly number[];
 }
 
 /** Every role (the whole organization). */
@@ -47,11 +50,12 @@ export const EVERY_ROLE = { lo: 0, hi: ROLES.guest } as const;
 /** The JSON array parameter of realmEventAppend, events in order. */
 export function audienceEventsJson(events: readonly AudienceEvent[]): string {
   return JSON.stringify(
-    events.map(({ event, lo, hi, guests }) => ({
+    events.map(({ event, lo, hi, guests, users }) => ({
       event,
       lo,
       hi,
       access_target: guests === 'all' ? null : guests === 'none' ? 0 : guests.sharingWith,
+      users: users ?? null,
     })),
   );
 }
@@ -72,9 +76,11 @@ export interface RealmEventParameters {
 /** The CTEs (text, to follow the statement's own CTEs after a comma) that append the events. */
 export function realmEventAppend(p: RealmEventParameters): string {
   return `
-  incoming_event(payload, ord, type, lo, hi, access_target) AS (
+  incoming_event(payload, ord, type, lo, hi, access_target, users) AS (
     SELECT e.value->'event', e.ord, e.value->'event'->>'type', (e.value->>'lo')::integer, (e.value->>'hi')::integer,
-           (e.value->>'access_target')::integer
+           (e.value->>'access_target')::integer,
+           CASE WHEN json_typeof(e.value->'users') = 'array'
+             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END
     FROM json_array_elements(${p.events}::json) WITH ORDINALITY AS e(value, ord)
     WHERE ${p.onlyIf}
   ),
@@ -84,6 +90,7 @@ export function realmEventAppend(p: RealmEventParameters): string {
     JOIN users u ON u.realm_id = ${p.realm} AND u.is_active AND u.role > i.lo AND u.role <= i.hi
     JOIN event_queues q ON q.user_id = u.id AND q.realm_id = ${p.realm}
     WHERE u.id <> ALL (${p.excluded}::integer[])
+      AND (i.users IS NULL OR u.id = ANY (i.users))
       AND (q.event_types IS NULL OR i.type = ANY (q.event_types))
       AND (i.access_target IS NULL OR u.role <> ${ROLES.guest} OR (i.access_target <> 0 AND EXISTS (
         SELECT 1 FROM subscriptions mine JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id

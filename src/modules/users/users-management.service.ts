@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
-import type { Statement } from '../../db/reusable-statement.js';
+import type { Statement, StatementRunner } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type UserTransactions } from '../../db/user-transactions.js';
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
@@ -10,6 +10,7 @@ import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience 
 import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord } from './users.serializers.js';
 import { CREATE_USER, DEACTIVATE_USER, kyselyRunner, REACTIVATE_USER, REFUSALS } from './users.writes.js';
+import { arrivalEvents, departureEvents, readPeers } from './users-peers.js';
 
 /**
  * The user-management writes shared by the API (users-api.service.ts) and the admin command line
@@ -47,17 +48,28 @@ export class ManagementRefusal extends Error {
   }
 }
 
-/** Runs `statement` behind the organization's user-management lock, in one transaction. */
+/** A refusal of the statement, or a duplicate address, as ManagementRefusal; anything else as it is. */
+function refusalOf(error: unknown): unknown {
+  const refusal = writeRefusal(error);
+  if (refusal) return new ManagementRefusal(refusal.reason, refusal.detail);
+  if ((error as { code?: string; table?: string }).code === '23505' && (error as { table?: string }).table === 'users') {
+    return new ManagementRefusal(REFUSALS.emailInUse, '');
+  }
+  return error;
+}
+
+const lockOf = (context: ManagementContext) => [REALM_MEMBERSHIP_LOCK_NAMESPACE, context.realm.id];
+
+/** Runs `statement` behind the organization's user-management lock, in one transaction (one round trip on the server's way). */
 async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
-  const { transactions, realm } = context;
-  const lock = [REALM_MEMBERSHIP_LOCK_NAMESPACE, realm.id];
+  const { transactions } = context;
   try {
     if (transactions) {
       await transactions.run.run(
         transactions.actingUserId,
         (tx) => {
           // Every statement is issued before the first await (see UserTransactions.run).
-          const locked = tx.run(REALM_MEMBERSHIP_LOCK, lock);
+          const locked = tx.run(REALM_MEMBERSHIP_LOCK, lockOf(context));
           const written = tx.run(statement, values);
           return Promise.all([locked, written]);
         },
@@ -66,20 +78,37 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
       );
       return;
     }
-    const work = async (db: Database) => {
-      const tx = kyselyRunner(db);
-      await tx.run(REALM_MEMBERSHIP_LOCK, lock);
-      await tx.run(statement, values);
-    };
-    await (context.db.isTransaction ? work(context.db) : context.db.transaction().execute(work));
+    await runInTransaction(context.db, (tx) => tx.run(REALM_MEMBERSHIP_LOCK, lockOf(context)).then(() => tx.run(statement, values)));
   } catch (error) {
-    const refusal = writeRefusal(error);
-    if (refusal) throw new ManagementRefusal(refusal.reason, refusal.detail);
-    if ((error as { code?: string; table?: string }).code === '23505' && (error as { table?: string }).table === 'users') {
-      throw new ManagementRefusal(REFUSALS.emailInUse, '');
-    }
-    throw error;
+    throw refusalOf(error);
   }
+}
+
+/**
+ * Runs `work` behind the organization's user-management lock, in one transaction where it may read
+ * before it writes (the peers of a deactivation's channels): BEGIN, the acting user's lock (the
+ * server's way), the organization's lock, `work`'s statements, COMMIT.
+ */
+async function runManagementInteractive(context: ManagementContext, work: (tx: StatementRunner) => Promise<void>): Promise<void> {
+  const { transactions } = context;
+  const locked = async (tx: StatementRunner) => {
+    await tx.run(REALM_MEMBERSHIP_LOCK, lockOf(context));
+    await work(tx);
+  };
+  try {
+    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure);
+    else await runInTransaction(context.db, locked);
+  } catch (error) {
+    throw refusalOf(error);
+  }
+}
+
+/** The admin command line's way: a Kysely transaction (or the one it is already in). */
+async function runInTransaction(db: Database, work: (tx: StatementRunner) => Promise<unknown>): Promise<void> {
+  const run = async (trx: Database) => {
+    await work(kyselyRunner(trx));
+  };
+  await (db.isTransaction ? run(db) : db.transaction().execute(run));
 }
 
 const commonValues = (context: ManagementContext, events: readonly AudienceEvent[], excluded: readonly number[]) => [
@@ -189,14 +218,15 @@ async function nextUserId(db: Database): Promise<number> {
 export interface DeactivationTarget {
   id: number;
   botType: number | null;
-  /** The target's active bots, deactivated first (each with its own event). */
+  /** The target's active bots, deactivated first (each with its own events). */
   activeBotIds: readonly number[];
 }
 
 /**
- * Deactivates a user and their active bots, ends their event queues and sends realm_user/update
- * is_active false (spec management §11.3): bots first, then the user. Refuses
- * REFUSALS.deactivated, then (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
+ * Deactivates a user and their active bots, ends their event queues and sends, for each of them in
+ * turn (bots first, then the user), subscription/peer_remove for its channels (archived included)
+ * and realm_user/update is_active false (spec management §11.3). Refuses REFUSALS.deactivated, then
+ * (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
   context: ManagementContext,
@@ -205,32 +235,39 @@ export async function deactivateUserWithEvents(
 ): Promise<void> {
   // A restricted organization's guests get none (Zulip: non-guests and DM partners; no DMs here).
   const guests: GuestAudience = context.realm.canAccessAllUsersGroup === 'members' && target.botType === null ? 'none' : 'all';
-  const events: AudienceEvent[] = [
-    ...target.activeBotIds.map((botId) => userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false })),
-    { ...userUpdateEvent(context.realm, target, { is_active: false }), guests },
-  ];
-  const gone = [target.id, ...target.activeBotIds];
-  await runManagementWrite(context, DEACTIVATE_USER, [
-    ...commonValues(context, events, gone),
-    target.id,
-    target.activeBotIds,
-    options.self,
-    options.keepLastOwner,
-  ]);
+  await runManagementInteractive(context, async (tx) => {
+    const read = await readPeers(tx, context.realm.id, [target.id, ...target.activeBotIds], true);
+    // A bot deactivated since the caller read it is not deactivated again.
+    const bots = target.activeBotIds.filter((botId) => read.users.some((user) => user.id === botId && user.is_active));
+    const events = departureEvents(read, [
+      ...bots.map((botId) => ({ id: botId, event: userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false }) })),
+      { id: target.id, event: { ...userUpdateEvent(context.realm, target, { is_active: false }), guests } },
+    ]);
+    const gone = [target.id, ...bots];
+    await tx.run(DEACTIVATE_USER, [...commonValues(context, events, gone), target.id, bots, options.self, options.keepLastOwner]);
+  });
 }
 
-/** Reactivates a user (spec management §11.4); a bot whose owner is deactivated gets `newBotOwnerId`. Refuses REFUSALS.botNameTaken. */
+/**
+ * Reactivates a user (spec management §11.4): realm_user/update is_active true, the new bot owner
+ * (a bot whose owner is deactivated gets `newBotOwnerId`), then subscription/peer_add for its
+ * channels that are not archived. Refuses REFUSALS.botNameTaken.
+ */
 export async function reactivateUserWithEvents(
   context: ManagementContext,
   target: { id: number; botType: number | null },
   newBotOwnerId: number | null,
 ): Promise<void> {
   const person = newBotOwnerId === null ? {} : { bot_owner_id: newBotOwnerId };
-  const events = [
-    userUpdateEvent(context.realm, target, { is_active: true }),
-    ...(newBotOwnerId === null ? [] : [userUpdateEvent(context.realm, target, person)]),
-  ];
-  await runManagementWrite(context, REACTIVATE_USER, [...commonValues(context, events, [target.id]), target.id, newBotOwnerId]);
+  await runManagementInteractive(context, async (tx) => {
+    const read = await readPeers(tx, context.realm.id, [target.id], false);
+    const events = [
+      userUpdateEvent(context.realm, target, { is_active: true }),
+      ...(newBotOwnerId === null ? [] : [userUpdateEvent(context.realm, target, person)]),
+      ...arrivalEvents(read, target.id),
+    ];
+    await tx.run(REACTIVATE_USER, [...commonValues(context, events, [target.id]), target.id, newBotOwnerId]);
+  });
 }
 
 /** A PATCH's statement and its events (users-api.service.ts computes both). */

@@ -1,9 +1,10 @@
+import { sql } from 'kysely';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { badRequest } from '../../http/errors.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableInJson } from '../../lib/text.js';
-import { MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
+import { isIdInRange, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
 import type { AudienceEvent } from '../events/realm-events.js';
 import {
   adminRequired,
@@ -42,18 +43,41 @@ interface ProfileField {
   name: string;
   field_type: number;
   field_data: string;
+  /** The users of the organization that the request's user-list values name. */
+  named_users: NamedUser[];
 }
 
 const SHORT_TEXT_LIMIT = 50;
 const LONG_TEXT_LIMIT = 500;
 
+/** A user a user-list value names: what Zulip's check_valid_user_ids checks of it. */
+interface NamedUser {
+  id: number;
+  is_active: boolean;
+  is_bot: boolean;
+}
+
+/**
+ * Zulip's check_valid_user_ids (allow_deactivated false): a list (else `User IDs is not a list`,
+ * its variable name, not the field's), of users of the organization (else every other id, in
+ * order, in one message), none deactivated or a bot (the first such user by id).
+ */
+function checkUserIds(value: string | number[], named: readonly NamedUser[]): number[] {
+  if (!Array.isArray(value)) throw badRequest('User IDs is not a list');
+  const byId = new Map(named.map((user) => [user.id, user]));
+  const invalid = value.filter((id) => !byId.has(id));
+  if (invalid.length > 0) throw badRequest(`Invalid user IDs: ${invalid.join(', ')}`);
+  for (const user of [...new Set(value)].map((id) => byId.get(id)!).sort((a, b) => a.id - b.id)) {
+    if (!user.is_active) throw badRequest(`User with ID ${user.id} is deactivated`);
+    if (user.is_bot) throw badRequest(`User with ID ${user.id} is a bot`);
+  }
+  return value;
+}
+
 /** Zulip's validate_user_custom_profile_field: the stored text of a value, or its error. */
 function storedProfileValue(field: ProfileField, value: string | number[]): string {
   const { name } = field;
-  if (field.field_type === PROFILE_FIELD_TYPES.user) {
-    if (!Array.isArray(value)) throw badRequest(`${name} is not a list`);
-    return JSON.stringify(value);
-  }
+  if (field.field_type === PROFILE_FIELD_TYPES.user) return JSON.stringify(checkUserIds(value, field.named_users));
   if (typeof value !== 'string') throw badRequest(`${name} is not a string`);
   if (value.includes('\0')) throw badRequest(`${name} cannot contain NUL characters`);
   if (!isStorableInJson(value)) throw badRequest(`Invalid characters in ${name}`);
@@ -96,7 +120,7 @@ export async function updateUserByApi(
 ): Promise<void> {
   const [target, fields] = await Promise.all([
     userId === undefined ? undefined : findManagedUser(deps.db, caller.realmId, userId),
-    changes.profile_data === undefined ? [] : profileFields(deps, caller.realmId, userId ?? 0),
+    changes.profile_data === undefined ? [] : profileFields(deps, caller.realmId, userId ?? 0, namedUserIds(changes.profile_data)),
   ]);
   if (!target) throw noSuchUser();
   if (!isAdmin(caller.role) && !(target.bot_type !== null && target.bot_owner_id === caller.id)) throw insufficientPermission();
@@ -157,12 +181,27 @@ function profileEvent(
   return userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { custom_profile_field: field });
 }
 
-/** The organization's profile fields, each with the target's current value (null: none). */
-function profileFields(deps: UserAdminDeps, realmId: number, userId: number) {
+/** Every id the request's user-list values name that PostgreSQL's integers can hold (the others name no user). */
+const namedUserIds = (entries: readonly ProfileDataEntry[]): number[] => [
+  ...new Set(entries.flatMap((entry) => (Array.isArray(entry.value) ? entry.value.filter(isIdInRange) : []))),
+];
+
+/**
+ * The organization's profile fields, each with the target's current value (null: none) and the
+ * users of the organization among `namedIds` (the same on every row: one statement however many
+ * values name users).
+ */
+function profileFields(deps: UserAdminDeps, realmId: number, userId: number, namedIds: number[]) {
   return deps.db
     .selectFrom('custom_profile_fields as f')
     .leftJoin('custom_profile_field_values as v', (join) => join.onRef('v.field_id', '=', 'f.id').on('v.user_id', '=', userId))
     .select(['f.id', 'f.name', 'f.field_type', 'f.field_data', 'v.value as current'])
+    .select(
+      sql<
+        NamedUser[]
+      >`(SELECT coalesce(json_agg(json_build_object('id', u.id, 'is_active', u.is_active, 'is_bot', u.bot_type IS NOT NULL)), '[]')
+        FROM users u WHERE u.realm_id = ${realmId} AND u.id = ANY (${namedIds}::integer[]))`.as('named_users'),
+    )
     .where('f.realm_id', '=', realmId)
     .orderBy('f.id')
     .execute();
