@@ -1,5 +1,5 @@
 -- Built in src/modules/users/users.writes.ts.
--- Prepared as s_97fe5d8dc38475522ec36c31116097bc, a hash of its exact text; this one differs from it only in
+-- Prepared as s_c3c6302cf2d979c8905b0e419c28fa26, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
@@ -23,9 +23,11 @@ WITH guard AS (
     DELETE FROM event_queues WHERE realm_id = $1 AND user_id IN (SELECT id FROM deactivated)
     RETURNING pg_notify('zulip_events', id::text) AS notified
   ),
-  incoming_event(payload, ord, type, lo, hi, access_target) AS (
+  incoming_event(payload, ord, type, lo, hi, access_target, users) AS (
     SELECT e.value->'event', e.ord, e.value->'event'->>'type', (e.value->>'lo')::integer, (e.value->>'hi')::integer,
-           (e.value->>'access_target')::integer
+           (e.value->>'access_target')::integer,
+           CASE WHEN json_typeof(e.value->'users') = 'array'
+             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END
     FROM json_array_elements($3::json) WITH ORDINALITY AS e(value, ord)
     WHERE EXISTS (SELECT 1 FROM deactivated)
   ),
@@ -35,6 +37,7 @@ WITH guard AS (
     JOIN users u ON u.realm_id = $1 AND u.is_active AND u.role > i.lo AND u.role <= i.hi
     JOIN event_queues q ON q.user_id = u.id AND q.realm_id = $1
     WHERE u.id <> ALL ($4::integer[])
+      AND (i.users IS NULL OR u.id = ANY (i.users))
       AND (q.event_types IS NULL OR i.type = ANY (q.event_types))
       AND (i.access_target IS NULL OR u.role <> 600 OR (i.access_target <> 0 AND EXISTS (
         SELECT 1 FROM subscriptions mine JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id
