@@ -189,6 +189,31 @@ export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, 
   schema,
 });
 
+/** The pattern of a path segment that is an id: digits only. */
+const DIGITS = '^\\d+$';
+
+/** A path segment that is an id, digits only (the router matches nothing else): see routePath. */
+export const idSegment = <T>(description: string, decode: (segment: string) => T): PathParam<T> =>
+  pathSegment(Type.String({ pattern: DIGITS, description }), decode);
+
+/**
+ * The route's URL for the router: each `:name` whose path parameter is documented with a `pattern`
+ * gets it as its regular expression (`:stream_id(^\d+$)`). The pattern is declared once, in the
+ * schema, for both the router and the OpenAPI document.
+ */
+export function routePath(url: string, schema: DeclaredSchema<Params, PathParams>): string {
+  const patterns = new Map<string, unknown>(
+    Object.entries(schema[DECLARATION].path).map(([name, param]) => [
+      param.routerName || name,
+      (param.schema as { pattern?: unknown }).pattern,
+    ]),
+  );
+  return url.replace(/:(\w+)/g, (segment, name: string) => {
+    const pattern = patterns.get(name);
+    return typeof pattern === 'string' ? `${segment}(${pattern})` : segment;
+  });
+}
+
 /** A path parameter's value: the router's text under its name, decoded. */
 const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<string, string>): T =>
   param.decode(pathValues[param.routerName || name] ?? '');
