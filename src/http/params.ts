@@ -258,6 +258,10 @@ function declare<P extends Params, Path extends PathParams>(where: 'query' | 'fo
   return { ...fields, ...pathSchema, [DECLARATION]: { params, path } };
 }
 
+/** The parameters a route schema declares (none for a schema without a declaration). */
+export const declaredParameters = (schema: object): Readonly<Params> =>
+  (schema as { [DECLARATION]?: Declaration })[DECLARATION]?.params ?? {};
+
 /** Parameters of a GET: query string (a body is read too, first, as Zulip does). */
 export const queryParameters = <P extends Params, Path extends PathParams = Record<never, never>>(params: P, path = {} as Path) =>
   declare('query', params, path);
