@@ -390,15 +390,16 @@ describe('GET /api/openapi.json', () => {
   it("the test helper refuses a 200 body that is not the route's documented response", async () => {
     const real = await api(ctx.app, { url: '/api/v1/users/me/subscriptions', as: 'U' });
     const answer = (body: object) => ({ ...real, body: JSON.stringify(body) });
-    const subscription = (real.json() as { subscriptions: Record<string, unknown>[] }).subscriptions[0]!;
+    const listed = real.json<{ subscriptions: Record<string, unknown>[] }>();
+    const subscription = listed.subscriptions[0]!;
     const check = (url: string, body: object) => () => checkDocumentedResponse(ctx.app, 'GET', url, answer(body));
-    expect(check('/api/v1/users/me/subscriptions', real.json() as object)).not.toThrow();
+    expect(check('/api/v1/users/me/subscriptions', listed)).not.toThrow();
     // A wrong type, a missing field, an undocumented one.
     expect(
       check('/api/v1/users/me/subscriptions', { result: 'success', msg: '', subscriptions: [{ ...subscription, pin_to_top: 'yes' }] }),
     ).toThrow('/subscriptions/0/pin_to_top');
     expect(check('/api/v1/users/me/subscriptions', { result: 'success', msg: '' })).toThrow('does not match');
-    expect(check('/api/v1/users/me/subscriptions', { ...(real.json() as object), extra: 1 })).toThrow('does not match');
+    expect(check('/api/v1/users/me/subscriptions', { ...listed, extra: 1 })).toThrow('does not match');
     // The route is found through the router's parameters.
     expect(check('/api/v1/users/14', { result: 'success', msg: '', user: {} })).toThrow('of /api/v1/users/{user}');
   });

@@ -69,7 +69,7 @@ export function checkDocumentedResponse(
   if (response.statusCode !== 200 || method === 'HEAD' || response.headers['content-encoding'] !== undefined) return;
   if (!String(response.headers['content-type'] ?? '').startsWith('application/json') || response.body === '') return;
   const path = url.split('?')[0] ?? url;
-  const route = app.findRoute({ method: method as 'GET', url: path });
+  const route = app.findRoute({ method, url: path });
   if (!route) return;
   const params = route.params as Record<string, string>;
   // The document's path that the router's parameters turn into this request's path.
