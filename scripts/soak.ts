@@ -39,6 +39,7 @@ import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { freePort } from '../src/lib/free-port.js';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { BOOLEAN_PROPERTIES, SETTING_COLUMNS, type SettingColumn } from '../src/modules/subscriptions/settings.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const SOAK_SECONDS = positiveInteger('SOAK_SECONDS', 30);
@@ -202,28 +203,7 @@ function call(request: Call): Promise<Answer> {
 
 // --- The seed: two organizations, channels of every kind, users subscribed to some of them. ---
 
-const COLUMNS = [
-  'color',
-  'is_muted',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-] as const;
-type Column = (typeof COLUMNS)[number];
-type Settings = Record<Column, string | boolean | null>;
-const BOOLEAN_PROPERTIES = [
-  'is_muted',
-  'in_home_view',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-];
+type Settings = Record<SettingColumn, string | boolean | null>;
 const BUILT_INS = [
   'inbox',
   'recent',
@@ -249,7 +229,7 @@ interface ApiEvent {
 
 interface AuditRow {
   stream_id: number;
-  property: Column;
+  property: SettingColumn;
   old_value: string | boolean | null;
   new_value: string | boolean;
 }
@@ -329,7 +309,9 @@ async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; realmUs
         999_999,
         0,
       ],
-      settings: new Map(rows.map((row) => [row.stream_id, Object.fromEntries(COLUMNS.map((column) => [column, row[column]])) as Settings])),
+      settings: new Map(
+        rows.map((row) => [row.stream_id, Object.fromEntries(SETTING_COLUMNS.map((column) => [column, row[column]])) as Settings]),
+      ),
       views: [],
       events: [],
       audit: [],
@@ -470,7 +452,7 @@ const eventsOf = (entry: Entry): number => (entry.property === 'is_muted' || ent
 /** Applies an accepted entry to the model: settings, audit row, events (spec §3.2 event table). */
 function applyEntry(user: SimUser, entry: Entry): void {
   const settings = user.settings.get(entry.stream_id)!;
-  const column = (entry.property === 'in_home_view' ? 'is_muted' : entry.property) as Column;
+  const column = (entry.property === 'in_home_view' ? 'is_muted' : entry.property) as SettingColumn;
   const stored = entry.property === 'in_home_view' ? !entry.value : entry.value;
   user.audit.push({ stream_id: entry.stream_id, property: column, old_value: settings[column], new_value: stored });
   settings[column] = stored;
@@ -626,7 +608,7 @@ function modelSubscriptions(user: SimUser) {
 function servedSubscriptions(list: unknown): unknown {
   return (list as Record<string, unknown>[]).map((sub) => ({
     stream_id: sub.stream_id,
-    ...Object.fromEntries(COLUMNS.map((column) => [column, sub[column]])),
+    ...Object.fromEntries(SETTING_COLUMNS.map((column) => [column, sub[column]])),
     in_home_view: sub.in_home_view,
   }));
 }
@@ -822,7 +804,7 @@ async function verify(db: DatabaseHandle['db'], users: SimUser[]): Promise<numbe
     const subscriptions = await db.selectFrom('subscriptions').selectAll().where('user_id', '=', user.id).execute();
     for (const row of subscriptions) {
       const expected = user.settings.get(row.stream_id)!;
-      const stored = Object.fromEntries(COLUMNS.map((column) => [column, row[column]]));
+      const stored = Object.fromEntries(SETTING_COLUMNS.map((column) => [column, row[column]]));
       if (!isDeepStrictEqual(stored, expected)) {
         violation(`${user.label} channel ${row.stream_id}: stored ${JSON.stringify(stored)} ≠ last accepted ${JSON.stringify(expected)}`);
       }

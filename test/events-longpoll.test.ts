@@ -168,10 +168,15 @@ describe('long poll wake-up', () => {
     const { poll } = await startWaiting(ctx.app, queueId);
     // An event written behind the server's back: no NOTIFY.
     await sql`UPDATE event_queues SET next_event_id = 1 WHERE id = ${queueId}::uuid`.execute(ctx.db);
-    await sql`INSERT INTO events (queue_id, id, realm_id, payload) VALUES (${queueId}::uuid, 0, 1, '{"type":"custom"}')`.execute(ctx.db);
+    // A documented event: api() checks the answer against the documented response.
+    const event = { type: 'subscription', op: 'update', property: 'pin_to_top', value: true, stream_id: 100 };
+    await sql`INSERT INTO events (queue_id, id, realm_id, payload) VALUES (${queueId}::uuid, 0, 1, ${JSON.stringify(event)}::jsonb)`.execute(
+      ctx.db,
+    );
     const { res, elapsed } = await timed(poll, Date.now());
     expect(elapsed).toBeLessThan(2500);
-    expect(res.body).toBe(waited(queueId, [{ type: 'custom', id: 0 }]));
+    // Written as jsonb here, its keys come back in jsonb's order.
+    expect(res.json()).toEqual(JSON.parse(waited(queueId, [{ ...event, id: 0 }])));
   }, 15_000);
 
   it('waiting polls send no statement of their own: one statement per check renews every lease', async () => {

@@ -4,6 +4,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { apiKeys, auth, basicAuth, createQueue, emails, type FixtureUser } from './helpers/fixture.js';
+import { BOOLEAN_PROPERTIES, SETTING_PROPERTIES } from '../src/modules/subscriptions/settings.js';
 
 /**
  * Property-based fuzzing of every /api/v1 route (spec §1.1) through the real HTTP stack: arbitrary
@@ -154,17 +155,6 @@ const rawText: fc.Arbitrary<string> = fc.oneof(
   },
 );
 
-const PROPERTIES = [
-  'color',
-  'is_muted',
-  'in_home_view',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-];
 const STREAM_IDS = [100, 101, 102, 103, 104, 200, 0, -1, 999999, 2147483648, 1e20];
 const FRAGMENTS = ['inbox', 'recent', 'feed', 'narrow/is/alerted', 'narrow/x', 'Inbox', ' inbox ', "narrow/' OR 1=1 --"];
 
@@ -173,7 +163,7 @@ const jsonBool = fc.oneof({ arbitrary: fc.constantFrom('true', 'false'), weight:
 const bulkEntry = fc.oneof(
   {
     arbitrary: fc.oneof(
-      fc.record({ stream_id: fc.constant(100), property: fc.constantFrom(...PROPERTIES.slice(1)), value: fc.boolean() }),
+      fc.record({ stream_id: fc.constant(100), property: fc.constantFrom(...BOOLEAN_PROPERTIES), value: fc.boolean() }),
       fc.record({ stream_id: fc.constant(100), property: fc.constant('color'), value: fc.constantFrom('#abc', '#123456', '#ABCD') }),
     ),
     weight: 6,
@@ -185,7 +175,10 @@ const bulkEntry = fc.oneof(
           { arbitrary: fc.constantFrom(...STREAM_IDS), weight: 4 },
           { arbitrary: fc.jsonValue({ maxDepth: 0 }), weight: 1 },
         ),
-        property: fc.oneof({ arbitrary: fc.constantFrom(...PROPERTIES), weight: 4 }, { arbitrary: fc.string({ maxLength: 6 }), weight: 1 }),
+        property: fc.oneof(
+          { arbitrary: fc.constantFrom(...SETTING_PROPERTIES), weight: 4 },
+          { arbitrary: fc.string({ maxLength: 6 }), weight: 1 },
+        ),
         value: fc.oneof(fc.boolean(), fc.constantFrom('#abc', '#ABCDEF', '#fff\n', 'zzz'), fc.jsonValue({ maxDepth: 1 })),
       },
       { requiredKeys: [] },
@@ -220,7 +213,7 @@ function valueFor(name: string): fc.Arbitrary<string> {
         { arbitrary: rawText, weight: 1 },
       );
     case 'property':
-      return fc.oneof({ arbitrary: fc.constantFrom(...PROPERTIES), weight: 3 }, { arbitrary: rawText, weight: 1 });
+      return fc.oneof({ arbitrary: fc.constantFrom(...SETTING_PROPERTIES), weight: 3 }, { arbitrary: rawText, weight: 1 });
     case 'value':
       return fc.oneof(
         { arbitrary: fc.constantFrom('true', 'false', '#123456', '#abc', 'True', '"true"'), weight: 3 },
@@ -383,7 +376,7 @@ const ROUTES: RouteShape[] = [
       .map((id) => `/api/v1/users/me/subscriptions/${id}`),
     params: ['property', 'value'],
     valid: fc.oneof(
-      fc.tuple(field('property', fc.constantFrom(...PROPERTIES.slice(1))), field('value', fc.constantFrom('true', 'false'))),
+      fc.tuple(field('property', fc.constantFrom(...BOOLEAN_PROPERTIES)), field('value', fc.constantFrom('true', 'false'))),
       fc.tuple(field('property', fc.constant('color')), field('value', fc.constantFrom('#abc', '#12345f'))),
     ),
   },

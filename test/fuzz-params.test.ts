@@ -23,6 +23,7 @@ import {
   trimmedText,
 } from '../src/http/params.js';
 import { checkBulkEntries, checkSettingChange, parseSingleValue } from '../src/modules/subscriptions/subscriptions.validation.js';
+import { BOOLEAN_PROPERTIES, SETTING_PROPERTIES } from '../src/modules/subscriptions/settings.js';
 
 /**
  * Property-based tests of the parameter layer (spec §1.6): for arbitrary input every parser either
@@ -318,24 +319,16 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
 
 // --- The subscription-setting parsers built on them (spec §2.8, §3.2, §3.3). ---
 
-const PROPERTIES = [
-  'color',
-  'is_muted',
-  'in_home_view',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-];
-
 const entry = fc.oneof(
   fc.jsonValue({ maxDepth: 2 }),
   fc.record(
     {
       stream_id: fc.oneof(fc.integer(), fc.constantFrom(1.5, '100', true, null, 1e300, -0)),
-      property: fc.oneof(fc.constantFrom(...PROPERTIES), fc.string({ unit: anyUnit, maxLength: 10 }), fc.jsonValue({ maxDepth: 0 })),
+      property: fc.oneof(
+        fc.constantFrom(...SETTING_PROPERTIES),
+        fc.string({ unit: anyUnit, maxLength: 10 }),
+        fc.jsonValue({ maxDepth: 0 }),
+      ),
       value: fc.oneof(fc.boolean(), fc.stringMatching(/^#[0-9a-fA-F]{3,7}\n?$/), fc.jsonValue({ maxDepth: 1 })),
       extra: fc.jsonValue({ maxDepth: 0 }),
     },
@@ -352,7 +345,7 @@ function bulkEntryMessages(i: number): RegExp[] {
     new RegExp(`^${name}\\["stream_id"\\] is not an integer$`),
     new RegExp(`^${name}\\["property"\\] is not a string$`),
     new RegExp(`^Invalid ${name}: Value error, color is not a valid hex color code$`),
-    new RegExp(`^(${PROPERTIES.slice(1).join('|')}) is not a boolean$`),
+    new RegExp(`^(${BOOLEAN_PROPERTIES.join('|')}) is not a boolean$`),
     /^Unknown subscription property: [\s\S]*$/,
   ];
 }
@@ -364,7 +357,7 @@ describe('fuzz: subscription-setting parsers', () => {
         const { changes, shapeError } = checkBulkEntries(entries);
         expect(changes.length).toBeLessThanOrEqual(entries.length);
         for (const change of changes) {
-          expect(PROPERTIES).toContain(change.property);
+          expect(SETTING_PROPERTIES).toContain(change.property);
           expect(Number.isInteger(change.streamId)).toBe(true);
           if (change.property === 'color') expect(change.value).toMatch(/^#[0-9a-fA-F]{3,6}$/);
           else expect(typeof change.value).toBe('boolean');
@@ -387,7 +380,7 @@ describe('fuzz: subscription-setting parsers', () => {
 
   it('single-channel value and property: a change or a §3.3 message, never another exception', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.constantFrom(...PROPERTIES), rawText), rawText, (property, raw) => {
+      fc.property(fc.oneof(fc.constantFrom(...SETTING_PROPERTIES), rawText), rawText, (property, raw) => {
         const value = parseSingleValue(raw);
         expect(['string', 'boolean']).toContain(typeof value);
         if (typeof value === 'string') expect(value).toBe(raw);

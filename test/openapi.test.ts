@@ -3,6 +3,7 @@ import type { RouteOptions } from 'fastify';
 import type { OpenAPIV3 } from 'openapi-types';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { checkDocumentedResponse } from './helpers/documented-responses.js';
 import { basicAuth } from './helpers/fixture.js';
 
 // Every route the app registers, seen by an onRoute hook installed on the instance buildApp
@@ -383,5 +384,23 @@ describe('GET /api/openapi.json', () => {
     // Path parameters stay what the router matched (no integer coercion of `stream_id`, no renaming of `*`).
     const unknown = await api(ctx.app, { method: 'PATCH', url: '/api/v1/navigation_views/a%2Fb', as: 'U', form: { is_pinned: 'true' } });
     expect(unknown.body).toBe(JSON.stringify({ result: 'error', msg: 'Navigation view does not exist.', code: 'NOT_FOUND' }));
+  });
+
+  // test/helpers/documented-responses.ts: api() checks every 200 body against the document.
+  it("the test helper refuses a 200 body that is not the route's documented response", async () => {
+    const real = await api(ctx.app, { url: '/api/v1/users/me/subscriptions', as: 'U' });
+    const answer = (body: object) => ({ ...real, body: JSON.stringify(body) });
+    const listed = real.json<{ subscriptions: Record<string, unknown>[] }>();
+    const subscription = listed.subscriptions[0]!;
+    const check = (url: string, body: object) => () => checkDocumentedResponse(ctx.app, 'GET', url, answer(body));
+    expect(check('/api/v1/users/me/subscriptions', listed)).not.toThrow();
+    // A wrong type, a missing field, an undocumented one.
+    expect(
+      check('/api/v1/users/me/subscriptions', { result: 'success', msg: '', subscriptions: [{ ...subscription, pin_to_top: 'yes' }] }),
+    ).toThrow('/subscriptions/0/pin_to_top');
+    expect(check('/api/v1/users/me/subscriptions', { result: 'success', msg: '' })).toThrow('does not match');
+    expect(check('/api/v1/users/me/subscriptions', { ...listed, extra: 1 })).toThrow('does not match');
+    // The route is found through the router's parameters.
+    expect(check('/api/v1/users/14', { result: 'success', msg: '', user: {} })).toThrow('of /api/v1/users/{user}');
   });
 });

@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_5bf77a4d908fddb7b89c54136d7d4b8c, a hash of its exact text; this one differs from it only in
+-- Prepared as s_955f8b7b7c5a6fa75c314501e33c831c, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -24,10 +24,7 @@ SELECT
   (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
   (SELECT coalesce(json_agg(json_build_object(
       'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
-      'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top,
-      'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications,
-      'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications,
-      'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
+      'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top, 'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications, 'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications, 'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
    FROM subscriptions sub JOIN users u ON u.id = sub.user_id
    WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
   (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (

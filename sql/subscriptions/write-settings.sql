@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/subscriptions.repository.ts.
--- Prepared as s_7c2a68bb45c20deea170e54d6b5c9ccc, a hash of its exact text; this one differs from it only in
+-- Prepared as s_926c6c81b62ab7b9e6fa1f827e244e95, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_event"("payload", "ord", "type", "user_id") as (
@@ -68,9 +68,7 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
         SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
         FROM jsonb_array_elements($5::jsonb) WITH ORDINALITY AS e(item, ord)),
   "final_value" as (
-        SELECT * FROM json_to_recordset($6::json) AS v(
-          stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
-          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean)),
+        SELECT * FROM json_to_recordset($6::json) AS v(stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean, audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean)),
   "channel" as (
   select "s"."id",
     "s"."invite_only",

@@ -189,6 +189,31 @@ export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, 
   schema,
 });
 
+/** The pattern of a path segment that is an id: digits only. */
+const DIGITS = '^\\d+$';
+
+/** A path segment that is an id, digits only (the router matches nothing else): see routePath. */
+export const idSegment = <T>(description: string, decode: (segment: string) => T): PathParam<T> =>
+  pathSegment(Type.String({ pattern: DIGITS, description }), decode);
+
+/**
+ * The route's URL for the router: each `:name` whose path parameter is documented with a `pattern`
+ * gets it as its regular expression (`:stream_id(^\d+$)`). The pattern is declared once, in the
+ * schema, for both the router and the OpenAPI document.
+ */
+export function routePath(url: string, schema: DeclaredSchema<Params, PathParams>): string {
+  const patterns = new Map<string, unknown>(
+    Object.entries(schema[DECLARATION].path).map(([name, param]) => [
+      param.routerName || name,
+      (param.schema as { pattern?: unknown }).pattern,
+    ]),
+  );
+  return url.replace(/:(\w+)/g, (segment, name: string) => {
+    const pattern = patterns.get(name);
+    return typeof pattern === 'string' ? `${segment}(${pattern})` : segment;
+  });
+}
+
 /** A path parameter's value: the router's text under its name, decoded. */
 const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<string, string>): T =>
   param.decode(pathValues[param.routerName || name] ?? '');
@@ -232,6 +257,10 @@ function declare<P extends Params, Path extends PathParams>(where: 'query' | 'fo
         };
   return { ...fields, ...pathSchema, [DECLARATION]: { params, path } };
 }
+
+/** The parameters a route schema declares (none for a schema without a declaration). */
+export const declaredParameters = (schema: object): Readonly<Params> =>
+  (schema as { [DECLARATION]?: Declaration })[DECLARATION]?.params ?? {};
 
 /** Parameters of a GET: query string (a body is read too, first, as Zulip does). */
 export const queryParameters = <P extends Params, Path extends PathParams = Record<never, never>>(params: P, path = {} as Path) =>

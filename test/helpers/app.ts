@@ -4,6 +4,7 @@ import { buildApp } from '../../src/app.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import { type Database, databaseOptionsOf } from '../../src/db/database.js';
 import { createFixtureDatabase, createTestDatabase, type TestDatabase } from './database.js';
+import { checkDocumentedResponse } from './documented-responses.js';
 import { auth, type FixtureUser } from './fixture.js';
 
 export const FIXTURE_ENV = {
@@ -86,7 +87,8 @@ export interface ApiRequest {
   payload?: InjectOptions['payload'];
 }
 
-export function api(app: FastifyInstance, request: ApiRequest): Promise<LightMyRequestResponse> {
+/** The real request through app.inject; a 200 JSON body must match its route's documented response (documented-responses.ts). */
+export async function api(app: FastifyInstance, request: ApiRequest): Promise<LightMyRequestResponse> {
   const headers: Record<string, string> = { host: request.host ?? 'chat.example.com', ...request.headers };
   if (request.as) headers.authorization = auth(request.as);
   let payload = request.payload;
@@ -94,7 +96,10 @@ export function api(app: FastifyInstance, request: ApiRequest): Promise<LightMyR
     headers['content-type'] = 'application/x-www-form-urlencoded';
     payload = new URLSearchParams(request.form).toString();
   }
-  return app.inject({ method: request.method ?? 'GET', url: request.url, headers, ...(payload !== undefined && { payload }) });
+  const method = request.method ?? 'GET';
+  const response = await app.inject({ method, url: request.url, headers, ...(payload !== undefined && { payload }) });
+  checkDocumentedResponse(app, method, request.url, response);
+  return response;
 }
 
 /** Multipart body with the given text fields (and optionally a file part). */

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
+import { SETTING_COLUMNS, type SettingColumn } from './settings.js';
 import type { SubscriptionRow } from './subscriptions.serializers.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
 
@@ -37,17 +38,7 @@ export interface TargetRow {
 }
 
 /** The settings of a subscription row, as the subscription object serializes them. */
-type SubscriptionSettings = Pick<
-  SubscriptionRow,
-  | 'color'
-  | 'is_muted'
-  | 'pin_to_top'
-  | 'desktop_notifications'
-  | 'audible_notifications'
-  | 'push_notifications'
-  | 'email_notifications'
-  | 'wildcard_mentions_notify'
->;
+type SubscriptionSettings = Pick<SubscriptionRow, SettingColumn>;
 
 /** A subscription row on a named channel: every active one, and the inactive ones of the targets. */
 export interface MembershipRow extends SubscriptionSettings {
@@ -104,10 +95,7 @@ SELECT
   (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
   (SELECT coalesce(json_agg(json_build_object(
       'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
-      'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top,
-      'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications,
-      'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications,
-      'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
+      ${SETTING_COLUMNS.map((column) => `'${column}', sub.${column}`).join(', ')}) ORDER BY sub.stream_id, sub.user_id), '[]')
    FROM subscriptions sub JOIN users u ON u.id = sub.user_id
    WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
   (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (

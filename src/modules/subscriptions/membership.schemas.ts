@@ -1,7 +1,7 @@
 import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
-import { formParameters, jsonBoolean, nonGuestsOnly, optional, pathSegment, queryParameters, required } from '../../http/params.js';
+import { formParameters, idSegment, jsonBoolean, nonGuestsOnly, optional, queryParameters, required } from '../../http/params.js';
 import { channelNames, channelRequests, MAX_CHANNELS_PER_REQUEST, MAX_PRINCIPALS, principals } from './membership.validation.js';
 
 // The parameters and documentation of subscribing, unsubscribing and the membership reads
@@ -69,14 +69,12 @@ export const unsubscribeSchema = {
   },
 } satisfies FastifySchema;
 
-// The router matches digits only; values beyond the id range name nothing.
-const idSegment = (description: string) => pathSegment(Type.String({ pattern: '^\\d+$', description }), Number);
-
+// Ids beyond PostgreSQL's range name nothing.
 export const subscriptionStatusSchema = {
   operationId: 'get-subscription-status',
   summary: 'Whether a user is subscribed to a channel',
   tags: ['subscriptions'],
-  ...queryParameters({}, { user_id: idSegment('The user id.'), stream_id: idSegment('The channel id.') }),
+  ...queryParameters({}, { user_id: idSegment('The user id.', Number), stream_id: idSegment('The channel id.', Number) }),
   documentedResponses: { 200: successResponse('The status.', { is_subscribed: Type.Boolean() }), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
 
@@ -84,7 +82,7 @@ export const channelMembersSchema = {
   operationId: 'get-subscribers',
   summary: "A channel's subscribers",
   tags: ['subscriptions'],
-  ...queryParameters({}, { stream_id: idSegment('The channel id.') }),
+  ...queryParameters({}, { stream_id: idSegment('The channel id.', Number) }),
   documentedResponses: {
     200: successResponse('The active subscribers.', {
       subscribers: Type.Array(Type.Integer(), { description: 'User ids of active users, ascending.' }),

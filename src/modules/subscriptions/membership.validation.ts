@@ -56,8 +56,9 @@ export const channelRequests: Kind<ChannelRequest[]> = jsonTextKind(
   Type.Array(
     Type.Object({
       name: Type.String(),
-      description: Type.Optional(Type.String({ maxLength: MAX_DESCRIPTION_LENGTH })),
-      color: Type.Optional(Type.String()),
+      // null is taken as absent.
+      description: Type.Optional(Type.Union([Type.String({ maxLength: MAX_DESCRIPTION_LENGTH }), Type.Null()])),
+      color: Type.Optional(Type.Union([Type.String(), Type.Null()])),
     }),
     { maxItems: MAX_CHANNELS_PER_REQUEST },
   ),

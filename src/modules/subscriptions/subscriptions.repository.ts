@@ -3,10 +3,13 @@ import { jsonBuildObject } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import { reusableStatement } from '../../db/reusable-statement.js';
 import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
-import type { BooleanColumn } from './subscriptions.validation.js';
+import { SETTING_COLUMNS, type SettingValues, settingSqlType } from './settings.js';
 
-/** Final values for one subscription; undefined columns stay as they are. */
-export type SettingValues = { color?: string } & { [column in BooleanColumn]?: boolean };
+// The settings columns as the statements name them (derived from src/modules/subscriptions/settings.ts).
+const RECORDSET_COLUMNS = sql.raw(
+  ['stream_id integer', ...SETTING_COLUMNS.map((column) => `${column} ${settingSqlType(column)}`)].join(', '),
+);
+const SELECTED_SETTINGS = SETTING_COLUMNS.map((column) => `sub.${column}` as const);
 
 export interface SettingWriteArgs extends EventAppendArgs {
   isGuest: boolean;
@@ -60,9 +63,7 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
         .with(
           'final_value',
           () => sql<{ stream_id: number } & SettingValues>`(
-        SELECT * FROM json_to_recordset(${args.updates}::json) AS v(
-          stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean,
-          audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean))`,
+        SELECT * FROM json_to_recordset(${args.updates}::json) AS v(${RECORDSET_COLUMNS}))`,
         )
         .with('channel', (db) =>
           db
@@ -73,16 +74,7 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
               's.invite_only',
               's.is_web_public',
               'sub.active',
-              jsonBuildObject({
-                color: eb.ref('sub.color'),
-                is_muted: eb.ref('sub.is_muted'),
-                pin_to_top: eb.ref('sub.pin_to_top'),
-                desktop_notifications: eb.ref('sub.desktop_notifications'),
-                audible_notifications: eb.ref('sub.audible_notifications'),
-                push_notifications: eb.ref('sub.push_notifications'),
-                email_notifications: eb.ref('sub.email_notifications'),
-                wildcard_mentions_notify: eb.ref('sub.wildcard_mentions_notify'),
-              }).as('settings'),
+              jsonBuildObject(Object.fromEntries(SETTING_COLUMNS.map((column) => [column, eb.ref(`sub.${column}`)]))).as('settings'),
             ])
             .where('s.realm_id', '=', args.realmId)
             .where('s.deactivated', '=', sql.lit(false))
@@ -118,16 +110,7 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
           db
             .updateTable('subscriptions as sub')
             .from('final_value as v')
-            .set((eb) => ({
-              color: eb.fn.coalesce('v.color', 'sub.color'),
-              is_muted: eb.fn.coalesce('v.is_muted', 'sub.is_muted'),
-              pin_to_top: eb.fn.coalesce('v.pin_to_top', 'sub.pin_to_top'),
-              desktop_notifications: eb.fn.coalesce('v.desktop_notifications', 'sub.desktop_notifications'),
-              audible_notifications: eb.fn.coalesce('v.audible_notifications', 'sub.audible_notifications'),
-              push_notifications: eb.fn.coalesce('v.push_notifications', 'sub.push_notifications'),
-              email_notifications: eb.fn.coalesce('v.email_notifications', 'sub.email_notifications'),
-              wildcard_mentions_notify: eb.fn.coalesce('v.wildcard_mentions_notify', 'sub.wildcard_mentions_notify'),
-            }))
+            .set((eb) => Object.fromEntries(SETTING_COLUMNS.map((column) => [column, eb.fn.coalesce(`v.${column}`, `sub.${column}`)])))
             .where(write)
             .where('sub.user_id', '=', args.userId)
             .where('sub.realm_id', '=', args.realmId)
@@ -213,14 +196,7 @@ export function selectActiveSubscriptions(db: Database, user: { id: number; real
       's.is_web_public',
       's.history_public_to_subscribers',
       's.message_retention_days',
-      'sub.color',
-      'sub.is_muted',
-      'sub.pin_to_top',
-      'sub.desktop_notifications',
-      'sub.audible_notifications',
-      'sub.push_notifications',
-      'sub.email_notifications',
-      'sub.wildcard_mentions_notify',
+      ...SELECTED_SETTINGS,
     ])
     .select(
       (includeSubscribers

@@ -3,7 +3,7 @@ import type { AppDeps } from '../../deps.js';
 import { callerOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success } from '../../http/envelope.js';
-import { parametersOf } from '../../http/params.js';
+import { parametersOf, routePath } from '../../http/params.js';
 import { listSubscriptionsSchema, updateSettingByPostSchema, updateSettingSchema, updateSettingsSchema } from './subscriptions.schemas.js';
 import { applySubscriptionChanges, listSubscriptions } from './subscriptions.service.js';
 import { checkSettingChange } from './subscriptions.validation.js';
@@ -33,8 +33,8 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
     await applySubscriptionChanges(writes, callerOf(request), [change], undefined, clientGone(reply));
     return success(request);
   };
-  // Digits only: any other segment is not this route (404 from the router).
-  const singlePath = '/api/v1/users/me/subscriptions/:stream_id(^\\d+$)';
+  // Digits only (routePath): any other segment is not this route (404 from the router).
+  const singlePath = routePath('/api/v1/users/me/subscriptions/:stream_id', updateSettingSchema);
   app.patch(singlePath, { schema: updateSettingSchema }, updateOneSetting);
   app.post(singlePath, { schema: updateSettingByPostSchema }, updateOneSetting);
 
@@ -64,12 +64,13 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
     return success(request, await unsubscribeUsers(membership, callerOf(request), { names: subscriptions, principals }, clientGone(reply)));
   });
 
-  app.get('/api/v1/users/:user_id(^\\d+$)/subscriptions/:stream_id(^\\d+$)', { schema: subscriptionStatusSchema }, async (request) => {
+  const statusPath = routePath('/api/v1/users/:user_id/subscriptions/:stream_id', subscriptionStatusSchema);
+  app.get(statusPath, { schema: subscriptionStatusSchema }, async (request) => {
     const { user_id, stream_id } = parametersOf(request, subscriptionStatusSchema);
     return success(request, { is_subscribed: await isSubscribed(db, callerOf(request), user_id, stream_id) });
   });
 
-  app.get('/api/v1/streams/:stream_id(^\\d+$)/members', { schema: channelMembersSchema }, async (request) => {
+  app.get(routePath('/api/v1/streams/:stream_id/members', channelMembersSchema), { schema: channelMembersSchema }, async (request) => {
     const { stream_id } = parametersOf(request, channelMembersSchema);
     return success(request, { subscribers: await channelMembers(db, callerOf(request), stream_id) });
   });

@@ -8,11 +8,12 @@ import {
   kind,
   optional,
   parseJson,
-  pathSegment,
+  idSegment,
   queryParameters,
   required,
   text,
 } from '../../http/params.js';
+import { SETTING_PROPERTIES, settingValueSchema } from './settings.js';
 import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.js';
 
 // The subscription routes' parameters and documentation (spec §2.8, §2.12, §3.2–§3.4); see
@@ -26,7 +27,7 @@ const MAX_SUBSCRIPTION_CHANGES = 10_000;
  * only part of large channels' subscribers; this server sends every channel's whole list, as Zulip
  * itself does for channels under 250 subscribers.
  */
-export const includeSubscribers = kind(Type.Boolean(), (raw, name) => {
+export const includeSubscribers = kind(Type.Union([Type.Boolean(), Type.Literal('partial')]), (raw, name) => {
   // The word as Zulip's documentation lists it, and as a JSON string, which a client may send.
   if (raw === 'partial') return true;
   const value = parseJson(raw, name);
@@ -35,18 +36,7 @@ export const includeSubscribers = kind(Type.Boolean(), (raw, name) => {
 export const INCLUDE_SUBSCRIBERS =
   'Add subscribers to each subscription; `partial` (feature level 412) is accepted and answers the whole lists.';
 
-const PROPERTIES = [
-  'color',
-  'is_muted',
-  'in_home_view',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-];
-const PROPERTY_DESCRIPTION = `One of: ${PROPERTIES.join(', ')}.`;
+const PROPERTY_DESCRIPTION = `One of: ${SETTING_PROPERTIES.join(', ')}.`;
 
 const nullableBoolean = (description: string) => Type.Union([Type.Boolean(), Type.Null()], { description });
 
@@ -97,7 +87,7 @@ export const listSubscriptionsSchema = {
 const SettingChange = Type.Object({
   stream_id: Type.Integer(),
   property: Type.String({ description: PROPERTY_DESCRIPTION }),
-  value: Type.Union([Type.Boolean(), Type.String()], { description: 'A hex colour for color, a boolean otherwise.' }),
+  value: settingValueSchema('A hex colour for color, a boolean otherwise.'),
 });
 
 /**
@@ -129,14 +119,12 @@ export const updateSettingSchema = {
     {
       property: required(text, PROPERTY_DESCRIPTION),
       value: required(
-        kind(Type.String(), parseSingleValue),
+        kind(Type.Union([Type.Boolean(), Type.String()]), parseSingleValue),
         '`true` or `false` (JSON) is a boolean; any other text is taken as a string, e.g. `#ff0000`.',
       ),
     },
-    {
-      // The router matches digits only; values beyond the id range simply match no channel.
-      stream_id: pathSegment(Type.String({ pattern: '^\\d+$', description: 'The channel id (digits only).' }), Number),
-    },
+    // Values beyond the id range simply match no channel.
+    { stream_id: idSegment('The channel id (digits only).', Number) },
   ),
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;

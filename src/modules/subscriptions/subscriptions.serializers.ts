@@ -1,4 +1,5 @@
 import type { ApiEvent } from '../events/events.repository.js';
+import { COLUMN_EVENTS } from './settings.js';
 import type { SettingChange } from './subscriptions.validation.js';
 
 /** A row of selectActiveSubscriptions (channel and the user's settings). */
@@ -63,11 +64,12 @@ const updateEvent = (property: string, value: string | boolean, streamId: number
   stream_id: streamId,
 });
 
-/** The events of one applied change (spec §3.2 event table): muting gives two, in_home_view first. */
+/**
+ * The events of one applied change (spec §3.2 event table): one per property stored in its column,
+ * whichever was sent; muting gives two, in_home_view first.
+ */
 export function changeEvents(change: SettingChange): ApiEvent[] {
-  if (change.column === 'is_muted') {
-    const muted = change.stored as boolean;
-    return [updateEvent('in_home_view', !muted, change.streamId), updateEvent('is_muted', muted, change.streamId)];
-  }
-  return [updateEvent(change.property, change.value, change.streamId)];
+  return COLUMN_EVENTS.get(change.column)!.map(({ property, inverted }) =>
+    updateEvent(property, inverted ? !(change.stored as boolean) : change.stored, change.streamId),
+  );
 }

@@ -5,15 +5,10 @@ import type { Departure } from '../../lib/departure.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
 import type { ApiEvent, EventWrites } from '../events/events.repository.js';
-import {
-  INVALID_CHANNEL,
-  NOT_SUBSCRIBED,
-  selectActiveSubscriptions,
-  type SettingValues,
-  writeSettingsStatement,
-} from './subscriptions.repository.js';
+import type { SettingColumn, SettingValues } from './settings.js';
+import { INVALID_CHANNEL, NOT_SUBSCRIBED, selectActiveSubscriptions, writeSettingsStatement } from './subscriptions.repository.js';
 import { changeEvents, serializeSubscription, type SubscriptionObject } from './subscriptions.serializers.js';
-import type { SettingChange, SettingColumn } from './subscriptions.validation.js';
+import type { SettingChange } from './subscriptions.validation.js';
 
 type SettingsCaller = Pick<Caller, 'id' | 'realmId' | 'role'>;
 

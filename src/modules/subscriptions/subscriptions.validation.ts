@@ -1,38 +1,11 @@
 import { type ApiError, badRequest } from '../../http/errors.js';
 import { checkDict, checkInteger, checkString, keyPath, requireKey } from '../../http/params.js';
+import { type SettingColumn, type SettingProperty, settingOf } from './settings.js';
 
 /**
  * The property/value rules of the subscription-setting endpoints (spec §2.8), shared by the bulk
  * endpoint (§3.2 checks a–e) and the single-channel endpoint (§3.3). Pure: no database.
  */
-
-/** Subscription columns the API can change. */
-export type SettingColumn =
-  | 'color'
-  | 'is_muted'
-  | 'pin_to_top'
-  | 'desktop_notifications'
-  | 'audible_notifications'
-  | 'push_notifications'
-  | 'email_notifications'
-  | 'wildcard_mentions_notify';
-
-/** Property names clients may send: the columns plus the legacy in_home_view. */
-type SettingProperty = SettingColumn | 'in_home_view';
-
-const BOOLEAN_COLUMNS = [
-  'is_muted',
-  'pin_to_top',
-  'desktop_notifications',
-  'audible_notifications',
-  'push_notifications',
-  'email_notifications',
-  'wildcard_mentions_notify',
-] as const satisfies readonly SettingColumn[];
-
-export type BooleanColumn = (typeof BOOLEAN_COLUMNS)[number];
-
-const PROPERTIES = new Set<string>(['color', 'in_home_view', ...BOOLEAN_COLUMNS]);
 
 // JavaScript's `$` (without the m flag) does not match before a trailing newline, unlike Python's.
 const HEX_COLOR = /^#[0-9a-fA-F]{3,6}$/;
@@ -43,7 +16,7 @@ export interface SettingChange {
   property: SettingProperty;
   /** The value as requested (what the events carry for `property`). */
   value: string | boolean;
-  /** The stored column and value (in_home_view is stored as is_muted = !value). */
+  /** The stored column and value (an inverted property, in_home_view, is stored as is_muted = !value). */
   column: SettingColumn;
   stored: string | boolean;
 }
@@ -53,17 +26,17 @@ export interface SettingChange {
  * `Invalid subscription_data[i]: Value error, `; the single-channel endpoint has none.
  */
 export function checkSettingChange(streamId: number, property: string, value: unknown, colorErrorPrefix = ''): SettingChange {
-  if (!PROPERTIES.has(property)) throw badRequest(`Unknown subscription property: ${property}`);
-  if (property === 'color') {
+  const setting = settingOf(property);
+  if (!setting) throw badRequest(`Unknown subscription property: ${property}`);
+  const known = property as SettingProperty;
+  if (setting.rule === 'color') {
     if (typeof value !== 'string' || !HEX_COLOR.test(value)) {
-      throw badRequest(`${colorErrorPrefix}color is not a valid hex color code`);
+      throw badRequest(`${colorErrorPrefix}${property} is not a valid hex color code`);
     }
-    return { streamId, property, value, column: 'color', stored: value };
+    return { streamId, property: known, value, column: setting.column, stored: value };
   }
   if (typeof value !== 'boolean') throw badRequest(`${property} is not a boolean`);
-  if (property === 'in_home_view') return { streamId, property, value, column: 'is_muted', stored: !value };
-  const column = property as BooleanColumn;
-  return { streamId, property: column, value, column, stored: value };
+  return { streamId, property: known, value, column: setting.column, stored: 'inverted' in setting ? !value : value };
 }
 
 /** Checks a–e of one bulk entry (spec §3.2), in order; throws the entry's first failure. */

@@ -3,7 +3,7 @@ import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, AuthLookupQuery, callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { success, untypedSuccess } from '../../http/envelope.js';
-import { parametersOf } from '../../http/params.js';
+import { parametersOf, routePath } from '../../http/params.js';
 import {
   createUserSchema,
   deactivateOwnUserSchema,
@@ -29,9 +29,6 @@ export const canCreateUsersQuery = new AuthLookupQuery<{ can_create_users: boole
 );
 const canCreateUsersLookup: AuthLookup<{ can_create_users: boolean }> = { query: canCreateUsersQuery, argument: 0 };
 
-/** The id paths take digits only: any other segment is not these routes (404 or 405 from the router). */
-const USER_ID = ':user_id(^\\d+$)';
-
 /** User management (docs/management-api.md "Users"). */
 export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) => {
   app.get('/api/v1/users/me', { schema: getOwnUserSchema }, async (request) => untypedSuccess(await getOwnUser(deps, callerOf(request))));
@@ -50,14 +47,15 @@ export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) =>
     },
   );
 
-  app.delete(`/api/v1/users/${USER_ID}`, { schema: deactivateUserSchema }, async (request, reply) => {
+  // The id paths take digits only (routePath): any other segment is not these routes (404 or 405 from the router).
+  app.delete(routePath('/api/v1/users/:user_id', deactivateUserSchema), { schema: deactivateUserSchema }, async (request, reply) => {
     const { user_id } = parametersOf(request, deactivateUserSchema);
     await deactivateUserByApi(deps, callerOf(request), user_id, clientGone(reply));
     return success(request);
   });
 
   // Every segment but `me`, as GET /users/{user_id | email} (users.routes.ts).
-  app.patch('/api/v1/users/:user(^(?!me$).+$)', { schema: updateUserSchema }, async (request, reply) => {
+  app.patch(routePath('/api/v1/users/:user', updateUserSchema), { schema: updateUserSchema }, async (request, reply) => {
     const { user, full_name, role, profile_data, new_email } = parametersOf(request, updateUserSchema);
     const caller = callerOf(request);
     const userId = await resolveUserPath(deps.db, deps.reads, deps.config, caller, user);
@@ -70,9 +68,13 @@ export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) =>
     return untypedSuccess();
   });
 
-  app.post(`/api/v1/users/${USER_ID}/reactivate`, { schema: reactivateUserSchema }, async (request, reply) => {
-    const { user_id } = parametersOf(request, reactivateUserSchema);
-    await reactivateUserByApi(deps, callerOf(request), user_id, clientGone(reply));
-    return untypedSuccess();
-  });
+  app.post(
+    routePath('/api/v1/users/:user_id/reactivate', reactivateUserSchema),
+    { schema: reactivateUserSchema },
+    async (request, reply) => {
+      const { user_id } = parametersOf(request, reactivateUserSchema);
+      await reactivateUserByApi(deps, callerOf(request), user_id, clientGone(reply));
+      return untypedSuccess();
+    },
+  );
 };

@@ -13,22 +13,20 @@ import {
   MESSAGES,
   optional,
   parseJson,
-  pathSegment,
+  idSegment,
   required,
   requireKey,
   text,
 } from '../../http/params.js';
 import { ROLES } from '../../zulip.js';
-import { UserObject } from './users.schemas.js';
+import { USER_PATH, UserObject } from './users.schemas.js';
 import { parseUserId } from './users.service.js';
 import type { ProfileDataEntry } from './users-update.service.js';
 
 // The parameters and documentation of user management (docs/management-api.md "Users").
 
 /** The path's user id: digits only (the router matches nothing else); undefined outside PostgreSQL's range (no such user). */
-const USER_ID_PATH = {
-  user_id: pathSegment(Type.Integer({ description: 'The user id.' }), parseUserId, 'user_id'),
-};
+const USER_ID_PATH = { user_id: idSegment('The user id.', parseUserId) };
 
 const LAST_USER = errorResponse('The last user or the last owner (code CANNOT_DEACTIVATE_LAST_USER, with `is_last_owner` and `entity`).', {
   is_last_owner: Type.Boolean(),
@@ -165,7 +163,7 @@ export const updateUserSchema = {
       profile_data: optional(profileData, 'Custom profile field values to set or remove.'),
       new_email: optional(text, 'Refused: no one holds the can_change_user_emails permission here.'),
     },
-    { user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment) },
+    USER_PATH,
   ),
   documentedResponses: { 200: successResponse('Updated.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;

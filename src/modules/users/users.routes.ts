@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
-import { parametersOf, peekParameter } from '../../http/params.js';
+import { parametersOf, peekParameter, routePath } from '../../http/params.js';
 import { largeReadTurns } from '../../lib/large-read-turns.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
@@ -33,10 +33,14 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
     );
   });
 
-  app.get('/api/v1/users/:user(^(?!me$).+$)', { schema: getUserSchema, config: { authLookup: userLookupForRequest } }, async (request) => {
-    const { client_gravatar, include_custom_profile_fields, user } = parametersOf(request, getUserSchema);
-    const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
-    const prefetched = lookupRowOf(request, userByIdAuthLookup(user, include_custom_profile_fields));
-    return success(request, { user: await getUserForViewer(db, reads, config, callerOf(request), user, options, prefetched) });
-  });
+  app.get(
+    routePath('/api/v1/users/:user', getUserSchema),
+    { schema: getUserSchema, config: { authLookup: userLookupForRequest } },
+    async (request) => {
+      const { client_gravatar, include_custom_profile_fields, user } = parametersOf(request, getUserSchema);
+      const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
+      const prefetched = lookupRowOf(request, userByIdAuthLookup(user, include_custom_profile_fields));
+      return success(request, { user: await getUserForViewer(db, reads, config, callerOf(request), user, options, prefetched) });
+    },
+  );
 };

@@ -79,6 +79,11 @@ export const listUsersSchema = {
   },
 } satisfies FastifySchema;
 
+/** The path's user: a user id or an email address, any segment but `me` (GET /users/me is another route). */
+export const USER_PATH = {
+  user: pathSegment(Type.String({ pattern: '^(?!me$).+$', description: 'A user id, or an email address.' }), (segment) => segment),
+};
+
 export const getUserSchema = {
   operationId: 'get-user',
   summary: 'Get a user by id or email',
@@ -88,7 +93,7 @@ export const getUserSchema = {
     'the caller cannot access answers 400 `Insufficient permission`.',
   tags: ['users'],
   ...queryParameters(USER_OPTIONS, {
-    user: pathSegment(Type.String({ description: 'A user id, or an email address.' }), (segment) => segment),
+    ...USER_PATH,
   }),
   documentedResponses: {
     200: successResponse('The user.', { user: UserObject }),
