@@ -1,5 +1,5 @@
 import { ROLES } from '../../zulip.js';
-import type { ApiEvent } from '../events/events.repository.js';
+import type { AddressedEvent } from '../events/events.repository.js';
 import type { ChannelRow } from './membership.repository.js';
 
 /**
@@ -9,12 +9,6 @@ import type { ChannelRow } from './membership.repository.js';
  * metadata is visible to its subscribers, the organization's administrators and its creator
  * (Zulip's default can_administer_channel_group), and a public channel's to every non-guest.
  */
-
-/** An event and the users it goes to. */
-export interface AddressedEvent {
-  users: number[];
-  event: ApiEvent;
-}
 
 /** The organization's active users, as the events' recipients. */
 export class Recipients {

@@ -7,11 +7,11 @@ import { fakeEmailDomain } from '../../lib/hosts.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableText } from '../../lib/text.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
-import type { EventWrites } from '../events/events.repository.js';
+import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../events/events.repository.js';
 import { effectiveVisibility } from '../users/users.access.js';
 import { dummyAddressDigits } from '../users/users.service.js';
 import { ColorPicker } from './colors.js';
-import { type AddressedEvent, peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
+import { peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
 import {
   type ChannelRow,
   type MembershipRead,
@@ -385,7 +385,7 @@ async function writeMembership(
     channels: JSON.stringify(channels),
     added: JSON.stringify(added),
     removed: JSON.stringify(removed),
-    events: JSON.stringify(stored),
+    ...addressedEventArgs(stored),
     maxPendingEvents: context.maxPendingEvents,
   });
 }
