@@ -155,18 +155,10 @@ function matchNames(names: string[], read: MembershipRead) {
   return { existing: [...existing.values()], missing };
 }
 
-/** Active subscribers (active users only) per channel, and each user's subscription row per channel. */
+/** Active subscribers (active users only) per channel, and each target's subscription row per channel. */
 function membershipIndex(read: MembershipRead) {
-  const subscribers = new Map<number, number[]>();
-  const rows = new Map<string, MembershipRow>();
-  for (const row of read.memberships) {
-    rows.set(`${row.user_id}:${row.stream_id}`, row);
-    if (row.active && row.user_active) {
-      const list = subscribers.get(row.stream_id);
-      if (list) list.push(row.user_id);
-      else subscribers.set(row.stream_id, [row.user_id]);
-    }
-  }
+  const subscribers = new Map(read.subscribers.map((channel) => [channel.stream_id, channel.user_ids]));
+  const rows = new Map(read.memberships.map((row) => [`${row.user_id}:${row.stream_id}`, row]));
   return {
     subscribersOf: (streamId: number) => subscribers.get(streamId) ?? [],
     rowOf: (userId: number, streamId: number) => rows.get(`${userId}:${streamId}`),
