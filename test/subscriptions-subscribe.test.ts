@@ -96,6 +96,23 @@ describe('POST /users/me/subscriptions: creating and subscribing oneself', () =>
     expect(await eventsOf(qG)).toBe('[]');
   });
 
+  it("a queue that names its event types gets its own user's events of those types, never another user's", async () => {
+    const [qU, qV, qG] = [
+      await createQueue(ctx.db, 'U', ['subscription']),
+      await createQueue(ctx.db, 'V', ['subscription', 'stream']),
+      await createQueue(ctx.db, 'G', ['subscription']),
+    ];
+    const res = await subscribe(ctx, { subscriptions: [{ name: 'secret' }], invite_only: true });
+    expect(res.statusCode).toBe(200);
+    const row = await channelRow('secret');
+    // U's stream/create is not among its queue's types; V and G may not see the private channel.
+    expect(await eventsOf(qU)).toBe(
+      withIds([{ type: 'subscription', op: 'add', subscriptions: [subscriptionObject(row, '#fae589', [U])] }]),
+    );
+    expect(await eventsOf(qV)).toBe('[]');
+    expect(await eventsOf(qG)).toBe('[]');
+  });
+
   it('names match case-insensitively: already subscribed, under the stored name; nothing is written', async () => {
     await subscribe(ctx, { subscriptions: [{ name: 'new1' }] });
     const queue = await createQueue(ctx.db, 'V');

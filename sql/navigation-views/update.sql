@@ -1,21 +1,23 @@
 -- Built in src/modules/navigation-views/navigation-views.repository.ts.
--- Prepared as s_fbe16b41555ba3bcfbdae85d1340882d, a hash of its exact text; this one differs from it only in
+-- Prepared as s_6f46c18e3350bde499a9b8e9d14fdcf5, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
-with "incoming_event"("payload", "ord", "type", "user_id") as (
-    SELECT e.payload, e.ord, e.payload->>'type', $1::integer
-    FROM json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord)),
+with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
+    SELECT e.payload, e.ord, e.payload->>'type', 1
+    FROM json_array_elements($1::json) WITH ORDINALITY AS e(payload, ord)),
+  "recipient"("set_no", "user_id") as (SELECT 1, $2::integer),
   "accepting" as (
   select "q"."id" as "queue_id",
-    "t"."type",
-    "t"."user_id"
+    "t"."set_no",
+    "t"."type"
   from "event_queues" as "q"
+  inner join "recipient" as "r" on "r"."user_id" = "q"."user_id"
   inner join (
-    select distinct "user_id",
+    select distinct "set_no",
       "type"
-    from "incoming_event"
-  ) as "t" on "q"."user_id" = "t"."user_id" and q.event_types IS NULL OR t.type = ANY (q.event_types)
-  where "q"."user_id" = $1
+    from "incoming_item"
+  ) as "t" on "t"."set_no" = "r"."set_no" and (q.event_types IS NULL OR t.type = ANY (q.event_types))
+  where "q"."user_id" = $2
 ),
   "locked_queue" as materialized (
   select "lq"."id"
@@ -27,17 +29,22 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   order by "lq"."user_id",
     "lq"."id" for update
 ),
-  "event_count" as (
+  "delivery" as (
   select "a"."queue_id",
-    count(*) as "n"
+    "i"."ord"
   from "accepting" as "a"
-  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
-  group by "a"."queue_id"
+  inner join "incoming_item" as "i" on "i"."set_no" = "a"."set_no" and "i"."type" = "a"."type"
+),
+  "event_count" as (
+  select "delivery"."queue_id",
+    count(*) as "n"
+  from "delivery"
+  group by "delivery"."queue_id"
 ),
   "bumped_queue" as (
   update "event_queues" as "eq" set "next_event_id" = "eq"."next_event_id" + "c"."n"
   from "event_count" as "c"
-  where "eq"."user_id" = $1 and "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
+  where "eq"."user_id" = $2 and "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
   returning "eq"."id",
     "eq"."next_event_id" - "c"."n" as "first_id",
     pg_notify('zulip_events', eq.id::text) as "notified"
@@ -45,7 +52,7 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   "dropped_queue" as (
   delete
   from "event_queues"
-  where "event_queues"."user_id" = $1 and "event_queues"."id" in (
+  where "event_queues"."user_id" = $2 and "event_queues"."id" in (
     select "queue_id"
     from "event_count"
   ) and "event_queues"."id" not in (
@@ -57,19 +64,24 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   "inserted_event" as (
   insert into "events" ("queue_id", "id", "realm_id", "payload")
   select "b"."id" as "queue_id",
-    "b"."first_id" - 1 + row_number() over(partition by "b"."id" order by "i"."ord") as "id",
+    "b"."first_id" - 1 + "numbered"."n" as "id",
     $4::integer as "realm_id",
     "i"."payload"
   from "bumped_queue" as "b"
-  inner join "accepting" as "a" on "a"."queue_id" = "b"."id"
-  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+  inner join (
+    select "d"."queue_id",
+      "d"."ord",
+      row_number() over(partition by "d"."queue_id" order by "d"."ord") as "n"
+    from "delivery" as "d"
+  ) as "numbered" on "numbered"."queue_id" = "b"."id"
+  inner join "incoming_item" as "i" on "i"."ord" = "numbered"."ord"
 ),
   "mine" as (
   select "v"."id",
     "v"."fragment" = $5::text as "is_target",
     "v"."name" = $6::text as "has_name"
   from "navigation_views" as "v"
-  where "v"."user_id" = $1 and "v"."realm_id" = $4 and ("v"."fragment" = $5::text or "v"."name" = $6::text)
+  where "v"."user_id" = $2 and "v"."realm_id" = $4 and ("v"."fragment" = $5::text or "v"."name" = $6::text)
 ),
   "updated" as (
   update "navigation_views" as "v" set "name" = COALESCE($6::text, v.name),

@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_955f8b7b7c5a6fa75c314501e33c831c, a hash of its exact text; this one differs from it only in
+-- Prepared as s_9886b2a4cc22f0070b1c8464d9a0c0c4, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -17,21 +17,36 @@ WITH requested AS (
   target AS (
   SELECT u.id, u.delivery_email, u.email_address_visibility, u.bot_type, u.bot_owner_id, u.role, u.is_active
   FROM users u WHERE u.realm_id = $1 AND (u.id = ANY ($3::integer[]) OR lower(u.delivery_email) = ANY ($4::text[]))
+),
+  concerned AS MATERIALIZED (
+  -- The active users the events can concern: those with a queue (the only ones events are stored
+  -- for), the targets, and the channels' creators and subscribers (whose roles decide who sees a
+  -- channel); not the whole organization.
+  SELECT u.id, u.role FROM users u
+  WHERE u.is_active AND u.realm_id = $1 AND u.id IN (
+    SELECT q.user_id FROM event_queues q WHERE q.realm_id = $1
+    UNION SELECT id FROM target
+    UNION SELECT creator_id FROM channel WHERE creator_id IS NOT NULL
+    UNION SELECT sub.user_id FROM subscriptions sub WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active)
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
   (SELECT coalesce(json_agg(c ORDER BY c.id), '[]') FROM channel c) AS channels,
   (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
   (SELECT coalesce(json_agg(json_build_object(
-      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
+      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'user_active', t.is_active,
       'color', sub.color, 'is_muted', sub.is_muted, 'pin_to_top', sub.pin_to_top, 'desktop_notifications', sub.desktop_notifications, 'audible_notifications', sub.audible_notifications, 'push_notifications', sub.push_notifications, 'email_notifications', sub.email_notifications, 'wildcard_mentions_notify', sub.wildcard_mentions_notify) ORDER BY sub.stream_id, sub.user_id), '[]')
-   FROM subscriptions sub JOIN users u ON u.id = sub.user_id
-   WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
+   FROM subscriptions sub JOIN target t ON t.id = sub.user_id
+   WHERE sub.stream_id IN (SELECT id FROM channel)) AS memberships,
+  (SELECT coalesce(json_agg(json_build_object('stream_id', g.stream_id, 'user_ids', g.user_ids)), '[]') FROM (
+     SELECT sub.stream_id, array_agg(sub.user_id ORDER BY sub.user_id) AS user_ids
+     FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+     WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active AND u.is_active GROUP BY sub.stream_id) g) AS subscribers,
   (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (
      SELECT sub.user_id, array_agg(sub.color) AS colors FROM subscriptions sub
      WHERE sub.user_id IN (SELECT id FROM target) AND sub.active GROUP BY sub.user_id) g) AS used_colors,
-  ARRAY(SELECT id FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_ids,
-  ARRAY(SELECT role FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_roles,
+  ARRAY(SELECT id FROM concerned ORDER BY id) AS active_ids,
+  ARRAY(SELECT role FROM concerned ORDER BY id) AS active_roles,
   ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
     CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids

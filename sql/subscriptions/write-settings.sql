@@ -1,21 +1,23 @@
 -- Built in src/modules/subscriptions/subscriptions.repository.ts.
--- Prepared as s_926c6c81b62ab7b9e6fa1f827e244e95, a hash of its exact text; this one differs from it only in
+-- Prepared as s_d83b65d376ec035155f2646def1a6788, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
-with "incoming_event"("payload", "ord", "type", "user_id") as (
-    SELECT e.payload, e.ord, e.payload->>'type', $1::integer
-    FROM json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord)),
+with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
+    SELECT e.payload, e.ord, e.payload->>'type', 1
+    FROM json_array_elements($1::json) WITH ORDINALITY AS e(payload, ord)),
+  "recipient"("set_no", "user_id") as (SELECT 1, $2::integer),
   "accepting" as (
   select "q"."id" as "queue_id",
-    "t"."type",
-    "t"."user_id"
+    "t"."set_no",
+    "t"."type"
   from "event_queues" as "q"
+  inner join "recipient" as "r" on "r"."user_id" = "q"."user_id"
   inner join (
-    select distinct "user_id",
+    select distinct "set_no",
       "type"
-    from "incoming_event"
-  ) as "t" on "q"."user_id" = "t"."user_id" and q.event_types IS NULL OR t.type = ANY (q.event_types)
-  where "q"."user_id" = $1
+    from "incoming_item"
+  ) as "t" on "t"."set_no" = "r"."set_no" and (q.event_types IS NULL OR t.type = ANY (q.event_types))
+  where "q"."user_id" = $2
 ),
   "locked_queue" as materialized (
   select "lq"."id"
@@ -27,17 +29,22 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   order by "lq"."user_id",
     "lq"."id" for update
 ),
-  "event_count" as (
+  "delivery" as (
   select "a"."queue_id",
-    count(*) as "n"
+    "i"."ord"
   from "accepting" as "a"
-  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
-  group by "a"."queue_id"
+  inner join "incoming_item" as "i" on "i"."set_no" = "a"."set_no" and "i"."type" = "a"."type"
+),
+  "event_count" as (
+  select "delivery"."queue_id",
+    count(*) as "n"
+  from "delivery"
+  group by "delivery"."queue_id"
 ),
   "bumped_queue" as (
   update "event_queues" as "eq" set "next_event_id" = "eq"."next_event_id" + "c"."n"
   from "event_count" as "c"
-  where "eq"."user_id" = $1 and "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
+  where "eq"."user_id" = $2 and "eq"."id" = "c"."queue_id" and "eq"."next_event_id" + "c"."n" - "eq"."last_acked_id" <= $3::bigint + 1
   returning "eq"."id",
     "eq"."next_event_id" - "c"."n" as "first_id",
     pg_notify('zulip_events', eq.id::text) as "notified"
@@ -45,7 +52,7 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   "dropped_queue" as (
   delete
   from "event_queues"
-  where "event_queues"."user_id" = $1 and "event_queues"."id" in (
+  where "event_queues"."user_id" = $2 and "event_queues"."id" in (
     select "queue_id"
     from "event_count"
   ) and "event_queues"."id" not in (
@@ -57,12 +64,17 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
   "inserted_event" as (
   insert into "events" ("queue_id", "id", "realm_id", "payload")
   select "b"."id" as "queue_id",
-    "b"."first_id" - 1 + row_number() over(partition by "b"."id" order by "i"."ord") as "id",
+    "b"."first_id" - 1 + "numbered"."n" as "id",
     $4::integer as "realm_id",
     "i"."payload"
   from "bumped_queue" as "b"
-  inner join "accepting" as "a" on "a"."queue_id" = "b"."id"
-  inner join "incoming_event" as "i" on "i"."type" = "a"."type" and "i"."user_id" = "a"."user_id"
+  inner join (
+    select "d"."queue_id",
+      "d"."ord",
+      row_number() over(partition by "d"."queue_id" order by "d"."ord") as "n"
+    from "delivery" as "d"
+  ) as "numbered" on "numbered"."queue_id" = "b"."id"
+  inner join "incoming_item" as "i" on "i"."ord" = "numbered"."ord"
 ),
   "entry"("ord", "stream_id", "property", "value", "known_old", "old") as (
         SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
@@ -76,7 +88,7 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
     "sub"."active",
     json_build_object('color', "sub"."color", 'is_muted', "sub"."is_muted", 'pin_to_top', "sub"."pin_to_top", 'desktop_notifications', "sub"."desktop_notifications", 'audible_notifications', "sub"."audible_notifications", 'push_notifications', "sub"."push_notifications", 'email_notifications', "sub"."email_notifications", 'wildcard_mentions_notify', "sub"."wildcard_mentions_notify") as "settings"
   from "streams" as "s"
-  left join "subscriptions" as "sub" on "sub"."stream_id" = "s"."id" and "sub"."user_id" = $1
+  left join "subscriptions" as "sub" on "sub"."stream_id" = "s"."id" and "sub"."user_id" = $2
   where "s"."realm_id" = $4 and "s"."deactivated" = false and "s"."id" = ANY($7::integer[])
 ),
   "failure" as (
@@ -99,12 +111,12 @@ with "incoming_event"("payload", "ord", "type", "user_id") as (
     "email_notifications" = coalesce("v"."email_notifications", "sub"."email_notifications"),
     "wildcard_mentions_notify" = coalesce("v"."wildcard_mentions_notify", "sub"."wildcard_mentions_notify")
   from "final_value" as "v"
-  where $9::boolean and "sub"."user_id" = $1 and "sub"."realm_id" = $4 and "sub"."stream_id" = "v"."stream_id"
+  where $9::boolean and "sub"."user_id" = $2 and "sub"."realm_id" = $4 and "sub"."stream_id" = "v"."stream_id"
 ),
   "audited" as (
   insert into "subscription_audit_log" ("realm_id", "acting_user_id", "stream_id", "property", "old_value", "new_value", "created_at")
   select $4::integer as "realm_id",
-    $1::integer as "user_id",
+    $2::integer as "user_id",
     "e"."stream_id",
     "e"."property",
     case when "e"."known_old" = true then "e"."old" else (c.settings -> e.property)::jsonb end as "old_value",

@@ -50,41 +50,65 @@ export interface EventWrites {
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
   // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).
-  const incoming = sql<IncomingEvent>`(
-    SELECT e.payload, e.ord, e.payload->>'type', ${args.userId}::integer
+  const items = sql<IncomingItem>`(
+    SELECT e.payload, e.ord, e.payload->>'type', 1
     FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(payload, ord))`;
-  return appendEvents(db, { ...args, incoming, onlyUserId: args.userId });
+  const recipients = sql<Recipient>`(SELECT 1, ${args.userId}::integer)`;
+  return appendEvents(db, { ...args, items, recipients, onlyUserId: args.userId });
 }
 
-interface IncomingEvent {
+/** An event to append: its payload, its place in the write's order, its type and its set of recipients. */
+interface IncomingItem {
   payload: unknown;
   ord: number;
   type: string;
+  set_no: number;
+}
+
+/** A member of a set of recipients. */
+interface Recipient {
+  set_no: number;
   user_id: number;
 }
 
 /**
- * The CTEs of withEventAppend and withEventsForUsers: `incoming` lists the events, in order, each
- * once per recipient. `onlyUserId`: they all go to that user, whose queues are then found by
- * their index (the planner cannot tell how few rows the CTEs hold).
+ * The CTEs of withEventAppend and withEventsForUsers: `items` lists the events, in order, each
+ * with the number of its set of recipients, and `recipients` the sets' members. Events meet
+ * queues through the sets (a few), never one row per event and recipient: a subscribe's peer
+ * events, a hundred of them to the same thousand users, are one set of a thousand rows, not a
+ * hundred thousand rows to join and sort. `onlyUserId`: they all go to that user, whose queues
+ * are then found by their index (the planner cannot tell how few rows the CTEs hold).
  */
 function appendEvents(
   db: Database,
-  args: { realmId: number; maxPendingEvents: number; incoming: RawBuilder<IncomingEvent>; onlyUserId?: number },
+  args: {
+    realmId: number;
+    maxPendingEvents: number;
+    items: RawBuilder<IncomingItem>;
+    recipients: RawBuilder<Recipient>;
+    onlyUserId?: number;
+  },
 ) {
   const single = args.onlyUserId;
   return (
     db
-      .with('incoming_event(payload, ord, type, user_id)', () => args.incoming)
-      // Which of the incoming types each recipient's queues accept (a queue's types never change).
+      // Materialized: referenced twice, and each item's fields taken out of its JSON once.
+      .with(
+        (cte) => cte('incoming_item(payload, ord, type, set_no)').materialized(),
+        () => args.items,
+      )
+      .with('recipient(set_no, user_id)', () => args.recipients)
+      // Which (set, type) pairs each recipient's queues accept (a queue's types never change): each
+      // queue's type list (at most 256 names) is searched once per distinct type of its sets.
       .with('accepting', (db) =>
         db
           .selectFrom('event_queues as q')
+          .innerJoin('recipient as r', 'r.user_id', 'q.user_id')
           .innerJoin(
-            (eb) => eb.selectFrom('incoming_event').select(['user_id', 'type']).distinct().as('t'),
-            (join) => join.onRef('q.user_id', '=', 't.user_id').on(sql<boolean>`q.event_types IS NULL OR t.type = ANY (q.event_types)`),
+            (eb) => eb.selectFrom('incoming_item').select(['set_no', 'type']).distinct().as('t'),
+            (join) => join.onRef('t.set_no', '=', 'r.set_no').on(sql<boolean>`(q.event_types IS NULL OR t.type = ANY (q.event_types))`),
           )
-          .select(['q.id as queue_id', 't.type', 't.user_id'])
+          .select(['q.id as queue_id', 't.set_no', 't.type'])
           .$if(single !== undefined, (qb) => qb.where('q.user_id', '=', single!))
           .$if(single === undefined, (qb) => qb.where('q.realm_id', '=', args.realmId)),
       )
@@ -102,13 +126,19 @@ function appendEvents(
             .orderBy('lq.id')
             .forUpdate(),
       )
-      .with('event_count', (db) =>
+      // Each queue's events: (queue, item) pairs only, the payloads joined back at the insert.
+      .with('delivery', (db) =>
         db
           .selectFrom('accepting as a')
-          .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
+          .innerJoin('incoming_item as i', (join) => join.onRef('i.set_no', '=', 'a.set_no').onRef('i.type', '=', 'a.type'))
           .$if(single === undefined, (qb) => qb.innerJoin('locked_queue as l', 'l.id', 'a.queue_id'))
-          .select((eb) => ['a.queue_id', eb.fn.countAll<number>().as('n')])
-          .groupBy('a.queue_id'),
+          .select(['a.queue_id', 'i.ord']),
+      )
+      .with('event_count', (db) =>
+        db
+          .selectFrom('delivery')
+          .select((eb) => ['delivery.queue_id', eb.fn.countAll<number>().as('n')])
+          .groupBy('delivery.queue_id'),
       )
       .with('bumped_queue', (db) =>
         db
@@ -153,15 +183,26 @@ function appendEvents(
           .expression((eb) =>
             eb
               .selectFrom('bumped_queue as b')
-              .innerJoin('accepting as a', 'a.queue_id', 'b.id')
-              .innerJoin('incoming_event as i', (join) => join.onRef('i.type', '=', 'a.type').onRef('i.user_id', '=', 'a.user_id'))
+              .innerJoin(
+                // Numbered on the narrow pairs: the sort never carries the payloads.
+                (eb) =>
+                  eb
+                    .selectFrom('delivery as d')
+                    .select((eb) => [
+                      'd.queue_id',
+                      'd.ord',
+                      eb.fn
+                        .agg<number>('row_number')
+                        .over((over) => over.partitionBy('d.queue_id').orderBy('d.ord'))
+                        .as('n'),
+                    ])
+                    .as('numbered'),
+                (join) => join.onRef('numbered.queue_id', '=', 'b.id'),
+              )
+              .innerJoin('incoming_item as i', 'i.ord', 'numbered.ord')
               .select((eb) => [
                 'b.id as queue_id',
-                eb(
-                  eb('b.first_id', '-', sql.lit(1)),
-                  '+',
-                  eb.fn.agg<number>('row_number').over((over) => over.partitionBy('b.id').orderBy('i.ord')),
-                ).as('id'),
+                eb(eb('b.first_id', '-', sql.lit(1)), '+', eb.ref('numbered.n')).as('id'),
                 sql<number>`${args.realmId}::integer`.as('realm_id'),
                 'i.payload',
               ]),
@@ -177,12 +218,36 @@ export const EVENT_APPEND_ARGUMENTS = ['userId', 'realmId', 'events', 'maxPendin
 /** The arguments of a statement that appends events to several users' queues (see withEventsForUsers). */
 export interface MultiUserEventArgs extends Record<string, unknown> {
   realmId: number;
-  /** `[{"users":[ids…],"event":{…}}…]` as one JSON array, in order ('[]': none). */
+  /** The distinct lists of recipients, `[[ids…]…]`, as one JSON array. */
+  recipients: string;
+  /** `[{"to":n,"event":{…}}…]`, n the 0-based index of its list in `recipients`, as one JSON array, in order ('[]': none). */
   events: string;
   maxPendingEvents: number;
 }
 
-export const MULTI_USER_EVENT_ARGUMENTS = ['realmId', 'events', 'maxPendingEvents'] as const;
+export const MULTI_USER_EVENT_ARGUMENTS = ['realmId', 'recipients', 'events', 'maxPendingEvents'] as const;
+
+/** An event and the users it goes to. */
+export interface AddressedEvent {
+  users: number[];
+  event: ApiEvent;
+}
+
+/** The `recipients` and `events` arguments of withEventsForUsers: each distinct list of users sent once. */
+export function addressedEventArgs(events: AddressedEvent[]): Pick<MultiUserEventArgs, 'recipients' | 'events'> {
+  const lists = new Map<string, number>();
+  const recipients: number[][] = [];
+  const items = events.map(({ users, event }) => {
+    const key = users.join(',');
+    let to = lists.get(key);
+    if (to === undefined) {
+      to = recipients.push(users) - 1;
+      lists.set(key, to);
+    }
+    return { to, event };
+  });
+  return { recipients: JSON.stringify(recipients), events: JSON.stringify(items) };
+}
 
 /**
  * withEventAppend for events each sent to its own list of users: every queue of each recipient
@@ -192,15 +257,14 @@ export const MULTI_USER_EVENT_ARGUMENTS = ['realmId', 'events', 'maxPendingEvent
  * organization's membership lock (src/db/user-transactions.ts) rather than each recipient's.
  */
 export function withEventsForUsers(db: Database, args: MultiUserEventArgs) {
-  // Each event's fields are taken out once (MATERIALIZED), before it meets its recipients: `json`
-  // is text, parsed again by every ->, and an item carries its recipient list (thousands of ids).
-  const incoming = sql<IncomingEvent>`(
-    WITH item AS MATERIALIZED (
-      SELECT e.item->'event' AS payload, e.ord, e.item->'event'->>'type' AS type, e.item->'users' AS users
-      FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(item, ord))
-    SELECT item.payload, item.ord, item.type, r.user_id::integer
-    FROM item CROSS JOIN LATERAL json_array_elements_text(item.users) AS r(user_id))`;
-  return appendEvents(db, { realmId: args.realmId, maxPendingEvents: args.maxPendingEvents, incoming });
+  const items = sql<IncomingItem>`(
+    SELECT e.item->'event', e.ord, e.item->'event'->>'type', (e.item->>'to')::integer + 1
+    FROM json_array_elements(${args.events}::json) WITH ORDINALITY AS e(item, ord))`;
+  const recipients = sql<Recipient>`(
+    SELECT l.ord::integer, r.user_id::integer
+    FROM json_array_elements(${args.recipients}::json) WITH ORDINALITY AS l(users, ord)
+    CROSS JOIN LATERAL json_array_elements_text(l.users) AS r(user_id))`;
+  return appendEvents(db, { realmId: args.realmId, maxPendingEvents: args.maxPendingEvents, items, recipients });
 }
 
 export interface NewEventQueue {

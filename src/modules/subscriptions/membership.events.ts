@@ -1,5 +1,5 @@
 import { ROLES } from '../../zulip.js';
-import type { ApiEvent } from '../events/events.repository.js';
+import type { AddressedEvent } from '../events/events.repository.js';
 import type { ChannelRow } from './membership.repository.js';
 
 /**
@@ -10,13 +10,7 @@ import type { ChannelRow } from './membership.repository.js';
  * (Zulip's default can_administer_channel_group), and a public channel's to every non-guest.
  */
 
-/** An event and the users it goes to. */
-export interface AddressedEvent {
-  users: number[];
-  event: ApiEvent;
-}
-
-/** The organization's active users, as the events' recipients. */
+/** The active users a membership change's events can concern, as their recipients. */
 export class Recipients {
   readonly all: number[];
   readonly nonGuests: number[];
@@ -24,7 +18,9 @@ export class Recipients {
   private readonly roles = new Map<number, number>();
 
   /**
-   * `ids` and `roles`: the organization's active users. `listeners`: those with an event queue,
+   * `ids` and `roles`: the organization's active users that the change can concern: at least those
+   * with a queue, the changed users, and the channels' creators and subscribers (whose roles
+   * decide who sees what). `listeners`: those with an event queue,
    * the only ones events are stored for (the lists of recipients are cut to them at once, so an
    * organization of thousands costs what its connected users cost).
    */

@@ -40,13 +40,12 @@ export interface TargetRow {
 /** The settings of a subscription row, as the subscription object serializes them. */
 type SubscriptionSettings = Pick<SubscriptionRow, SettingColumn>;
 
-/** A subscription row on a named channel: every active one, and the inactive ones of the targets. */
+/** A target's subscription row on a named channel, active or not. */
 export interface MembershipRow extends SubscriptionSettings {
   user_id: number;
   stream_id: number;
   active: boolean;
-  /** The subscriber's role and whether the subscriber is active. */
-  role: number;
+  /** Whether the target is active. */
   user_active: boolean;
 }
 
@@ -56,9 +55,14 @@ export interface MembershipRead {
   channels: ChannelRow[];
   targets: TargetRow[];
   memberships: MembershipRow[];
+  /** Each named channel's active subscribers that are active users, ascending (channels without any are left out). */
+  subscribers: { stream_id: number; user_ids: number[] }[];
   /** The colours of each target's active subscriptions (for the palette). */
   used_colors: { user_id: number; colors: string[] }[];
-  /** The organization's active users (ids and roles, in id order): the events' recipients. */
+  /**
+   * The active users the events can concern (ids and roles, in id order): those with a queue, the
+   * targets, the named channels' creators and active subscribers.
+   */
   active_ids: number[];
   active_roles: number[];
   /**
@@ -88,21 +92,35 @@ WITH requested AS (
 ), target AS (
   SELECT u.id, u.delivery_email, u.email_address_visibility, u.bot_type, u.bot_owner_id, u.role, u.is_active
   FROM users u WHERE u.realm_id = $1 AND (u.id = ANY ($3::integer[]) OR lower(u.delivery_email) = ANY ($4::text[]))
+), concerned AS MATERIALIZED (
+  -- The active users the events can concern: those with a queue (the only ones events are stored
+  -- for), the targets, and the channels' creators and subscribers (whose roles decide who sees a
+  -- channel); not the whole organization.
+  SELECT u.id, u.role FROM users u
+  WHERE u.is_active AND u.realm_id = $1 AND u.id IN (
+    SELECT q.user_id FROM event_queues q WHERE q.realm_id = $1
+    UNION SELECT id FROM target
+    UNION SELECT creator_id FROM channel WHERE creator_id IS NOT NULL
+    UNION SELECT sub.user_id FROM subscriptions sub WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active)
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
   (SELECT coalesce(json_agg(c ORDER BY c.id), '[]') FROM channel c) AS channels,
   (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM target t) AS targets,
   (SELECT coalesce(json_agg(json_build_object(
-      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'role', u.role, 'user_active', u.is_active,
+      'user_id', sub.user_id, 'stream_id', sub.stream_id, 'active', sub.active, 'user_active', t.is_active,
       ${SETTING_COLUMNS.map((column) => `'${column}', sub.${column}`).join(', ')}) ORDER BY sub.stream_id, sub.user_id), '[]')
-   FROM subscriptions sub JOIN users u ON u.id = sub.user_id
-   WHERE sub.stream_id IN (SELECT id FROM channel) AND (sub.active OR sub.user_id IN (SELECT id FROM target))) AS memberships,
+   FROM subscriptions sub JOIN target t ON t.id = sub.user_id
+   WHERE sub.stream_id IN (SELECT id FROM channel)) AS memberships,
+  (SELECT coalesce(json_agg(json_build_object('stream_id', g.stream_id, 'user_ids', g.user_ids)), '[]') FROM (
+     SELECT sub.stream_id, array_agg(sub.user_id ORDER BY sub.user_id) AS user_ids
+     FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+     WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active AND u.is_active GROUP BY sub.stream_id) g) AS subscribers,
   (SELECT coalesce(json_agg(json_build_object('user_id', g.user_id, 'colors', g.colors)), '[]') FROM (
      SELECT sub.user_id, array_agg(sub.color) AS colors FROM subscriptions sub
      WHERE sub.user_id IN (SELECT id FROM target) AND sub.active GROUP BY sub.user_id) g) AS used_colors,
-  ARRAY(SELECT id FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_ids,
-  ARRAY(SELECT role FROM users WHERE realm_id = $1 AND is_active ORDER BY id) AS active_roles,
+  ARRAY(SELECT id FROM concerned ORDER BY id) AS active_ids,
+  ARRAY(SELECT role FROM concerned ORDER BY id) AS active_roles,
   ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
     CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids`;

@@ -7,11 +7,11 @@ import { fakeEmailDomain } from '../../lib/hosts.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableText } from '../../lib/text.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
-import type { EventWrites } from '../events/events.repository.js';
+import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../events/events.repository.js';
 import { effectiveVisibility } from '../users/users.access.js';
 import { dummyAddressDigits } from '../users/users.service.js';
 import { ColorPicker } from './colors.js';
-import { type AddressedEvent, peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
+import { peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
 import {
   type ChannelRow,
   type MembershipRead,
@@ -155,18 +155,10 @@ function matchNames(names: string[], read: MembershipRead) {
   return { existing: [...existing.values()], missing };
 }
 
-/** Active subscribers (active users only) per channel, and each user's subscription row per channel. */
+/** Active subscribers (active users only) per channel, and each target's subscription row per channel. */
 function membershipIndex(read: MembershipRead) {
-  const subscribers = new Map<number, number[]>();
-  const rows = new Map<string, MembershipRow>();
-  for (const row of read.memberships) {
-    rows.set(`${row.user_id}:${row.stream_id}`, row);
-    if (row.active && row.user_active) {
-      const list = subscribers.get(row.stream_id);
-      if (list) list.push(row.user_id);
-      else subscribers.set(row.stream_id, [row.user_id]);
-    }
-  }
+  const subscribers = new Map(read.subscribers.map((channel) => [channel.stream_id, channel.user_ids]));
+  const rows = new Map(read.memberships.map((row) => [`${row.user_id}:${row.stream_id}`, row]));
   return {
     subscribersOf: (streamId: number) => subscribers.get(streamId) ?? [],
     rowOf: (userId: number, streamId: number) => rows.get(`${userId}:${streamId}`),
@@ -385,7 +377,7 @@ async function writeMembership(
     channels: JSON.stringify(channels),
     added: JSON.stringify(added),
     removed: JSON.stringify(removed),
-    events: JSON.stringify(stored),
+    ...addressedEventArgs(stored),
     maxPendingEvents: context.maxPendingEvents,
   });
 }
