@@ -50,7 +50,7 @@ const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [
 ];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
-  const { config, db, reads } = deps;
+  const { config, db, shortStatements } = deps;
   const loggerOptions = {
     level: config.logLevel,
     redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
@@ -88,7 +88,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   const routes = trackRoutes(app);
   // Metrics only when they can be scraped (METRICS_PORT): off, they cost nothing at all.
   const { pool, writes } = deps;
-  const readLanes = reads instanceof PipelinedConnections ? reads : undefined;
+  const shortStatementLanes = shortStatements instanceof PipelinedConnections ? shortStatements : undefined;
   const metrics =
     config.metricsPort === undefined
       ? undefined
@@ -96,7 +96,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
           ...(pool && { pool }),
           ...(deps.observer && { observer: deps.observer }),
           lanes: {
-            ...(readLanes && { reads: () => readLanes.inFlightByLane() }),
+            ...(shortStatementLanes && { shortStatements: () => shortStatementLanes.inFlightByLane() }),
             ...(writes && { writes: () => writes.inFlightByLane() }),
           },
         });
@@ -180,7 +180,10 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('preParsing', bodyDeadline(config.bodyTimeoutSeconds));
     requestMemory.register(api);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
-    api.addHook('preHandler', authenticationHook(new AccountBatches(reads, metrics && ((size) => metrics.authBatch(size))), config));
+    api.addHook(
+      'preHandler',
+      authenticationHook(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config),
+    );
     api.addHook('preHandler', requestMemory.admit);
     // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);

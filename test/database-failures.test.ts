@@ -62,7 +62,7 @@ describe('a pooled connection lent out with no statement in flight', () => {
 });
 
 describe('statement timeouts (DB_STATEMENT_TIMEOUT_MS, DB_READ_STATEMENT_TIMEOUT_MS)', () => {
-  it('default to 5 s on the pool and 1 s on the pipelined reads', () => {
+  it('default to 5 s on the pool and 1 s on the short-statement connections', () => {
     expect(ctx.config.dbStatementTimeoutMs).toBe(5000);
     expect(ctx.config.dbReadStatementTimeoutMs).toBe(1000);
   });

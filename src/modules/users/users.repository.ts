@@ -115,7 +115,7 @@ interface UserByIdArgs extends Record<string, unknown> {
 
 // GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
 // shape of the load options.
-const userByIdQueries = new Map<string, (reads: StatementRunner, args: UserByIdArgs) => Promise<UserRow[]>>();
+const userByIdQueries = new Map<string, (statements: StatementRunner, args: UserByIdArgs) => Promise<UserRow[]>>();
 
 const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
   reusableStatement<UserByIdArgs, UserRow>(restricted ? ['realmId', 'userId', 'viewerId'] : ['realmId', 'userId'], (db, args) =>
@@ -127,7 +127,7 @@ const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
   );
 
 export async function findUserById(
-  reads: StatementRunner,
+  statements: StatementRunner,
   realmId: number,
   userId: number,
   options: UserLoadOptions,
@@ -136,7 +136,7 @@ export async function findUserById(
   const shape = `${options.withProfileData}/${restricted}`;
   let query = userByIdQueries.get(shape);
   if (!query) userByIdQueries.set(shape, (query = userByIdQuery(options.withProfileData, restricted)));
-  const [row] = await query(reads, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
+  const [row] = await query(statements, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
   return row && toUserRecord(row, row.realm_id);
 }
 
