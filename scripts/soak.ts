@@ -24,23 +24,19 @@
  * SOAK_CHAOS (unset). Prints a short report; exits 1 on any violation. Every loop is bounded by count and time, and
  * every process started here is stopped on the way out (Ctrl-C included).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isDeepStrictEqual } from 'node:util';
 import pg from 'pg';
 import * as ops from '../src/cli/operations.js';
-import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
-import { startEmbeddedPostgres } from '../src/db/embedded.js';
-import { migrateToLatest } from '../src/db/migrator.js';
+import type { DatabaseHandle } from '../src/db/database.js';
+import type { EmbeddedDatabase } from '../src/db/embedded.js';
 import { freePort } from '../src/lib/free-port.js';
 import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { onCleanup, type RunningProcess, runCleanups, startServer } from './lib/processes.js';
+import { startScratchDatabase } from './lib/scratch-database.js';
 
-const ROOT = new URL('..', import.meta.url).pathname;
 const SOAK_SECONDS = positiveInteger('SOAK_SECONDS', 30);
 const CHAOS = process.env.SOAK_CHAOS === '1';
 /** application_name of the server's pooled and pipelined connections (the chaos loop's targets). */
@@ -62,32 +58,15 @@ function positiveInteger(name: string, fallback: number): number {
 
 const log = (line: string) => console.log(`[soak] ${line}`);
 
-// --- Processes: everything started is stopped by runCleanups, in reverse order. ---
+// --- The server (everything started is stopped by runCleanups, in reverse order). ---
 
-const cleanups: (() => Promise<void>)[] = [];
-async function runCleanups(): Promise<void> {
-  while (cleanups.length > 0) {
-    const cleanup = cleanups.pop()!;
-    await cleanup().catch((error: unknown) => log(`cleanup failed: ${String(error)}`));
-  }
-}
-
-interface ServerProcess {
-  port: number;
-  output(): string;
-  alive(): boolean;
-  stop(): Promise<void>;
-}
-
-async function startServer(databaseUrl: string): Promise<ServerProcess> {
-  const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    cwd: ROOT,
+async function startSoakServer(databaseUrl: string): Promise<RunningProcess> {
+  return startServer({
+    name: 'the server',
+    args: ['--import', 'tsx', 'src/server.ts'],
     env: {
-      ...process.env,
       DATABASE_URL: databaseUrl,
       HOST: '127.0.0.1',
-      PORT: String(port),
       EXTERNAL_HOST,
       AVATAR_SALT: 'soak',
       // The production path (every request also records its rate-limit decision), with a rule
@@ -103,45 +82,16 @@ async function startServer(databaseUrl: string): Promise<ServerProcess> {
       HEARTBEAT_JITTER_SECONDS: '1',
       EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '10',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    port: await freePort(),
+    readyPath: '/ready',
+    readyTimeoutMs: 90_000,
   });
-  let output = '';
-  const keep = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-6000);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  let running = true;
-  const exited = new Promise<void>((resolve) =>
-    child.once('exit', () => {
-      running = false;
-      resolve();
-    }),
-  );
-  const stop = async () => {
-    if (!running) return;
-    child.kill('SIGTERM');
-    if (!(await Promise.race([exited.then(() => true), sleep(15_000).then(() => false)]))) {
-      child.kill('SIGKILL');
-      await Promise.race([exited, sleep(5_000)]);
-    }
-  };
-  const server = { port, output: () => output, alive: () => running, stop };
-  const deadline = Date.now() + 90_000;
-  while (Date.now() < deadline) {
-    if (!running) throw new Error(`the server exited during startup:\n${output}`);
-    const ready = await call({ method: 'GET', path: '/ready', port, timeoutMs: 1000 }).catch(() => undefined);
-    if (ready?.status === 200) return server;
-    await sleep(200);
-  }
-  await stop();
-  throw new Error(`the server did not become ready within 90 s:\n${output}`);
 }
 
 // --- HTTP: keep-alive connections to 127.0.0.1 with an explicit Host header. ---
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-cleanups.push(async () => agent.destroy());
+onCleanup(async () => agent.destroy());
 
 interface Call {
   method: string;
@@ -884,11 +834,6 @@ async function verify(db: DatabaseHandle['db'], users: SimUser[]): Promise<numbe
 
 // --- Chaos: the server's connections terminated again and again, PostgreSQL restarted once. ---
 
-interface Database {
-  url: string;
-  stop(): Promise<void>;
-}
-
 interface ChaosReport {
   terminations: number;
   backendsTerminated: number;
@@ -900,7 +845,7 @@ interface ChaosReport {
  * reads, its LISTEN connection), and once, a third of the way in, stops PostgreSQL for a second
  * and starts it again on the same port and files. `restart` swaps the running database in.
  */
-async function runChaos(database: () => Database, restart: () => Promise<void>, until: number): Promise<ChaosReport> {
+async function runChaos(database: () => EmbeddedDatabase, restart: () => Promise<void>, until: number): Promise<ChaosReport> {
   const report: ChaosReport = { terminations: 0, backendsTerminated: 0, restarts: 0 };
   const restartAt = Date.now() + (until - Date.now()) / 3;
   while (Date.now() < until && !interrupted) {
@@ -949,21 +894,19 @@ async function main(): Promise<number> {
   log(
     `${SOAK_SECONDS} s, ${USER_COUNT} users (+1 in a second organization)${CHAOS ? ', chaos: backends terminated, PostgreSQL restarted' : ''}`,
   );
-  const workDir = await mkdtemp(join(tmpdir(), 'zulip-soak-'));
-  cleanups.push(() => rm(workDir, { recursive: true, force: true }));
-  await chmod(workDir, 0o755); // the postgres system user (when run as root) must reach the cluster
   // Kept on disk (the work directory goes at the end) so that the chaos run can restart it.
-  const startPostgres = (port?: number) =>
-    startEmbeddedPostgres({ directory: join(workDir, 'pg'), secretsDir: workDir, ...(port !== undefined && { port }) });
-  let embedded: Database = await startPostgres();
-  cleanups.push(() => embedded.stop());
-  const handle = createDatabase(`${embedded.url}?application_name=soak-checker`, { poolMax: 4, onConnectionError: () => undefined });
-  cleanups.push(() => handle.close());
+  const scratch = await startScratchDatabase({
+    prefix: 'zulip-soak-',
+    persistent: true,
+    applicationName: 'soak-checker',
+    handle: { poolMax: 4, onConnectionError: () => undefined },
+    onCleanup,
+  });
+  const { handle } = scratch;
   checker = handle.db;
-  await migrateToLatest(handle.db);
   const { users, realmUserIds } = await seed(handle);
-  const server = await startServer(embedded.url);
-  cleanups.push(() => server.stop());
+  const server = await startSoakServer(scratch.url);
+  onCleanup(() => server.stop());
   log(`PostgreSQL and the server (port ${server.port}) are up after ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
   for (const user of users) await registerQueues(server.port, user);
@@ -971,13 +914,7 @@ async function main(): Promise<number> {
   const pollers = users.map((user) => runPoller(server.port, user, () => stopPolling));
   const loadStart = Date.now();
   const loadEnd = loadStart + SOAK_SECONDS * 1000;
-  const restart = async () => {
-    const port = Number(new URL(embedded.url).port);
-    await embedded.stop();
-    await sleep(1000);
-    embedded = await startPostgres(port);
-  };
-  const chaos = CHAOS ? runChaos(() => embedded, restart, loadEnd - 2000) : undefined;
+  const chaos = CHAOS ? runChaos(scratch.postgres, scratch.restart, loadEnd - 2000) : undefined;
   await Promise.all(users.map((user) => runClient(server.port, user, realmUserIds, loadEnd)));
   const loadSeconds = (Date.now() - loadStart) / 1000;
   if (chaos) {
@@ -1012,7 +949,7 @@ async function main(): Promise<number> {
 
 const watchdog = setTimeout(() => {
   log(`watchdog: still running after ${WATCHDOG_MS / 1000} s, stopping`);
-  void runCleanups().finally(() => process.exit(1));
+  void runCleanups(log).finally(() => process.exit(1));
 }, WATCHDOG_MS);
 watchdog.unref();
 
@@ -1020,7 +957,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     interrupted = true;
     log(`${signal}: stopping`);
-    void runCleanups().finally(() => process.exit(130));
+    void runCleanups(log).finally(() => process.exit(130));
   });
 }
 
@@ -1030,6 +967,6 @@ void main()
     return 1;
   })
   .then(async (code) => {
-    await runCleanups();
+    await runCleanups(log);
     process.exit(code);
   });
