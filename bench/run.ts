@@ -59,7 +59,7 @@ function positiveInteger(name: string, fallback: number): number {
 const DURATION = positiveInteger('BENCH_DURATION_SECONDS', 10);
 const WARMUP = positiveInteger('BENCH_WARMUP_SECONDS', Math.min(3, DURATION));
 const CONNECTIONS = positiveInteger('BENCH_CONNECTIONS', 50);
-// Five, not three: on a shared VM single rounds swing by ±30 % (bench/RESULTS.md), and a median of five
+// Five, not three: on a shared VM single rounds swing widely (bench/RESULTS.md), and a median of five
 // holds where one of three outliers could still decide.
 const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');

@@ -108,8 +108,8 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   app.addHook('onRequest', echoRequestId);
   // Answers of COMPRESSION_THRESHOLD_BYTES or more (GET /users and register of a large
   // organization) are gzipped for the clients that accept it; smaller ones cost more to compress
-  // than they save. gzip only: on a 50,000-user register, brotli at the plugin's quality 4 was 5 %
-  // smaller for 40 % more CPU (bench/RESULTS.md). Request bodies are never decompressed: the body
+  // than they save. gzip only: brotli at the plugin's quality 4 saved little for much more CPU on a
+  // large register (bench/RESULTS.md). Request bodies are never decompressed: the body
   // limit counts what arrives. HEAD gets the uncompressed representation's headers (nothing is
   // compressed only to be dropped). Registered before every route: it adds its hooks to the
   // routes declared after it.

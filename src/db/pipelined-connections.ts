@@ -17,9 +17,8 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * wake-up per statement on both sides cost more CPU than the statement itself. Here statements
  * from many requests share a connection without waiting for each other's answers: node-postgres
  * writes them back to back (each with its own Sync, so one failing statement fails alone) and
- * PostgreSQL answers them in order. Measured on the benchmark's lookup at 50 concurrent callers:
- * about half the CPU per statement on each side and twice the throughput of the pool
- * (bench/RESULTS.md).
+ * PostgreSQL answers them in order: less CPU per statement on both sides and more throughput than
+ * the pool (bench/RESULTS.md, "Pipelined connections" and the connection strategies).
  *
  * What may go here: short statements, and short transactions sent as one implicit transaction
  * (`transaction`), never a session setting or long work: it would hold up every statement queued
