@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import * as ops from '../src/cli/operations.js';
 import type { Database } from '../src/db/database.js';
 import { cpuSeconds } from './cpu.js';
-import type { RunningProcess } from './processes.js';
+import type { RunningProcess } from '../scripts/lib/processes.js';
 
 /**
  * The large-organization scenario: GET /users and POST /register (all of its state, as the official

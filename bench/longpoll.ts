@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import type { Database } from '../src/db/database.js';
 import { cpuSeconds } from './cpu.js';
 import { basicAuth, FORM, formBody } from './load.js';
-import type { RunningProcess } from './processes.js';
+import type { RunningProcess } from '../scripts/lib/processes.js';
 import type { Account } from './seed.js';
 
 /**

@@ -1,5 +1,5 @@
 import { basicAuth, FORM, type Measurement, mergeMeasurements, runLoad } from './load.js';
-import type { RunningProcess } from './processes.js';
+import type { RunningProcess } from '../scripts/lib/processes.js';
 import { bulkBody, rotating, updateSetting } from './scenarios.js';
 import type { Seeded } from './seed.js';
 

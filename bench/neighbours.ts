@@ -3,7 +3,7 @@ import { promisify } from 'node:util';
 import * as ops from '../src/cli/operations.js';
 import type { Database } from '../src/db/database.js';
 import { basicAuth, FORM, formBody, type Measurement, runLoad } from './load.js';
-import type { RunningProcess } from './processes.js';
+import type { RunningProcess } from '../scripts/lib/processes.js';
 import type { Account } from './seed.js';
 import type { SteadyLoadSpec } from './steady-load.js';
 

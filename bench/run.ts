@@ -1,11 +1,8 @@
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
-import { createDatabase, type Database } from '../src/db/database.js';
-import { startEmbeddedPostgres } from '../src/db/embedded.js';
-import { migrateToLatest } from '../src/db/migrator.js';
+import { type Database } from '../src/db/database.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { LARGE_ORGANIZATIONS, measureLargeOrganizations } from './large-org.js';
@@ -20,7 +17,8 @@ import {
   seedNeighbour,
 } from './neighbours.js';
 import { freePort } from '../src/lib/free-port.js';
-import { ensureBuilt, type RunningProcess, startServer } from './processes.js';
+import { ensureBuilt, type RunningProcess, startServer } from '../scripts/lib/processes.js';
+import { startScratchDatabase } from '../scripts/lib/scratch-database.js';
 import { formatReport, type Row } from './report.js';
 import { buildScenarios, PRODUCTION_COMPARISONS, type Scenario, type ServerKind, USERS_COMPARISON, WRITERS } from './scenarios.js';
 import { type Seeded, seedOrganization } from './seed.js';
@@ -61,7 +59,7 @@ function positiveInteger(name: string, fallback: number): number {
 const DURATION = positiveInteger('BENCH_DURATION_SECONDS', 10);
 const WARMUP = positiveInteger('BENCH_WARMUP_SECONDS', Math.min(3, DURATION));
 const CONNECTIONS = positiveInteger('BENCH_CONNECTIONS', 50);
-// Five, not three: on a shared VM single rounds swing by ±30 % (bench/RESULTS.md), and a median of five
+// Five, not three: on a shared VM single rounds swing widely (bench/RESULTS.md), and a median of five
 // holds where one of three outliers could still decide.
 const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const ONLY = new RegExp(process.env.BENCH_ONLY ?? '');
@@ -222,15 +220,12 @@ async function main(): Promise<number> {
   log(`${DURATION} s per scenario after ${WARMUP} s warm-up, ${CONNECTIONS} connections`);
   if (SERVER_ARGS.join(' ') === 'dist/server.js') ensureBuilt(log);
 
-  const workDir = await mkdtemp(join(tmpdir(), 'zulip-bench-'));
-  cleanups.push(() => rm(workDir, { recursive: true, force: true }));
-  await chmod(workDir, 0o755); // the postgres system user (when run as root) must reach the cluster
   log('starting PostgreSQL (embedded, ephemeral)');
-  const embedded = await startEmbeddedPostgres({ directory: join(workDir, 'pg'), secretsDir: workDir, ephemeral: true });
-  cleanups.push(() => embedded.stop());
-  const handle = createDatabase(embedded.url, { poolMax: 4 });
-  cleanups.push(() => handle.close());
-  await migrateToLatest(handle.db);
+  const {
+    directory: workDir,
+    url: databaseUrl,
+    handle,
+  } = await startScratchDatabase({ prefix: 'zulip-bench-', handle: { poolMax: 4 }, onCleanup: (step) => void cleanups.push(step) });
   const postgresVersion = (await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(handle.db)).rows[0]!.v;
   const seedStart = Date.now();
   const seeded = await seedOrganization(handle.db, SIZES);
@@ -240,7 +235,7 @@ async function main(): Promise<number> {
   const ours = await startServer({
     name: 'server',
     args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF_DIR}`] : []), ...SERVER_ARGS],
-    env: { ...SERVER_ENV, DATABASE_URL: embedded.url },
+    env: { ...SERVER_ENV, DATABASE_URL: databaseUrl },
     port: await freePort(),
     readyPath: '/ready',
   });
@@ -248,7 +243,7 @@ async function main(): Promise<number> {
   const floor = await startServer({
     name: 'floor',
     args: [...(CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${join(CPU_PROF_DIR, 'floor')}`] : []), '--import', 'tsx', 'bench/floor.ts'],
-    env: { DATABASE_URL: embedded.url },
+    env: { DATABASE_URL: databaseUrl },
     port: await freePort(),
     readyPath: '/health',
   });
@@ -262,7 +257,7 @@ async function main(): Promise<number> {
       AVATAR_SALT: SERVER_ENV.AVATAR_SALT,
       HOST: SERVER_ENV.HOST,
       QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
-      DATABASE_URL: embedded.url,
+      DATABASE_URL: databaseUrl,
     },
     port: await freePort(),
     readyPath: '/ready',
@@ -278,7 +273,7 @@ async function main(): Promise<number> {
       AVATAR_SALT: SERVER_ENV.AVATAR_SALT,
       HOST: SERVER_ENV.HOST,
       QUEUE_MAX_PENDING_EVENTS: SERVER_ENV.QUEUE_MAX_PENDING_EVENTS,
-      DATABASE_URL: embedded.url,
+      DATABASE_URL: databaseUrl,
       METRICS_PORT: String(metricsPort),
     },
     port: await freePort(),
@@ -303,7 +298,7 @@ async function main(): Promise<number> {
       'tsx',
       'bench/floor.ts',
     ],
-    env: { DATABASE_URL: embedded.url, FLOOR_LOG_FILE: join(workDir, 'floor.log') },
+    env: { DATABASE_URL: databaseUrl, FLOOR_LOG_FILE: join(workDir, 'floor.log') },
     port: await freePort(),
     readyPath: '/health',
   });
@@ -337,13 +332,13 @@ async function main(): Promise<number> {
     .filter((scenario) => ONLY.test(scenario.name))
     .filter((scenario) => pollerQueues.length > 0 || !scenario.name.startsWith('GET /events'));
   const statements = await countStatements(
-    embedded.url,
+    databaseUrl,
     SERVER_ENV,
     scenarios.filter((scenario) => scenario.server === 'ours'),
   );
   const productionEnv = { AVATAR_SALT: SERVER_ENV.AVATAR_SALT, LOG_LEVEL: 'silent' };
   for (const [name, count] of await countStatements(
-    embedded.url,
+    databaseUrl,
     productionEnv,
     scenarios.filter((scenario) => scenario.server.startsWith('ours-production')),
   )) {
@@ -370,7 +365,7 @@ async function main(): Promise<number> {
   }
 
   let neighbour: NeighbourFigures | undefined;
-  if (ONLY.test(NEIGHBOUR)) neighbour = await runNeighbour(ours, embedded.url, handle.db, seeded);
+  if (ONLY.test(NEIGHBOUR)) neighbour = await runNeighbour(ours, databaseUrl, handle.db, seeded);
   let neighbours: OrganizationNeighbourFigures | undefined;
   if (ONLY.test(NEIGHBOURS)) {
     await waitForQuietDatabase(handle.db);
@@ -392,7 +387,7 @@ async function main(): Promise<number> {
   }
 
   let longPolls: LongPollFigures | undefined;
-  if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(embedded.url, handle.db, seeded, workDir);
+  if (ONLY.test(LONG_POLLS)) longPolls = await runLongPolls(databaseUrl, handle.db, seeded, workDir);
 
   const rows: Row[] = scenarios.map((scenario) => ({
     name: scenario.name,

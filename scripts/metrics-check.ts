@@ -11,15 +11,12 @@
  * Exits 1 with the reasons on any failure; everything it starts is stopped on the way out.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import * as ops from '../src/cli/operations.js';
-import { createDatabase } from '../src/db/database.js';
-import { startEmbeddedPostgres } from '../src/db/embedded.js';
-import { migrateToLatest } from '../src/db/migrator.js';
 import { freePort } from '../src/lib/free-port.js';
-import { baseEnvironment, REPO_ROOT, spawnServer } from '../test/helpers/server-process.js';
+import { baseEnvironment, REPO_ROOT, spawnServer } from './lib/processes.js';
+import { startScratchDatabase } from './lib/scratch-database.js';
 
 const HOST = 'metrics.example';
 
@@ -65,13 +62,16 @@ const check = (ok: boolean, problem: string) => {
 };
 
 async function main(): Promise<void> {
-  const work = await mkdtemp(join(tmpdir(), 'zulip-metrics-'));
-  const cleanups: (() => Promise<unknown>)[] = [() => rm(work, { recursive: true, force: true })];
+  const cleanups: (() => Promise<unknown>)[] = [];
   try {
-    const embedded = await startEmbeddedPostgres({ directory: join(work, 'pg'), secretsDir: work, ephemeral: true });
-    cleanups.push(() => embedded.stop());
-    const handle = createDatabase(embedded.url);
-    await migrateToLatest(handle.db);
+    const {
+      directory: work,
+      url: databaseUrl,
+      handle,
+    } = await startScratchDatabase({
+      prefix: 'zulip-metrics-',
+      onCleanup: (cleanup) => void cleanups.push(cleanup),
+    });
     await ops.createRealm(handle.db, { subdomain: '', name: 'Metrics check' });
     await ops.createStream(handle.db, { realm: '', name: 'general' });
     const user = await ops.createUser(handle.db, { realm: '', email: 'user@metrics.example', fullName: 'Metrics User' });
@@ -80,14 +80,13 @@ async function main(): Promise<void> {
       { db: handle.db, transactions: handle.transactions, maxPendingEvents: 10_000 },
       { realm: '', email: user.email, stream: 'general' },
     );
-    await handle.close();
 
     const metricsPort = await freePort();
     const server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: {
         ...baseEnvironment(),
-        DATABASE_URL: embedded.url,
+        DATABASE_URL: databaseUrl,
         AVATAR_SALT: 'metrics-check',
         EXTERNAL_HOST: HOST,
         PORT: '0',

@@ -50,7 +50,7 @@ const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [
 ];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
-  const { config, db, reads } = deps;
+  const { config, db, shortStatements } = deps;
   const loggerOptions = {
     level: config.logLevel,
     redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
@@ -89,7 +89,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   const routes = trackRoutes(app);
   // Metrics only when they can be scraped (METRICS_PORT): off, they cost nothing at all.
   const { pool, writes } = deps;
-  const readLanes = reads instanceof PipelinedConnections ? reads : undefined;
+  const shortStatementLanes = shortStatements instanceof PipelinedConnections ? shortStatements : undefined;
   const metrics =
     config.metricsPort === undefined
       ? undefined
@@ -97,7 +97,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
           ...(pool && { pool }),
           ...(deps.observer && { observer: deps.observer }),
           lanes: {
-            ...(readLanes && { reads: () => readLanes.inFlightByLane() }),
+            ...(shortStatementLanes && { shortStatements: () => shortStatementLanes.inFlightByLane() }),
             ...(writes && { writes: () => writes.inFlightByLane() }),
           },
         });
@@ -109,8 +109,8 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   app.addHook('onRequest', echoRequestId);
   // Answers of COMPRESSION_THRESHOLD_BYTES or more (GET /users and register of a large
   // organization) are gzipped for the clients that accept it; smaller ones cost more to compress
-  // than they save. gzip only: on a 50,000-user register, brotli at the plugin's quality 4 was 5 %
-  // smaller for 40 % more CPU (bench/RESULTS.md). Request bodies are never decompressed: the body
+  // than they save. gzip only: brotli at the plugin's quality 4 saved little for much more CPU on a
+  // large register (bench/RESULTS.md). Request bodies are never decompressed: the body
   // limit counts what arrives. HEAD gets the uncompressed representation's headers (nothing is
   // compressed only to be dropped). Registered before every route: it adds its hooks to the
   // routes declared after it.
@@ -181,7 +181,10 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('preParsing', bodyDeadline(config.bodyTimeoutSeconds));
     requestMemory.register(api);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
-    api.addHook('preHandler', authenticationHook(new AccountBatches(reads, metrics && ((size) => metrics.authBatch(size))), config));
+    api.addHook(
+      'preHandler',
+      authenticationHook(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config),
+    );
     api.addHook('preHandler', requestMemory.admit);
     // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);

@@ -69,14 +69,15 @@ const EnvSchema = Type.Object({
   // heap kept about twice what lives in it (bench/RESULTS.md, issue 27).
   HEAP_GROWING_PERCENT: Type.Integer({ minimum: 0, maximum: 300, default: 30 }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
-  // Pipelined connections for the per-request reads (src/db/pipelined-connections.ts).
+  // Pipelined connections for short single statements: authentication with its rate-limit upsert,
+  // one user by id, cancels (src/db/pipelined-connections.ts). Named before they carried writes.
   DB_READ_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   // Pipelined connections for small write transactions (src/db/user-transactions.ts).
   DB_WRITE_CONNECTIONS: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 2000 }),
   // Server-side statement_timeout of pooled connections, in ms (0: none); a cancelled statement is a 503.
   DB_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 5000 }),
-  // statement_timeout of the pipelined read connections, in ms (0: none).
+  // statement_timeout of the short-statement connections, in ms (0: none).
   DB_READ_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, default: 1000 }),
   // How long a client may take to send a whole request (headers and body).
   REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, default: 60 }),

@@ -10,10 +10,10 @@ import type { Drain } from './http/drain.js';
 /** What buildApp is given and hands each route plugin as its options: a test builds what production runs. */
 export interface AppDeps {
   config: Config;
-  /** Kysely over the pool: transactions and the statements that are not per-request reads. */
+  /** Kysely over the pool: transactions and the statements that do not go to the short-statement connections. */
   db: Database;
-  /** The pipelined connections of the per-request statements (src/db/pipelined-connections.ts). */
-  reads: StatementRunner;
+  /** The pipelined connections of short single statements: authentication with its rate-limit upsert, one user by id (src/db/pipelined-connections.ts). */
+  shortStatements: StatementRunner;
   /** The transactions of users' writes (src/db/user-transactions.ts). */
   transactions: UserTransactions;
   /** The pool and the write connections, read by the metrics when scraped (absent: not reported). */

@@ -54,7 +54,7 @@ describe('a credential PostgreSQL cannot carry', () => {
 describe('a batch whose statement fails', () => {
   it('sends each request again alone: only the one the statement cannot take fails', async () => {
     // Straight to the batches, past the HTTP guard, as any future credential the statement rejects would go.
-    const batches = new AccountBatches(ctx.database.reads);
+    const batches = new AccountBatches(ctx.database.shortStatements);
     const request = (user: FixtureUser, email = emails[user]) => ({
       key_hash: apiKeyDigest(apiKeys[user]).hex,
       email,

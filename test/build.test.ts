@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { inject } from 'vitest';
-import { baseEnvironment, exitWithin, REPO_ROOT, spawnServer } from './helpers/server-process.js';
+import { baseEnvironment, exitWithin, REPO_ROOT, spawnServer } from '../scripts/lib/processes.js';
 
 // `npm run build`, laid out as the production image lays it out (Dockerfile): /app/package.json,
 // /app/dist, /app/migrations and a node_modules holding only what `npm ci --omit=dev

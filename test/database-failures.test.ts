@@ -7,7 +7,7 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { UNAVAILABLE } from './helpers/envelope.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
-// process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak.ts).
+// process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak/).
 
 const ctx = useTestContext(createTestContext, 'all');
 
@@ -62,7 +62,7 @@ describe('a pooled connection lent out with no statement in flight', () => {
 });
 
 describe('statement timeouts (DB_STATEMENT_TIMEOUT_MS, DB_READ_STATEMENT_TIMEOUT_MS)', () => {
-  it('default to 5 s on the pool and 1 s on the pipelined reads', () => {
+  it('default to 5 s on the pool and 1 s on the short-statement connections', () => {
     expect(ctx.config.dbStatementTimeoutMs).toBe(5000);
     expect(ctx.config.dbReadStatementTimeoutMs).toBe(1000);
   });

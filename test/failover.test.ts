@@ -64,7 +64,7 @@ describe('a server that turned read-only (a demoted primary)', () => {
       // The read-only session was closed: the next write gets a new, writable one (the new primary).
       expect(await rename('Written', size)).toEqual([{ id: ids.U }]);
       expect(await nameOfU()).toBe('Written');
-      await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+      await renameU(ctx.database.shortStatements, { userId: ids.U, name: 'U Member' });
     }
   });
 
@@ -90,7 +90,7 @@ describe('a server that turned read-only (a demoted primary)', () => {
     // last released) and refuse again.
     expect(await update()).toBeDefined();
     expect(await nameOfU()).toBe('Pool');
-    await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+    await renameU(ctx.database.shortStatements, { userId: ids.U, name: 'U Member' });
   });
 });
 
@@ -123,7 +123,7 @@ describe('a connection lost during the commit', () => {
         // (Here the trigger ran before the commit record: nothing was kept. After a real failover it may have been.)
         expect(await nameOfU()).toBe('U Member');
         expect(await rename('Next', size)).toEqual([{ id: ids.U }]);
-        await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+        await renameU(ctx.database.shortStatements, { userId: ids.U, name: 'U Member' });
       }
     } finally {
       await sql`DROP TRIGGER test_end_session_at_commit ON users`.execute(ctx.db);

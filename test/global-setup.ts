@@ -1,11 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { createDatabase } from '../src/db/database.js';
-import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { migrateToLatest } from '../src/db/migrator.js';
+import { startScratchPostgres } from '../scripts/lib/scratch-database.js';
 import { seedFixture } from './helpers/fixture.js';
 
 /** Migrated, no rows. */
@@ -44,15 +41,8 @@ async function startContainer(): Promise<TestServer | undefined> {
 }
 
 async function startEmbedded(): Promise<TestServer> {
-  const work = mkdtempSync(join(tmpdir(), 'zulip-test-pg-'));
-  const embedded = await startEmbeddedPostgres({ directory: join(work, 'pg'), secretsDir: work, database: 'postgres', ephemeral: true });
-  return {
-    url: embedded.url,
-    stop: async () => {
-      await embedded.stop();
-      rmSync(work, { recursive: true, force: true });
-    },
-  };
+  const scratch = await startScratchPostgres({ prefix: 'zulip-test-pg-', database: 'postgres' });
+  return { url: scratch.postgres().url, stop: () => scratch.stop() };
 }
 
 function databaseUrl(serverUrl: string, name: string): string {

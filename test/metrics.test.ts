@@ -155,7 +155,7 @@ describe('database, process and event metrics', () => {
     expect(valueOf(after, 'zulip_db_pool_waiting_clients')).toBe(0);
     expect(
       after
-        .filter((sample) => sample.name === 'zulip_db_lane_statements_in_flight' && sample.labels.kind === 'reads')
+        .filter((sample) => sample.name === 'zulip_db_lane_statements_in_flight' && sample.labels.kind === 'short_statements')
         .map((sample) => sample.value),
     ).toEqual(Array<number>(ctx.config.dbReadConnections).fill(0));
     // The three requests of one turn share one authentication statement.
@@ -214,15 +214,15 @@ describe('database metrics', () => {
     expect(timed).toBeGreaterThanOrEqual(delta('zulip_db_auth_batch_size_count'));
     // Both writes went through commit groups (together or not): every member counted once.
     expect(delta('zulip_db_commit_group_size_sum')).toBe(2);
-    expect(valueOf(after, 'zulip_db_connections_opened_total', { kind: 'reads' })).toBeGreaterThanOrEqual(1);
+    expect(valueOf(after, 'zulip_db_connections_opened_total', { kind: 'short_statements' })).toBeGreaterThanOrEqual(1);
   });
 
   it('counts server errors by SQLSTATE class, statement timeouts, and lost connections', async () => {
     await setUp();
     await api(ctx.app, { url: '/api/v1/users', as: 'U' });
     const before = await scrape();
-    await expect(ctx.database.reads.run({ text: 'SELECT 1/0' }, [])).rejects.toMatchObject({ code: '22012' });
-    await expect(ctx.database.reads.run({ text: 'SELECT pg_sleep(5)' }, [])).rejects.toMatchObject({ code: '57014' });
+    await expect(ctx.database.shortStatements.run({ text: 'SELECT 1/0' }, [])).rejects.toMatchObject({ code: '22012' });
+    await expect(ctx.database.shortStatements.run({ text: 'SELECT pg_sleep(5)' }, [])).rejects.toMatchObject({ code: '57014' });
     const errors = await scrape();
     const delta = (samples: Sample[], name: string, labels: Record<string, string> = {}) =>
       valueOf(samples, name, labels) - valueOf(before, name, labels);
@@ -231,15 +231,15 @@ describe('database metrics', () => {
     expect(delta(errors, 'zulip_db_statement_timeouts_total')).toBe(1);
 
     // Every connection of this database but the one asking (and the LISTEN one) is terminated.
-    await ctx.database.reads.run({ text: 'SELECT 1' }, []);
+    await ctx.database.shortStatements.run({ text: 'SELECT 1' }, []);
     await sql`
       SELECT pg_terminate_backend(pid) FROM pg_stat_activity
       WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> ${LISTENER_APPLICATION_NAME}
     `.execute(ctx.db);
-    await eventually(async () => delta(await scrape(), 'zulip_db_connections_lost_total', { kind: 'reads' }) >= 1);
+    await eventually(async () => delta(await scrape(), 'zulip_db_connections_lost_total', { kind: 'short_statements' }) >= 1);
     // The next request opens a new one.
     expect((await api(ctx.app, { url: '/api/v1/users', as: 'U' })).statusCode).toBe(200);
-    expect(delta(await scrape(), 'zulip_db_connections_opened_total', { kind: 'reads' })).toBeGreaterThanOrEqual(1);
+    expect(delta(await scrape(), 'zulip_db_connections_opened_total', { kind: 'short_statements' })).toBeGreaterThanOrEqual(1);
   });
 });
 

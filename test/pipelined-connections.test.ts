@@ -17,14 +17,14 @@ beforeAll(async () => {
   database = await createTestDatabase();
 });
 afterEach(async () => {
-  await Promise.all(opened.splice(0).map((reads) => reads.end()));
+  await Promise.all(opened.splice(0).map((lanes) => lanes.end()));
 });
 afterAll(async () => {
   await database.drop();
 });
 
-function pipelinedReads(options: Partial<PipelinedConnectionsOptions> = {}): PipelinedConnections {
-  const reads = new PipelinedConnections({
+function pipelined(options: Partial<PipelinedConnectionsOptions> = {}): PipelinedConnections {
+  const lanes = new PipelinedConnections({
     connectionString: database.url,
     connections: 1,
     connectTimeoutMs: 2000,
@@ -33,19 +33,19 @@ function pipelinedReads(options: Partial<PipelinedConnectionsOptions> = {}): Pip
     types: pg.types,
     ...options,
   });
-  opened.push(reads);
-  return reads;
+  opened.push(lanes);
+  return lanes;
 }
 
-const backendPid = async (reads: PipelinedConnections) =>
-  (await reads.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
+const backendPid = async (lanes: PipelinedConnections) =>
+  (await lanes.run<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' }, []))[0]!.pid;
 
 describe('PipelinedConnections', () => {
   it('answers concurrent statements each with its own rows, on no more connections than configured', async () => {
-    const reads = pipelinedReads({ connections: 2 });
+    const lanes = pipelined({ connections: 2 });
     const answers = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
-        reads.run<{ n: number; pid: number }>({ text: 'SELECT $1::int AS n, pg_backend_pid() AS pid' }, [i]),
+        lanes.run<{ n: number; pid: number }>({ text: 'SELECT $1::int AS n, pg_backend_pid() AS pid' }, [i]),
       ),
     );
     expect(answers.map((rows) => rows.map((row) => row.n))).toEqual(Array.from({ length: 200 }, (_, i) => [i]));
@@ -53,8 +53,8 @@ describe('PipelinedConnections', () => {
   });
 
   it('a failing statement fails alone: the statements pipelined around it are answered', async () => {
-    const reads = pipelinedReads();
-    const divide = (divisor: number) => reads.run<{ q: number }>({ text: 'SELECT 6 / $1::int AS q' }, [divisor]);
+    const lanes = pipelined();
+    const divide = (divisor: number) => lanes.run<{ q: number }>({ text: 'SELECT 6 / $1::int AS q' }, [divisor]);
     const [before, failed, after] = await Promise.allSettled([divide(2), divide(0), divide(3)]);
     expect(before).toEqual({ status: 'fulfilled', value: [{ q: 3 }] });
     expect(failed).toMatchObject({ status: 'rejected', reason: { code: '22012' } }); // division_by_zero
@@ -63,13 +63,13 @@ describe('PipelinedConnections', () => {
   });
 
   it('a named statement is prepared once per connection, also when its first executions are pipelined together', async () => {
-    const reads = pipelinedReads();
+    const lanes = pipelined();
     const text = 'SELECT $1::int + 1 AS next';
     const answers = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => reads.run<{ next: number }>({ name: 'pipelined_probe', text }, [i])),
+      Array.from({ length: 20 }, (_, i) => lanes.run<{ next: number }>({ name: 'pipelined_probe', text }, [i])),
     );
     expect(answers).toEqual(Array.from({ length: 20 }, (_, i) => [{ next: i + 1 }]));
-    const prepared = await reads.run<{ statement: string }>(
+    const prepared = await lanes.run<{ statement: string }>(
       { text: "SELECT statement FROM pg_prepared_statements WHERE name = 'pipelined_probe'" },
       [],
     );
@@ -78,21 +78,21 @@ describe('PipelinedConnections', () => {
 
   it('a connection the server drops is reported, replaced on the next statement, and never crashes the process', async () => {
     const idleErrors: Error[] = [];
-    const reads = pipelinedReads({ onIdleError: (error) => idleErrors.push(error) });
-    const first = await backendPid(reads);
+    const lanes = pipelined({ onIdleError: (error) => idleErrors.push(error) });
+    const first = await backendPid(lanes);
     await sql`SELECT pg_terminate_backend(${first})`.execute(database.db);
     await vi.waitFor(() => expect(idleErrors).toHaveLength(1));
     expect(isDatabaseUnavailable(idleErrors[0])).toBe(true);
-    const second = await backendPid(reads);
+    const second = await backendPid(lanes);
     expect(second).not.toBe(first);
-    expect(await backendPid(reads)).toBe(second);
+    expect(await backendPid(lanes)).toBe(second);
   });
 
   it('statements in flight on a dropped connection fail as unavailable; later ones succeed', async () => {
-    const reads = pipelinedReads();
-    const pid = await backendPid(reads);
+    const lanes = pipelined();
+    const pid = await backendPid(lanes);
     // Settled from the start: the connection's errors may arrive before the terminate statement returns.
-    const outcomes = Promise.allSettled([reads.run({ text: 'SELECT pg_sleep(5)' }, []), reads.run({ text: 'SELECT 1 AS one' }, [])]);
+    const outcomes = Promise.allSettled([lanes.run({ text: 'SELECT pg_sleep(5)' }, []), lanes.run({ text: 'SELECT 1 AS one' }, [])]);
     await vi.waitFor(async () => {
       const { rows } = await sql<{
         n: number;
@@ -104,15 +104,15 @@ describe('PipelinedConnections', () => {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
     }
-    expect(await reads.run({ text: 'SELECT 2 AS two' }, [])).toEqual([{ two: 2 }]);
+    expect(await lanes.run({ text: 'SELECT 2 AS two' }, [])).toEqual([{ two: 2 }]);
   });
 
   it("a statement running past the connections' statement_timeout fails as unavailable; the statements queued behind it are answered", async () => {
-    const reads = pipelinedReads({ statementTimeoutMs: 200 });
+    const lanes = pipelined({ statementTimeoutMs: 200 });
     const started = Date.now();
     const [slow, next] = await Promise.allSettled([
-      reads.run({ text: 'SELECT pg_sleep(5)' }, []),
-      reads.run({ text: 'SELECT 7 AS seven' }, []),
+      lanes.run({ text: 'SELECT pg_sleep(5)' }, []),
+      lanes.run({ text: 'SELECT 7 AS seven' }, []),
     ]);
     expect(slow).toMatchObject({ status: 'rejected', reason: { code: '57014' } }); // query_canceled
     expect(isDatabaseUnavailable((slow as PromiseRejectedResult).reason)).toBe(true);
@@ -121,8 +121,8 @@ describe('PipelinedConnections', () => {
   });
 
   it('a server that cannot be reached fails the statements waiting for the connection as unavailable', async () => {
-    const reads = pipelinedReads({ connectionString: 'postgres://nobody@127.0.0.1:1/none', connections: 2 });
-    const outcomes = await Promise.allSettled([reads.run({ text: 'SELECT 1' }, []), reads.run({ text: 'SELECT 2' }, [])]);
+    const lanes = pipelined({ connectionString: 'postgres://nobody@127.0.0.1:1/none', connections: 2 });
+    const outcomes = await Promise.allSettled([lanes.run({ text: 'SELECT 1' }, []), lanes.run({ text: 'SELECT 2' }, [])]);
     for (const outcome of outcomes) {
       expect(outcome.status).toBe('rejected');
       expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
@@ -135,9 +135,9 @@ describe('PipelinedConnections', () => {
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     try {
       const { port } = silent.address() as AddressInfo;
-      const reads = pipelinedReads({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, connectTimeoutMs: 200 });
+      const lanes = pipelined({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, connectTimeoutMs: 200 });
       const started = Date.now();
-      const failure = await reads.run({ text: 'SELECT 1' }, []).catch((error: unknown) => error);
+      const failure = await lanes.run({ text: 'SELECT 1' }, []).catch((error: unknown) => error);
       expect(failure).toBeInstanceOf(DatabaseUnavailable);
       expect(((failure as Error).cause as Error).message).toBe('timeout expired'); // pg's own connect timeout
       expect(Date.now() - started).toBeLessThan(2000);
@@ -150,21 +150,21 @@ describe('PipelinedConnections', () => {
   it('a prepared statement outdated by a schema change fails once; the next execution prepares it afresh on a new connection', async () => {
     await sql`CREATE TABLE pipelined_probe (a int)`.execute(database.db);
     await sql`INSERT INTO pipelined_probe VALUES (1)`.execute(database.db);
-    const reads = pipelinedReads();
-    const all = () => reads.run<Record<string, number | null>>({ name: 'pipelined_probe_all', text: 'SELECT * FROM pipelined_probe' }, []);
-    const first = await backendPid(reads);
+    const lanes = pipelined();
+    const all = () => lanes.run<Record<string, number | null>>({ name: 'pipelined_probe_all', text: 'SELECT * FROM pipelined_probe' }, []);
+    const first = await backendPid(lanes);
     expect(await all()).toEqual([{ a: 1 }]);
     await sql`ALTER TABLE pipelined_probe ADD COLUMN b int`.execute(database.db);
     await expect(all()).rejects.toMatchObject({ code: '0A000' }); // cached plan must not change result type
     expect(await all()).toEqual([{ a: 1, b: null }]);
-    expect(await backendPid(reads)).not.toBe(first);
+    expect(await backendPid(lanes)).not.toBe(first);
   });
 
   it('after end, statements fail as unavailable and the connections are closed', async () => {
-    const reads = pipelinedReads({ connections: 2 });
-    const pids = new Set(await Promise.all([backendPid(reads), backendPid(reads), backendPid(reads)]));
-    await reads.end();
-    const ended = reads.run({ text: 'SELECT 1' }, []);
+    const lanes = pipelined({ connections: 2 });
+    const pids = new Set(await Promise.all([backendPid(lanes), backendPid(lanes), backendPid(lanes)]));
+    await lanes.end();
+    const ended = lanes.run({ text: 'SELECT 1' }, []);
     await expect(ended).rejects.toThrow();
     expect(isDatabaseUnavailable(await ended.catch((error: unknown) => error))).toBe(true);
     expect(pids.size).toBe(2);
@@ -177,7 +177,7 @@ describe('PipelinedConnections', () => {
   });
 });
 
-describe('the per-request reads of the app go through the read connections', () => {
+describe('the per-request statements of the app go through the short-statement connections', () => {
   it('GET /users/{id} is answered while every pool connection is taken; a read through the pool is not', async () => {
     const ctx = await createTestContext();
     const handle = createDatabase(ctx.database.url, { poolMax: 1, connectTimeoutMs: 500 });

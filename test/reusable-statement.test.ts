@@ -37,11 +37,11 @@ describe('reusableStatement', () => {
 
     database.statements.length = 0;
     // D (deactivated) is never listed: the constant `true` was not taken for the `false` argument.
-    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: false })).toEqual(
+    expect(await usersInRealm(database.shortStatements, { realmId: ids.R, isStub: false })).toEqual(
       [ids.O, ids.A, ids.M, ids.U, ids.V, ids.G, ids.B, ids.H].map((id) => ({ id })),
     );
-    expect(await usersInRealm(database.reads, { realmId: ids.R2, isStub: false })).toEqual([{ id: ids.X }]);
-    expect(await usersInRealm(database.reads, { realmId: ids.R, isStub: true })).toEqual([]);
+    expect(await usersInRealm(database.shortStatements, { realmId: ids.R2, isStub: false })).toEqual([{ id: ids.X }]);
+    expect(await usersInRealm(database.shortStatements, { realmId: ids.R, isStub: true })).toEqual([]);
     expect(builds).toBe(1);
     expect(database.statements).toEqual(Array(3).fill(expected));
   });
@@ -57,9 +57,9 @@ describe('reusableStatement', () => {
       db.selectFrom('users').select('id').where('id', '=', args.userId).where('realm_id', '=', args.realmId),
     );
     database.statements.length = 0;
-    await expect(unused(database.reads, { userId: ids.U, other: 0 })).rejects.toThrow('argument other is not bound');
-    await expect(transformed(database.reads, { email: 'u@example.com' })).rejects.toThrow('argument email is not bound');
-    await expect(undeclared(database.reads, { userId: ids.U, realmId: ids.R })).rejects.toThrow('a parameter is undefined');
+    await expect(unused(database.shortStatements, { userId: ids.U, other: 0 })).rejects.toThrow('argument other is not bound');
+    await expect(transformed(database.shortStatements, { email: 'u@example.com' })).rejects.toThrow('argument email is not bound');
+    await expect(undeclared(database.shortStatements, { userId: ids.U, realmId: ids.R })).rejects.toThrow('a parameter is undefined');
     expect(database.statements).toEqual([]); // nothing reached the database
   });
 
@@ -68,7 +68,7 @@ describe('reusableStatement', () => {
     const recording = {
       run: <R>(statement: { text: string }, values: readonly unknown[]) => {
         sent.push({ text: statement.text, values });
-        return database.reads.run<R>(statement, values);
+        return database.shortStatements.run<R>(statement, values);
       },
     };
     const ownedBots = testStatement<{ userId: number; active: boolean }, { id: number }>(['userId', 'active'], (db, args) =>
@@ -95,9 +95,9 @@ describe('reusableStatement', () => {
         .where('id', '=', ids.U),
     );
     database.statements.length = 0;
-    await expect(divide(database.reads, { divisor: 0 })).rejects.toMatchObject({ code: '22012' }); // division_by_zero
+    await expect(divide(database.shortStatements, { divisor: 0 })).rejects.toMatchObject({ code: '22012' }); // division_by_zero
     expect(database.statements).toHaveLength(1);
-    expect(await divide(database.reads, { divisor: 1 })).toEqual([{ quotient: 1 }]);
+    expect(await divide(database.shortStatements, { divisor: 1 })).toEqual([{ quotient: 1 }]);
   });
 
   it('runs as a named prepared statement on the connection that runs it; queries through the pool stay unnamed', async () => {
@@ -117,15 +117,15 @@ describe('reusableStatement', () => {
       db.selectFrom('users').select('full_name').where('id', '=', args.userId),
     );
 
-    expect(await fullName(database.reads, { userId: ids.O })).toEqual([{ full_name: 'O Owner' }]);
-    expect(await fullNameAgain(database.reads, { userId: ids.U })).toEqual([{ full_name: 'U Member' }]);
+    expect(await fullName(database.shortStatements, { userId: ids.O })).toEqual([{ full_name: 'O Owner' }]);
+    expect(await fullNameAgain(database.shortStatements, { userId: ids.U })).toEqual([{ full_name: 'U Member' }]);
     const adHoc = database.db.selectFrom('realms').select('subdomain').where('id', '=', ids.R);
     await adHoc.execute(); // through the pool
-    // Both read connections may have served: ask until the one that prepared it answers.
+    // Both short-statement connections may have served: ask until the one that prepared it answers.
     const seen = new Set<string>();
     const names = new Set<string>();
     for (let attempt = 0; attempt < 20; attempt++) {
-      const [row] = await preparedHere(database.reads, { userId: ids.O });
+      const [row] = await preparedHere(database.shortStatements, { userId: ids.O });
       for (const statement of row?.prepared ?? []) seen.add(statement);
       for (const name of row?.names ?? []) names.add(name);
     }

@@ -8,7 +8,7 @@ import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { OK, success, UNAVAILABLE } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';
-import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from './helpers/server-process.js';
+import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from '../scripts/lib/processes.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
 vi.setConfig({ testTimeout: 240_000 });

@@ -48,7 +48,7 @@ describe('UserTransactions', () => {
       const lock = size === 'small' ? 'SELECT user_lock_now($1, $2)' : 'SELECT pg_advisory_xact_lock($1, $2)';
       expect(ctx.database.statements).toEqual([lock, expect.stringContaining('update "users"')]);
       expect(await nameOfU()).toBe('Renamed');
-      await renameU(ctx.database.reads, { userId: ids.U, name: 'U Member' });
+      await renameU(ctx.database.shortStatements, { userId: ids.U, name: 'U Member' });
     }
   });
 

@@ -4,8 +4,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { freePort } from '../../src/lib/free-port.js';
-import { REPO_ROOT } from '../../test/helpers/server-process.js';
-import { onCleanup } from '../lb/processes.js';
+import { onCleanup, REPO_ROOT } from '../lib/processes.js';
 
 /**
  * The PostgreSQL cluster of `npm run test:failover`, from Debian's packages: one etcd, two

@@ -27,13 +27,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ensureBuilt } from '../../bench/processes.js';
-import * as ops from '../../src/cli/operations.js';
-import { createDatabase, type DatabaseHandle } from '../../src/db/database.js';
+import { createDatabase } from '../../src/db/database.js';
 import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
-import { baseEnvironment, logLines } from '../../test/helpers/server-process.js';
-import { balancerConfig, type Instance, onCleanup, runScript, startBalancer, startInstance } from '../lb/processes.js';
+import { baseEnvironment, ensureBuilt, logLines, onCleanup, runScript } from '../lib/processes.js';
+import { balancerConfig, type Instance, startBalancer, startInstance } from '../lb/processes.js';
+import { seedLoadUsers } from '../lb/seed.js';
 import { Client, type LoadUser, register } from '../lb/traffic.js';
 import { checkPolls, checkRegistered, checkStatuses, checkWrites, type Recovery, recoveryFrom } from './checks.js';
 import { type Cluster, log, startCluster } from './cluster.js';
@@ -63,23 +62,6 @@ async function keepLogs(): Promise<void> {
   log(`logs kept in ${workDirectory}`);
 }
 
-async function seed(handle: DatabaseHandle): Promise<LoadUser[]> {
-  const { db } = handle;
-  const writes = { db, transactions: handle.transactions, maxPendingEvents: 10_000 };
-  await ops.createRealm(db, { subdomain: '', name: 'Failover test' });
-  const channels = ['general', 'random', 'design', 'ops'];
-  for (const name of channels) await ops.createStream(db, { realm: '', name });
-  const users: LoadUser[] = [];
-  for (let index = 0; index < USERS; index++) {
-    const account = await ops.createUser(db, { realm: '', email: `user${index}@failover.example`, fullName: `Failover User ${index}` });
-    const streamIds: number[] = [];
-    for (const stream of channels) streamIds.push((await ops.subscribe(writes, { realm: '', email: account.email, stream })).stream_id);
-    const authorization = `Basic ${Buffer.from(`${account.email}:${account.api_key}`).toString('base64')}`;
-    users.push({ index, id: account.user_id, authorization, streamIds });
-  }
-  return users;
-}
-
 interface Fault {
   name: 'switchover' | 'failover';
   at: number;
@@ -103,7 +85,12 @@ async function main(): Promise<string[]> {
   const handle = createDatabase(databaseUrl);
   onCleanup(() => handle.close());
   await migrateToLatest(handle.db);
-  const users = await seed(handle);
+  const users = await seedLoadUsers(handle, {
+    users: USERS,
+    organization: 'Failover test',
+    emailDomain: 'failover.example',
+    fullName: 'Failover User',
+  });
 
   const ports = { lb: await freePort(), app1: await freePort(), app2: await freePort() };
   const env = {

@@ -3,7 +3,7 @@ import http from 'node:http';
 import { isDeepStrictEqual } from 'node:util';
 import { gunzipSync } from 'node:zlib';
 import type { Database } from '../../src/db/database.js';
-import { logLines } from '../../test/helpers/server-process.js';
+import { logLines } from '../lib/processes.js';
 import type { Instance } from './processes.js';
 import { type Client, type Exchange, type LoadUser, VALID_REQUEST_ID, type Writes } from './traffic.js';
 

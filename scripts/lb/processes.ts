@@ -1,91 +1,13 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { collectLines, type ServerProcess, spawnServer, REPO_ROOT } from '../../test/helpers/server-process.js';
+import { collectLines, onCleanup, REPO_ROOT, type ServerProcess, spawnServer, stopProcess } from '../lib/processes.js';
 
-/** Processes of the load-balancer test: the app instances and HAProxy. Every wait is bounded. */
+/** Processes of the load-balancer test: the app instances and HAProxy (started by ../lib/processes.ts). Every wait is bounded. */
 
 const log = (line: string) => console.log(`[test:lb] ${line}`);
 export { log };
-
-/** Everything started is stopped by runCleanups, in reverse order, on success, failure or Ctrl-C. */
-const cleanups: (() => Promise<void>)[] = [];
-export const onCleanup = (cleanup: () => Promise<void>): void => void cleanups.push(cleanup);
-export async function runCleanups(): Promise<void> {
-  while (cleanups.length > 0) {
-    await cleanups.pop()!().catch((error: unknown) => log(`cleanup failed: ${String(error)}`));
-  }
-}
-
-/**
- * Runs a test script's `main` (which resolves to the problems it found) to its end: on problems or
- * a throw, `keepLogs` then the cleanups and exit 1; on success the cleanups and exit 0; on Ctrl-C
- * or SIGTERM the cleanups; after `watchdogMs` it gives up (exit 1). `log` prints the outcome.
- */
-export function runScript(
-  main: () => Promise<string[]>,
-  options: { watchdogMs: number; keepLogs: () => Promise<void>; log: (line: string) => void; passed: string },
-): void {
-  const { watchdogMs, keepLogs, log: say } = options;
-  let finished = false;
-  // `on`, not `once`: Ctrl-C reaches this process twice (from the terminal and relayed by tsx), and
-  // a second signal with no handler left would end it before its cleanups.
-  for (const [signal, code] of [
-    ['SIGINT', 130],
-    ['SIGTERM', 143],
-  ] as const) {
-    process.on(signal, () => {
-      if (finished) return;
-      finished = true;
-      say(`${signal}: stopping everything`);
-      void runCleanups().finally(() => process.exit(code));
-    });
-  }
-  const watchdog = setTimeout(() => {
-    finished = true;
-    say(`still running after ${watchdogMs / 1000} s: giving up`);
-    void keepLogs()
-      .then(runCleanups)
-      .finally(() => process.exit(1));
-  }, watchdogMs);
-  main().then(
-    async (problems) => {
-      // Interrupted: the signal handler is already stopping everything.
-      if (finished) return;
-      finished = true;
-      clearTimeout(watchdog);
-      if (problems.length > 0) await keepLogs();
-      await runCleanups();
-      if (problems.length > 0) {
-        say(`FAILED:\n  ${problems.join('\n  ')}`);
-        process.exit(1);
-      }
-      say(options.passed);
-      process.exit(0);
-    },
-    async (error: unknown) => {
-      if (finished) return;
-      finished = true;
-      clearTimeout(watchdog);
-      say(`FAILED: ${(error as Error).stack ?? String(error)}`);
-      await keepLogs();
-      await runCleanups();
-      process.exit(1);
-    },
-  );
-}
-
-const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
-
-/** Kills a child that is still running (SIGKILL after `graceMs`) and waits for its exit. */
-async function kill(child: ChildProcess, exited: Promise<unknown>, graceMs: number): Promise<void> {
-  if (!running(child)) return;
-  child.kill('SIGTERM');
-  if (await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)])) return;
-  child.kill('SIGKILL');
-  await Promise.race([exited, sleep(5000)]);
-}
 
 export interface Instance extends ServerProcess {
   name: string;
@@ -100,7 +22,7 @@ export async function startInstance(name: string, port: number, env: Record<stri
     startTimeoutMs: 60_000,
   });
   // Ctrl-C or a failure: no drain needed, SIGKILL after 2 s.
-  onCleanup(() => kill(server.child, server.exited, 2000));
+  onCleanup(() => stopProcess(server.child, server.exited, 2000));
   return { ...server, name, port };
 }
 
@@ -146,7 +68,7 @@ export async function startBalancer(config: string, port: number, directory: str
   const child = spawn('haproxy', ['-db', '-f', file], { stdio: ['ignore', accessLogFd, 'pipe'] });
   closeSync(accessLogFd);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  onCleanup(() => kill(child, exited, 5000));
+  onCleanup(() => stopProcess(child, exited, 5000));
   const messages: { at: number; text: string }[] = [];
   collectLines(child.stderr!, [], (text) => messages.push({ at: Date.now(), text }));
   const url = `http://127.0.0.1:${port}`;
@@ -162,16 +84,16 @@ export async function startBalancer(config: string, port: number, directory: str
       while (Date.now() < deadline) {
         const found = messages.find((message) => message.at >= since && pattern.test(message.text));
         if (found) return found.at;
-        if (!running(child)) break;
+        if (child.exitCode !== null || child.signalCode !== null) break;
         await sleep(20);
       }
       throw new Error(`HAProxy did not report ${pattern} within ${timeoutMs} ms:\n${messages.map((m) => m.text).join('\n')}`);
     },
-    stop: () => kill(child, exited, 5000),
+    stop: () => stopProcess(child, exited, 5000),
   };
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
-    if (!running(child)) throw new Error(`HAProxy exited:\n${messages.map((m) => m.text).join('\n')}`);
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`HAProxy exited:\n${messages.map((m) => m.text).join('\n')}`);
     const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) }).catch(() => undefined);
     if (health?.status === 200) return balancer;
     await sleep(100);

@@ -15,32 +15,18 @@
  * Needs haproxy on PATH (`.ci/run` installs Debian's). Prints a report; exits 1 on any failure.
  * Everything it starts is stopped on the way out, Ctrl-C included.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isDeepStrictEqual } from 'node:util';
-import { ensureBuilt } from '../../bench/processes.js';
-import * as ops from '../../src/cli/operations.js';
 import { loadConfig } from '../../src/config.js';
-import { createDatabase, type DatabaseHandle } from '../../src/db/database.js';
-import { startEmbeddedPostgres } from '../../src/db/embedded.js';
-import { migrateToLatest } from '../../src/db/migrator.js';
 import { freePort } from '../../src/lib/free-port.js';
-import { baseEnvironment, exitWithin, logLines } from '../../test/helpers/server-process.js';
+import { baseEnvironment, ensureBuilt, exitWithin, logLines, onCleanup, runScript } from '../lib/processes.js';
+import { startScratchDatabase } from '../lib/scratch-database.js';
 import { checkDatabase, checkEdge, checkLogs, checkObservedHeaders } from './checks.js';
-import {
-  type Balancer,
-  balancerConfig,
-  haproxyVersion,
-  type Instance,
-  log,
-  onCleanup,
-  runScript,
-  startBalancer,
-  startInstance,
-} from './processes.js';
-import { Client, type LoadUser, pollLoop, readLoop, register, type Writes, writeLoop } from './traffic.js';
+import { type Balancer, balancerConfig, haproxyVersion, type Instance, log, startBalancer, startInstance } from './processes.js';
+import { seedLoadUsers } from './seed.js';
+import { Client, pollLoop, readLoop, register, type Writes, writeLoop } from './traffic.js';
 
 /** Six users, each with a writer, a reader and a long poller pausing ~25 ms between requests. */
 const USERS = 6;
@@ -65,24 +51,6 @@ async function keepLogs(): Promise<void> {
   log(`logs kept in ${workDirectory}`);
 }
 
-async function seed(handle: DatabaseHandle): Promise<LoadUser[]> {
-  const { db } = handle;
-  const writes = { db, transactions: handle.transactions, maxPendingEvents: 10_000 };
-  await ops.createRealm(db, { subdomain: '', name: 'Load balancer test' });
-  await ops.createRealm(db, { subdomain: 'other', name: 'Other' });
-  const channels = ['general', 'random', 'design', 'ops'];
-  for (const name of channels) await ops.createStream(db, { realm: '', name });
-  const users: LoadUser[] = [];
-  for (let index = 0; index < USERS; index++) {
-    const account = await ops.createUser(db, { realm: '', email: `user${index}@lb.example`, fullName: `LB User ${index}` });
-    const streamIds: number[] = [];
-    for (const stream of channels) streamIds.push((await ops.subscribe(writes, { realm: '', email: account.email, stream })).stream_id);
-    const authorization = `Basic ${Buffer.from(`${account.email}:${account.api_key}`).toString('base64')}`;
-    users.push({ index, id: account.user_id, authorization, streamIds });
-  }
-  return users;
-}
-
 interface Restart {
   name: string;
   /** From SIGTERM to HAProxy marking the instance DOWN, to its exit, and to HAProxy marking it UP again. */
@@ -96,24 +64,23 @@ async function main(): Promise<string[]> {
   if (!version) throw new Error('haproxy is not on PATH (Debian: apt-get install haproxy)');
   log(`HAProxy ${version}, Node ${process.version}`);
   ensureBuilt(log);
-  const work = await mkdtemp(join(tmpdir(), 'zulip-lb-'));
+  const scratch = await startScratchDatabase({ prefix: 'zulip-lb-', keepDirectory: () => keepWorkDirectory, onCleanup });
+  const { directory: work, url: databaseUrl, handle } = scratch;
   workDirectory = work;
-  onCleanup(async () => {
-    if (!keepWorkDirectory) await rm(work, { recursive: true, force: true });
+  const users = await seedLoadUsers(handle, {
+    users: USERS,
+    organization: 'Load balancer test',
+    emailDomain: 'lb.example',
+    fullName: 'LB User',
+    otherOrganization: true,
   });
-  const embedded = await startEmbeddedPostgres({ directory: join(work, 'pg'), secretsDir: work, ephemeral: true });
-  onCleanup(() => embedded.stop());
-  const handle = createDatabase(embedded.url);
-  onCleanup(() => handle.close());
-  await migrateToLatest(handle.db);
-  const users = await seed(handle);
 
   const ports = { lb: await freePort(), app1: await freePort(), app2: await freePort() };
   const observedFile = join(work, 'headers.jsonl');
   await writeFile(observedFile, '');
   const env = {
     ...baseEnvironment(),
-    DATABASE_URL: embedded.url,
+    DATABASE_URL: databaseUrl,
     AVATAR_SALT: 'lb-test',
     EXTERNAL_HOST,
     EXTERNAL_URI_SCHEME: 'http://',

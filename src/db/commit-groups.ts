@@ -6,8 +6,8 @@ import type { PipelinedConnections, TransactionProgress } from './pipelined-conn
 /**
  * The small write transactions of one turn of the event loop, each a different user's, committed
  * together: their statements go as ONE implicit transaction, so they share one commit and one WAL
- * flush. With synchronous commit a flush costs more than a small write itself (about 0.5–0.8 ms of
- * waiting on this machine's disk, bench/RESULTS.md), and on a pipelined connection each commit's
+ * flush. With synchronous commit a flush costs more than a small write itself (waiting on the
+ * disk; bench/RESULTS.md), and on a pipelined connection each commit's
  * flush holds up every transaction behind it: one flush per transaction made the write path wait
  * on the disk rather than work.
  *

@@ -12,10 +12,10 @@ import type { DB } from './types.js';
 export type Database = Kysely<DB>;
 
 export interface DatabaseHandle {
-  /** Kysely over the pool: transactions and every statement that is not a per-request read. */
+  /** Kysely over the pool: transactions and every statement that is not a short single one. */
   db: Database;
-  /** The pipelined connections for per-request single statements (pipelined-connections.ts). */
-  reads: PipelinedConnections;
+  /** The pipelined connections of short single statements: authentication with its rate-limit upsert, one user by id, cancels (pipelined-connections.ts). */
+  shortStatements: PipelinedConnections;
   /** The pipelined connections of small write transactions (user-transactions.ts). */
   writes: PipelinedConnections;
   /** The transactions of users' writes, one round trip each (user-transactions.ts). */
@@ -28,15 +28,15 @@ export interface DatabaseHandle {
 
 export interface DatabaseOptions {
   poolMax?: number;
-  /** Pipelined connections for the per-request reads (src/db/pipelined-connections.ts). */
-  readConnections?: number;
+  /** Pipelined connections for short single statements (src/db/pipelined-connections.ts). */
+  shortStatementConnections?: number;
   /** Pipelined connections for small write transactions (src/db/user-transactions.ts). */
   writeConnections?: number;
   connectTimeoutMs?: number;
   /** Server-side statement_timeout of the pooled connections, in ms (0: none). */
   statementTimeoutMs?: number;
-  /** statement_timeout of the pipelined read connections, in ms (0: none). */
-  readStatementTimeoutMs?: number;
+  /** statement_timeout of the short-statement connections, in ms (0: none). */
+  shortStatementTimeoutMs?: number;
   /** Called for errors of connections no statement was waiting on (e.g. the server went away). */
   onConnectionError?: (error: Error) => void;
   /** Called with the text of every statement run (tests count round trips with it). */
@@ -51,11 +51,11 @@ export const databaseOptionsOf = (
   >,
 ): DatabaseOptions => ({
   poolMax: config.dbPoolMax,
-  readConnections: config.dbReadConnections,
+  shortStatementConnections: config.dbReadConnections,
   writeConnections: config.dbWriteConnections,
   connectTimeoutMs: config.dbConnectTimeoutMs,
   statementTimeoutMs: config.dbStatementTimeoutMs,
-  readStatementTimeoutMs: config.dbReadStatementTimeoutMs,
+  shortStatementTimeoutMs: config.dbReadStatementTimeoutMs,
 });
 
 /**
@@ -149,7 +149,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     dialect: new PostgresDialect({ pool: typedPool(pool, failedClients, observer) }),
     ...(onQuery && { log: (event) => onQuery(event.query.sql) }),
   });
-  const pipelined = (kind: 'reads' | 'writes', connections: number, timeoutMs: number) =>
+  const pipelined = (kind: 'short_statements' | 'writes', connections: number, timeoutMs: number) =>
     new PipelinedConnections({
       kind,
       observer,
@@ -162,18 +162,24 @@ export function createDatabase(connectionString: string, options: DatabaseOption
       onIdleError: report,
       ...(onQuery && { onStatement: onQuery }),
     });
-  const reads = pipelined('reads', options.readConnections ?? 2, options.readStatementTimeoutMs ?? 0);
+  const shortStatements = pipelined('short_statements', options.shortStatementConnections ?? 2, options.shortStatementTimeoutMs ?? 0);
   const writes = pipelined('writes', options.writeConnections ?? 2, statementTimeoutMs);
-  const transactions = new UserTransactions({ pool, writes, failedClients, cancelVia: reads, ...(onQuery && { onStatement: onQuery }) });
+  const transactions = new UserTransactions({
+    pool,
+    writes,
+    failedClients,
+    cancelVia: shortStatements,
+    ...(onQuery && { onStatement: onQuery }),
+  });
   return {
     db,
-    reads,
+    shortStatements,
     writes,
     transactions,
     pool,
     observer,
     close: async () => {
-      await reads.end();
+      await shortStatements.end();
       await writes.end();
       await db.destroy();
     },

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 
-/** Which connections: the pool's, or the pipelined read or write connections. */
-export type ConnectionKind = 'pool' | 'reads' | 'writes';
+/** Which connections: the pool's, or the pipelined short-statement or write connections. */
+export type ConnectionKind = 'pool' | 'short_statements' | 'writes';
 
 /**
  * What the database layer reports as it works, for the metrics (src/metrics/metrics.ts). One per

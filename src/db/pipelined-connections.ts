@@ -8,7 +8,8 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
 
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: the authentication
- * statements (src/http/auth.repository.ts) and one user by id on the read connections, small write
+ * statements with their rate-limit upserts (src/http/auth.repository.ts), one user by id and the
+ * cancels of pooled transactions on the short-statement connections, small write
  * transactions on the write connections (src/db/user-transactions.ts).
  *
  * Through the pool, every such statement checks a connection out, waits a full round trip with it
@@ -16,9 +17,8 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * wake-up per statement on both sides cost more CPU than the statement itself. Here statements
  * from many requests share a connection without waiting for each other's answers: node-postgres
  * writes them back to back (each with its own Sync, so one failing statement fails alone) and
- * PostgreSQL answers them in order. Measured on the benchmark's lookup at 50 concurrent callers:
- * about half the CPU per statement on each side and twice the throughput of the pool
- * (bench/RESULTS.md).
+ * PostgreSQL answers them in order: less CPU per statement on both sides and more throughput than
+ * the pool (bench/RESULTS.md, "Pipelined connections" and the connection strategies).
  *
  * What may go here: short statements, and short transactions sent as one implicit transaction
  * (`transaction`), never a session setting or long work: it would hold up every statement queued
@@ -30,8 +30,8 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  */
 
 export interface PipelinedConnectionsOptions {
-  /** Which connections these are, for the metrics (default reads). */
-  kind?: 'reads' | 'writes';
+  /** Which connections these are, for the metrics (default short_statements). */
+  kind?: 'short_statements' | 'writes';
   /** Where statements, failures and connections are reported (the metrics; default: nowhere). */
   observer?: DatabaseObserver;
   connectionString: string;
@@ -91,12 +91,12 @@ export class PipelinedConnections implements StatementRunner {
   private closed = false;
   /** Where statements, failures and connections are reported (commit groups report theirs there too). */
   readonly observer: DatabaseObserver;
-  private readonly kind: 'reads' | 'writes';
+  private readonly kind: 'short_statements' | 'writes';
 
   constructor(private readonly options: PipelinedConnectionsOptions) {
     this.lanes = new Array<Lane | undefined>(options.connections).fill(undefined);
     this.observer = options.observer ?? {};
-    this.kind = options.kind ?? 'reads';
+    this.kind = options.kind ?? 'short_statements';
   }
 
   /** Runs one statement (by name when it has one: a prepared statement) and resolves to its rows. */
@@ -254,7 +254,7 @@ export class PipelinedConnections implements StatementRunner {
       lane.failed = true;
       if (this.lanes[slot] !== lane) return;
       lane.retire();
-      if (lane.inFlight === 0) this.options.onIdleError?.(new DatabaseUnavailable('idle read connection lost', { cause: error }));
+      if (lane.inFlight === 0) this.options.onIdleError?.(new DatabaseUnavailable('idle pipelined connection lost', { cause: error }));
     });
     client.on('end', forget);
     this.lanes[slot] = lane;

@@ -9,7 +9,7 @@ export interface Statement {
 }
 
 /**
- * Where a statement can run: the pipelined read connections (pipelined-connections.ts) or the connection
+ * Where a statement can run: the short-statement connections (pipelined-connections.ts) or the connection
  * of a transaction. Resolves to the rows.
  */
 export interface StatementRunner {

@@ -12,7 +12,7 @@ import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
  * rate limiting is on, and a route's lookup (AuthLookup) when it has one. The requests handled in
  * one turn of the event loop share one statement (AccountBatches): a statement's fixed cost in
  * PostgreSQL is most of a small one's, and one statement for 4 requests cost each a third of what
- * a statement of its own did. A named prepared statement on the pipelined read connections.
+ * a statement of its own did. A named prepared statement on the short-statement connections.
  */
 
 export const INCOMING_WEBHOOK_BOT = 2;
@@ -261,7 +261,7 @@ export class AccountBatches {
   private scheduled = false;
 
   constructor(
-    private readonly reads: StatementRunner,
+    private readonly shortStatements: StatementRunner,
     /** Told the size of every statement sent (the metrics' batch sizes). */
     private readonly onBatch?: (size: number) => void,
   ) {}
@@ -317,7 +317,7 @@ export class AccountBatches {
       windowSeconds: rule?.windowSeconds ?? 0,
     };
     this.onBatch?.(pending.length);
-    variant.run(this.reads, args).then(
+    variant.run(this.shortStatements, args).then(
       (rows) => {
         const byOrd = new Map(rows.map((row) => [row.ord, row]));
         pending.forEach((entry, ord) => entry.resolve(byOrd.get(ord)));

@@ -3,7 +3,7 @@
  * `%XX` a byte, an invalid escape kept literally, then UTF-8 with U+FFFD for invalid bytes; spec
  * §1.5), working on the body's bytes: linear in its length whatever it holds. fast-querystring (what
  * @fastify/formbody parses with) replaces `+` with a global regular expression on the text, which
- * cost 150 ms of the event loop for a megabyte of `+`, before the credentials were even checked.
+ * held the event loop on a body full of `+`, before the credentials were even checked (bench/RESULTS.md).
  * Within the body the last occurrence of a name wins (spec §1.5), so the result holds one value per name.
  */
 export function decodeForm(body: Buffer): Map<string, string> {

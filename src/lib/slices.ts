@@ -35,8 +35,8 @@ function schedule(): void {
   // A timer (Node's shortest, 1 ms), not setImmediate: the process sleeps between two turns of
   // large work. Spinning, it kept a core busy and lost the kernel's preference for tasks that
   // wake from sleep: on a busy machine, a small request arriving then waited for a core behind
-  // the other processes (another organization's median, bench/RESULTS.md: 11.4 ms spinning,
-  // 5.5 ms sleeping; the large reads themselves took as long).
+  // the other processes (another organization's median, spinning against sleeping, is in
+  // bench/RESULTS.md).
   setTimeout(runTurn, 1);
 }
 
@@ -114,8 +114,8 @@ export class JsonTextList {
 
 /**
  * Exactly the bytes of JSON.stringify(value) for a plain object, as UTF-8 chunks; the elements of
- * the arrays among its values are serialized a slice at a time (one call on a 20,000-user list
- * took tens of milliseconds, and encoding its 7 MB of text in the socket write as many more).
+ * the arrays among its values are serialized a slice at a time (one call on a large organization's
+ * user list, and encoding its text in the socket write, each held the event loop far past a turn's budget).
  * A JsonTextList among its values is written as the array of its texts.
  */
 export async function jsonInSlices(value: object): Promise<Buffer[]> {

@@ -21,7 +21,7 @@ import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogra
 export interface MetricsSources {
   pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
   /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
-  lanes?: { reads?: () => readonly number[]; writes?: () => readonly number[] };
+  lanes?: { shortStatements?: () => readonly number[]; writes?: () => readonly number[] };
   /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
   observer?: DatabaseObserver;
 }
@@ -156,7 +156,7 @@ export class Metrics {
         collect() {
           this.reset();
           for (const [kind, read] of [
-            ['reads', lanes.reads],
+            ['short_statements', lanes.shortStatements],
             ['writes', lanes.writes],
           ] as const) {
             read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));

@@ -3,8 +3,8 @@ import { Counter, Histogram, type Registry } from 'prom-client';
 /**
  * Metrics whose series are plain numbers on the request path, read by prom-client when scraped.
  * prom-client's own `inc(labels)` and `observe(labels, value)` build a string key from the labels
- * and validate them on every call (1–2 µs each, measured): on a request of ~200 µs of CPU, the
- * HTTP and statement metrics together cost several percent. Here a caller keeps its series (one
+ * and validate them on every call, a cost that is a visible share of a small request's CPU once
+ * every request and statement reports (bench/RESULTS.md has the figures). Here a caller keeps its series (one
  * per label set, made once) and adds to it; the scrape turns the figures into samples.
  */
 

@@ -58,7 +58,7 @@ export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) =>
   app.patch(routePath('/api/v1/users/:user', updateUserSchema), { schema: updateUserSchema }, async (request, reply) => {
     const { user, full_name, role, profile_data, new_email } = parametersOf(request, updateUserSchema);
     const caller = callerOf(request);
-    const userId = await resolveUserPath(deps.db, deps.reads, deps.config, caller, user);
+    const userId = await resolveUserPath(deps.db, deps.shortStatements, deps.config, caller, user);
     await updateUserByApi(deps, caller, userId, { full_name, role, profile_data, new_email }, clientGone(reply));
     return success(request);
   });

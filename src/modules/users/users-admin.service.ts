@@ -24,7 +24,7 @@ import { checkFullName, isPasswordTooWeak, isValidEmail, normalizeEmail } from '
 
 export interface UserAdminDeps {
   db: Database;
-  reads: StatementRunner;
+  shortStatements: StatementRunner;
   transactions: UserTransactions;
   config: Config;
 }
@@ -54,7 +54,7 @@ export function contextOf(deps: UserAdminDeps, caller: Caller, departure: Depart
 
 /** GET /users/me: the caller's own user object, flat, with max_message_id (spec management §2). */
 export async function getOwnUser(deps: UserAdminDeps, caller: Caller): Promise<ApiUser & { max_message_id: number }> {
-  const own = await findUserById(deps.reads, caller.realmId, caller.id, { withProfileData: true });
+  const own = await findUserById(deps.shortStatements, caller.realmId, caller.id, { withProfileData: true });
   if (!own) throw noSuchUser();
   // No messages are stored here: the highest message id of the caller's is always -1.
   return { ...buildUserObject(caller, own, { clientGravatar: false, includeCustomProfileFields: true }, deps.config), max_message_id: -1 };

@@ -132,7 +132,7 @@ export const userByIdStatements = {
 };
 
 export async function findUserById(
-  reads: StatementRunner,
+  statements: StatementRunner,
   realmId: number,
   userId: number,
   options: UserLoadOptions,
@@ -145,7 +145,7 @@ export async function findUserById(
     : options.withProfileData
       ? userByIdStatements.withProfileData
       : userByIdStatements.plain;
-  const [row] = await query(reads, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
+  const [row] = await query(statements, { realmId, userId, viewerId: options.sharedChannelsWithUserId });
   return row && toUserRecord(row, row.realm_id);
 }
 

@@ -22,7 +22,7 @@ function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | und
  * two parametric routes at one position, so one route takes every segment except `me` and the
  * service tells ids from emails.
  */
-export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, config }) => {
+export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, shortStatements, config }) => {
   app.get('/api/v1/users', { schema: listUsersSchema }, async (request, reply) => {
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
@@ -40,7 +40,7 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, reads, 
       const { client_gravatar, include_custom_profile_fields, user } = parametersOf(request, getUserSchema);
       const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
       const prefetched = lookupRowOf(request, userByIdAuthLookup(user, include_custom_profile_fields));
-      return success(request, { user: await getUserForViewer(db, reads, config, callerOf(request), user, options, prefetched) });
+      return success(request, { user: await getUserForViewer(db, shortStatements, config, callerOf(request), user, options, prefetched) });
     },
   );
 };

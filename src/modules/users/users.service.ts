@@ -53,7 +53,7 @@ function loadOptions(viewer: UserViewerInRealm, options: UserObjectOptions): Use
 
 async function findTarget(
   db: Database,
-  reads: StatementRunner,
+  shortStatements: StatementRunner,
   config: Config,
   viewer: UserViewerInRealm,
   pathValue: string,
@@ -62,7 +62,7 @@ async function findTarget(
   const idDigits = DIGITS.test(pathValue) ? pathValue : dummyAddressDigits(pathValue, fakeEmailDomain(viewer.realmSubdomain, config));
   if (idDigits !== undefined) {
     const userId = parseUserId(idDigits);
-    return userId === undefined ? undefined : findUserById(reads, viewer.realmId, userId, load);
+    return userId === undefined ? undefined : findUserById(shortStatements, viewer.realmId, userId, load);
   }
   if (!isStorableText(pathValue)) return undefined;
   // A hidden address behaves exactly like an unknown one (spec §3.6 step 2).
@@ -86,7 +86,7 @@ export function userByIdAuthLookup(pathValue: string, withProfileData: boolean):
  */
 export async function getUserForViewer(
   db: Database,
-  reads: StatementRunner,
+  shortStatements: StatementRunner,
   config: Config,
   viewer: UserViewerInRealm,
   pathValue: string,
@@ -97,7 +97,7 @@ export async function getUserForViewer(
   const target =
     prefetched !== undefined && !isRestrictedViewer(viewer)
       ? userRecordFromJoinedRow(prefetched)
-      : await findTarget(db, reads, config, viewer, pathValue, loadOptions(viewer, options));
+      : await findTarget(db, shortStatements, config, viewer, pathValue, loadOptions(viewer, options));
   if (!target) throw noSuchUser();
   if (!canAccessUser(viewer, target)) throw badRequest('Insufficient permission');
   return buildUserObject(viewer, target, options, config);
@@ -137,11 +137,11 @@ export async function listUsersForViewer(
  */
 export async function resolveUserPath(
   db: Database,
-  reads: StatementRunner,
+  shortStatements: StatementRunner,
   config: Config,
   viewer: UserViewerInRealm,
   pathValue: string,
 ): Promise<number | undefined> {
   if (DIGITS.test(pathValue)) return parseUserId(pathValue);
-  return (await findTarget(db, reads, config, viewer, pathValue, { withProfileData: false }))?.id;
+  return (await findTarget(db, shortStatements, config, viewer, pathValue, { withProfileData: false }))?.id;
 }
