@@ -17,6 +17,9 @@ const rejects = (form: Record<string, unknown>, msg: string, as: Parameters<type
 
 const withIds = (events: object[]) => JSON.stringify(events.map((event, id) => ({ ...event, id })));
 
+/** A queue's events as `type/op`. */
+const ops = async (queue: string) => (await queueEvents(ctx.db, queue)).map((event) => `${String(event.type)}/${String(event.op)}`);
+
 describe('DELETE /users/me/subscriptions', () => {
   it('removes the caller: exact body, the row kept inactive with its settings, subscription/remove to it, peer_remove to peers', async () => {
     const [qU, qV, qG, qA] = [
@@ -88,7 +91,6 @@ describe('DELETE /users/me/subscriptions', () => {
     expect((await unsubscribe(ctx, { subscriptions: ['S'] }, 'A')).body).toBe(success({ removed: ['S'], not_removed: [] }));
     expect((await unsubscribe(ctx, { subscriptions: ['mine', 'P'] })).body).toBe(success({ removed: ['mine', 'P'], not_removed: [] }));
     expect((await unsubscribe(ctx, { subscriptions: ['P'] }, 'G')).body).toBe(success({ removed: ['P'], not_removed: [] }));
-    const ops = async (queue: string) => (await queueEvents(ctx.db, queue)).map((event) => `${event.type}/${event.op}`);
     // Its own removal, then the peers' events of 'mine' (an administrator sees it), U's and G's leaving P.
     expect(await ops(qA)).toEqual(['subscription/remove', ...Array<string>(3).fill('subscription/peer_remove')]);
     const mine = await ctx.db.selectFrom('streams').select('id').where('name', '=', 'mine').executeTakeFirstOrThrow();
@@ -132,7 +134,7 @@ describe('DELETE /users/me/subscriptions', () => {
     expect(res.body).toBe(success({ removed: ['S', 'W'], not_removed: [] }));
     expect(await activeChannelsOf(ctx, V)).toEqual([P, Q]);
     // S is private: V no longer sees it.
-    expect((await queueEvents(ctx.db, qV)).map((event) => `${event.type}/${event.op}`)).toEqual(['subscription/remove', 'stream/delete']);
+    expect(await ops(qV)).toEqual(['subscription/remove', 'stream/delete']);
     const byEmail = await unsubscribe(ctx, { subscriptions: ['P', 'Q'], principals: ['v@example.com', 'u@example.com'] }, 'A');
     expect(byEmail.body).toBe(success({ removed: ['P', 'Q', 'P'], not_removed: ['Q'] }));
   });
