@@ -91,6 +91,13 @@ const MEMBERSHIP_EVENTS = [
     op: Type.Literal('create'),
     streams: Type.Array(StreamEventObject),
   }),
+  event('The user, unsubscribed, no longer sees these channels (private ones, or public ones for a guest).', {
+    type: Type.Literal('stream'),
+    op: Type.Literal('delete'),
+    streams: Type.Array(Type.Object({ stream_id: Type.Integer() }), { description: 'Deprecated: the ids of `stream_ids`.' }),
+    stream_ids: Type.Array(Type.Integer()),
+    for_archiving: Type.Literal(false),
+  }),
   event('The user was subscribed to channels.', {
     type: Type.Literal('subscription'),
     op: Type.Literal('add'),

@@ -39,7 +39,10 @@ export class Recipients {
     return this.roles.get(id) === ROLES.guest;
   }
 
-  /** Whether the user sees the channel's metadata without being subscribed to it. */
+  /**
+   * Whether the user sees the channel's metadata without being subscribed to it (Zulip's
+   * check_basic_stream_access with is_subscribed=False, require_content_access=False).
+   */
   seesWithoutSubscription(channel: Pick<ChannelRow, 'invite_only' | 'is_web_public' | 'creator_id'>, userId: number): boolean {
     if (channel.is_web_public) return true;
     if (!channel.invite_only) return !this.isGuest(userId);
@@ -123,5 +126,19 @@ export function streamObject(channel: ChannelRow) {
     rendered_description: channel.rendered_description,
     stream_id: channel.id,
     stream_weekly_traffic: null,
+  };
+}
+
+/**
+ * The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event;
+ * `streams` is deprecated, kept by Zulip for compatibility).
+ */
+export function streamDeletion(channels: Pick<ChannelRow, 'id'>[]) {
+  return {
+    type: 'stream',
+    op: 'delete',
+    streams: channels.map((channel) => ({ stream_id: channel.id })),
+    stream_ids: channels.map((channel) => channel.id),
+    for_archiving: false,
   };
 }

@@ -11,7 +11,7 @@ import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../ev
 import { effectiveVisibility } from '../users/users.access.js';
 import { dummyAddressDigits } from '../users/users.service.js';
 import { ColorPicker } from './colors.js';
-import { peerEvents, type PeerChange, Recipients, streamObject } from './membership.events.js';
+import { peerEvents, type PeerChange, Recipients, streamDeletion, streamObject } from './membership.events.js';
 import {
   type ChannelRow,
   type MembershipRead,
@@ -444,7 +444,9 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
           const gone = new Set(removedFrom.get(channel.id) ?? []);
           return { channel, changed: [...gone], subscribersAfter: index.subscribersOf(channel.id).filter((id) => !gone.has(id)) };
         });
-        const events = peerEvents('peer_remove', changes, recipients);
+        // Zulip's send_subscription_remove_events: per user, subscription/remove, then stream/delete
+        // for the channels it no longer sees; then the peers' events.
+        const events: AddressedEvent[] = [];
         for (const [userId, channels] of lostBy) {
           events.push({
             users: [userId],
@@ -454,7 +456,10 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
               subscriptions: channels.map((channel) => ({ name: channel.name, stream_id: channel.id })),
             },
           });
+          const unseen = channels.filter((channel) => !recipients.seesWithoutSubscription(channel, userId));
+          if (unseen.length > 0) events.push({ users: [userId], event: streamDeletion(unseen) });
         }
+        events.push(...peerEvents('peer_remove', changes, recipients));
         await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
       }
       return { removed, not_removed: notRemoved };
