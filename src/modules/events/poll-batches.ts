@@ -20,8 +20,10 @@ interface PendingStart {
 /**
  * The starts of the polls handled in one turn of the event loop go as one statement (startPolls)
  * when the turn ends, skipping rows held by writes; those, and a start alone, are sent without
- * skipping (they wait for the row). Two starts of one queue never share
- * a statement: the second sends the batch holding the first, so they run in order.
+ * skipping (they wait for the row). Two starts of one queue never share a statement (one statement
+ * cannot update a row twice): the second sends the batch holding the first. The two statements may
+ * then run on different connections and take the queue's row lock in either order, as any two
+ * concurrent polls of one queue do; the one that runs second replaces the other.
  */
 export class PollStartBatches {
   private pending: PendingStart[] = [];
