@@ -81,7 +81,7 @@ const EXPECTED: Record<string, ParameterLists> = {
   'GET /api/v1/users/me': {},
   'POST /api/v1/users': { body: ['email', 'password', 'full_name'], required: ['email', 'password', 'full_name'] },
   'PATCH /api/v1/users/{user}': { body: ['full_name', 'role', 'profile_data', 'new_email'], path: ['user'] },
-  'DELETE /api/v1/users/{user_id}': { body: ['deactivation_notification_comment'], path: ['user_id'] },
+  'DELETE /api/v1/users/{user_id}': { body: ['actions', 'deactivation_notification_comment'], path: ['user_id'] },
   'DELETE /api/v1/users/me': {},
   'POST /api/v1/users/{user_id}/reactivate': { path: ['user_id'] },
   'GET /api/v1/users/me/subscriptions': { query: ['include_subscribers'] },
@@ -215,7 +215,12 @@ describe('GET /api/openapi.json', () => {
       ['POST /api/v1/users/{user_id}/reactivate', { method: 'POST', url: '/api/v1/users/18/reactivate', as: 'O' }],
       [
         'DELETE /api/v1/users/{user_id}',
-        { method: 'DELETE', url: '/api/v1/users/18', as: 'O', form: { deactivation_notification_comment: 'x' } },
+        {
+          method: 'DELETE',
+          url: '/api/v1/users/18',
+          as: 'O',
+          form: { actions: '{"delete_profile":true}', deactivation_notification_comment: 'x' },
+        },
       ],
       ['GET /api/v1/users/me/subscriptions', { url: '/api/v1/users/me/subscriptions?include_subscribers=true', as: 'U' }],
       [

@@ -258,6 +258,99 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     expect(realmUser.map((event) => (event.person as { user_id: number }).user_id)).toEqual([ids.B, ids.H, ids.U]);
   });
 
+  it('actions.delete_profile renames and resets the avatar of the bots, then the user, each before its deactivation', async () => {
+    await ctx.db.updateTable('users').set({ avatar_source: 'U', avatar_version: 3 }).where('id', '=', ids.U).execute();
+    // A name that is already the placeholder changes nothing and sends nothing (Zulip's do_change_full_name).
+    await ctx.db.updateTable('users').set({ full_name: 'Deactivated bot' }).where('id', '=', ids.H).execute();
+    const queueA = await createQueue(ctx.db, 'A');
+    const res = await deactivate(ids.U, 'A', { actions: JSON.stringify({ delete_profile: true }) });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    const rows = await ctx.db
+      .selectFrom('users')
+      .select(['id', 'full_name', 'avatar_source', 'avatar_version', 'is_active', 'delivery_email', 'is_deleted'])
+      .where('id', 'in', [ids.U, ids.B, ids.H])
+      .orderBy('id')
+      .execute();
+    expect(rows).toEqual([
+      {
+        id: ids.U,
+        full_name: 'Deleted user',
+        avatar_source: 'G',
+        avatar_version: 4,
+        is_active: false,
+        delivery_email: 'u@example.com',
+        is_deleted: false,
+      },
+      {
+        id: ids.B,
+        full_name: 'Deactivated bot',
+        avatar_source: 'G',
+        avatar_version: 1,
+        is_active: false,
+        delivery_email: 'b-bot@chat.example.com',
+        is_deleted: false,
+      },
+      {
+        id: ids.H,
+        full_name: 'Deactivated bot',
+        avatar_source: 'G',
+        avatar_version: 1,
+        is_active: false,
+        delivery_email: 'h-bot@chat.example.com',
+        is_deleted: false,
+      },
+    ]);
+    const update = (person: Record<string, unknown>) => ({ type: 'realm_user', op: 'update', person });
+    const hash = createHash('md5').update('u@example.com').digest('hex');
+    const events = (await queueEvents(ctx.db, queueA)).map(({ id: _id, ...event }) =>
+      event.type === 'subscription' ? `peer_remove ${JSON.stringify(event.user_ids)}` : event,
+    );
+    expect(events.filter((event) => typeof event === 'string')).toEqual([`peer_remove [${ids.U}]`, `peer_remove [${ids.U}]`]);
+    expect(events).toEqual([
+      update({ user_id: ids.B, full_name: 'Deactivated bot' }),
+      update({ user_id: ids.B, is_active: false }),
+      update({ user_id: ids.H, is_active: false }),
+      update({ user_id: ids.U, full_name: 'Deleted user' }),
+      update({
+        avatar_source: 'G',
+        avatar_url: `https://secure.gravatar.com/avatar/${hash}?d=identicon&version=4`,
+        avatar_url_medium: `https://secure.gravatar.com/avatar/${hash}?d=identicon&s=500&version=4`,
+        avatar_version: 4,
+        user_id: ids.U,
+      }),
+      ...events.filter((event) => typeof event === 'string'),
+      update({ user_id: ids.U, is_active: false }),
+    ]);
+  });
+
+  it('accepts the message deletions (nothing to delete here) and ignores unknown keys of actions', async () => {
+    const actions = { delete_public_channel_messages: true, delete_private_channel_messages: true, delete_direct_messages: true, foo: 1 };
+    const res = await deactivate(ids.V, 'A', { actions: JSON.stringify(actions) });
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(OK);
+    const row = await ctx.db.selectFrom('users').select(['full_name', 'is_active']).where('id', '=', ids.V).executeTakeFirstOrThrow();
+    expect(row).toEqual({ full_name: 'V Member', is_active: false });
+  });
+
+  it("refuses a bad actions value with Zulip's messages and changes nothing", async () => {
+    const notObject = errorBody('Invalid actions: Input should be a valid dictionary or instance of DeactivateUserActions');
+    await expectRefused(() => deactivate(ids.V, 'A', { actions: '{' }), errorBody('actions is not valid JSON'));
+    for (const value of ['[]', 'null', '"delete_profile"', 'true', '1']) {
+      await expectRefused(() => deactivate(ids.V, 'A', { actions: value }), notObject);
+    }
+    await expectRefused(
+      () => deactivate(ids.V, 'A', { actions: '{"delete_profile": "true"}' }),
+      errorBody('actions["delete_profile"] is not a boolean'),
+    );
+    await expectRefused(
+      () => deactivate(ids.V, 'A', { actions: '{"delete_profile": true, "delete_direct_messages": null}' }),
+      errorBody('actions["delete_direct_messages"] is not a boolean'),
+    );
+    // The parameters are read before the target is looked up.
+    await expectRefused(() => deactivate(999999, 'A', { actions: '[]' }), notObject);
+  });
+
   it("refuses with Zulip's messages and changes nothing", async () => {
     await expectRefused(() => deactivate(ids.B), errorBody('No such user'));
     await expectRefused(() => deactivate(999999), errorBody('No such user'));
@@ -286,6 +379,11 @@ describe('DELETE /api/v1/users/{user_id}', () => {
     const one = ctx.database.statements.length;
     ctx.database.statements.length = 0;
     expect((await deactivate(ids.U)).statusCode).toBe(200);
+    expect(ctx.database.statements.length).toBe(one);
+    // Deleting the profiles too costs nothing more.
+    await reactivate(ids.U);
+    ctx.database.statements.length = 0;
+    expect((await deactivate(ids.U, 'A', { actions: '{"delete_profile":true}' })).statusCode).toBe(200);
     expect(ctx.database.statements.length).toBe(one);
   });
 });

@@ -1,5 +1,5 @@
 -- Built in src/modules/users/users.writes.ts.
--- Prepared as s_c3c6302cf2d979c8905b0e419c28fa26, a hash of its exact text; this one differs from it only in
+-- Prepared as s_f54e694e1ea2bde5f5f9bc84175b02ab, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
@@ -14,7 +14,10 @@ WITH guard AS (
     FROM users t WHERE t.id = $5 AND t.realm_id = $1
   ),
   deactivated AS (
-    UPDATE users SET is_active = false
+    UPDATE users SET is_active = false,
+      full_name = CASE WHEN NOT $9::boolean THEN full_name WHEN bot_type IS NULL THEN 'Deleted user' ELSE 'Deactivated bot' END,
+      avatar_source = CASE WHEN $9::boolean THEN 'G' ELSE avatar_source END,
+      avatar_version = avatar_version + CASE WHEN $9::boolean AND avatar_source <> 'G' THEN 1 ELSE 0 END
     WHERE realm_id = $1 AND (id = $5 OR (id = ANY ($6::integer[]) AND is_active)) AND (SELECT refused FROM guard) IS NULL
     RETURNING id
   ),

@@ -3,6 +3,7 @@ import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
 import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
 import {
+  checkBoolean,
   checkDict,
   checkInteger,
   checkList,
@@ -75,6 +76,41 @@ const cappedText = (limit: number) =>
     return raw.trim();
   });
 
+/** DELETE /users/{user_id}'s `actions` (Zulip's DeactivateUserActions; each false when absent). */
+export interface DeactivationActions {
+  delete_profile: boolean;
+  delete_public_channel_messages: boolean;
+  delete_private_channel_messages: boolean;
+  delete_direct_messages: boolean;
+}
+
+const ACTION_NAMES = [
+  'delete_profile',
+  'delete_public_channel_messages',
+  'delete_private_channel_messages',
+  'delete_direct_messages',
+] as const satisfies readonly (keyof DeactivationActions)[];
+
+/**
+ * Zulip's `Json[DeactivateUserActions]`, validated strictly: an object (anything else: pydantic's
+ * model_type message), each known key a JSON boolean; other keys are ignored (the model's default).
+ */
+const deactivationActions = jsonTextKind(
+  Type.Object(Object.fromEntries(ACTION_NAMES.map((name) => [name, Type.Optional(Type.Boolean())]))),
+  (raw, name): DeactivationActions => {
+    const value = parseJson(raw, name);
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      throw badRequest(`Invalid ${name}: Input should be a valid dictionary or instance of DeactivateUserActions`);
+    }
+    const object = value as Record<string, unknown>;
+    const actions = {} as DeactivationActions;
+    for (const key of ACTION_NAMES) {
+      actions[key] = Object.hasOwn(object, key) ? checkBoolean(object[key], keyPath(name, key)) : false;
+    }
+    return actions;
+  },
+);
+
 export const deactivateUserSchema = {
   operationId: 'deactivate-user',
   summary: 'Deactivate a user',
@@ -85,6 +121,13 @@ export const deactivateUserSchema = {
   tags: ['users'],
   ...formParameters(
     {
+      actions: optional(
+        deactivationActions,
+        'Zulip feature level 459. Applied to the active bots first, then the user. `delete_profile` renames the user ' +
+          '"Deleted user" (a bot "Deactivated bot") and resets an uploaded avatar to the default one, with ' +
+          '`realm_user/update` events; the three message deletions are accepted and have nothing to delete (no ' +
+          'messages are stored here). Other keys are ignored.',
+      ),
       deactivation_notification_comment: optional(cappedText(DEACTIVATION_COMMENT_LIMIT), 'Accepted; no email is sent by this server.'),
     },
     USER_ID_PATH,

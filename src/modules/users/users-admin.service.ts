@@ -160,11 +160,15 @@ export function apiErrorOfRefusal(error: unknown, operation: Operation): unknown
 const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =>
   new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
 
-/** DELETE /users/{user_id} (spec management §5). */
+/**
+ * DELETE /users/{user_id} (spec management §5). `deleteProfile`: the `actions` parameter's
+ * delete_profile (its message deletions have nothing to delete here).
+ */
 export async function deactivateUserByApi(
   deps: UserAdminDeps,
   caller: Caller,
   userId: number | undefined,
+  deleteProfile: boolean,
   departure?: Departure,
 ): Promise<void> {
   const target = userId === undefined ? undefined : await findManagedUser(deps.db, caller.realmId, userId);
@@ -177,10 +181,7 @@ export async function deactivateUserByApi(
     await deactivateUserWithEvents(
       contextOf(deps, caller, departure),
       { id: target.id, botType: null, activeBotIds: target.active_bot_ids },
-      {
-        self: false,
-        keepLastOwner: true,
-      },
+      { self: false, keepLastOwner: true, deleteProfile },
     );
   } catch (error) {
     throw apiErrorOfRefusal(error, 'delete-other');

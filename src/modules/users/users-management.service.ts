@@ -8,9 +8,17 @@ import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
 import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience } from '../events/realm-events.js';
 import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
-import { buildUserObject, type UserObjectConfig, type UserRecord } from './users.serializers.js';
-import { CREATE_USER, DEACTIVATE_USER, kyselyRunner, REACTIVATE_USER, REFUSALS } from './users.writes.js';
-import { arrivalEvents, departureEvents, readPeers } from './users-peers.js';
+import { avatarUrl, buildUserObject, GRAVATAR_SOURCE, type UserObjectConfig, type UserRecord } from './users.serializers.js';
+import {
+  CREATE_USER,
+  DEACTIVATE_USER,
+  DELETED_BOT_NAME,
+  DELETED_USER_NAME,
+  kyselyRunner,
+  REACTIVATE_USER,
+  REFUSALS,
+} from './users.writes.js';
+import { arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
 /**
  * The user-management writes shared by the API (users-api.service.ts) and the admin command line
@@ -231,21 +239,69 @@ export interface DeactivationTarget {
 export async function deactivateUserWithEvents(
   context: ManagementContext,
   target: DeactivationTarget,
-  options: { self: boolean; keepLastOwner: boolean },
+  options: { self: boolean; keepLastOwner: boolean; deleteProfile?: boolean },
 ): Promise<void> {
+  const deleteProfile = options.deleteProfile === true;
   // A restricted organization's guests get none (Zulip: non-guests and DM partners; no DMs here).
   const guests: GuestAudience = context.realm.canAccessAllUsersGroup === 'members' && target.botType === null ? 'none' : 'all';
   await runManagementInteractive(context, async (tx) => {
     const read = await readPeers(tx, context.realm.id, [target.id, ...target.activeBotIds], true);
     // A bot deactivated since the caller read it is not deactivated again.
     const bots = target.activeBotIds.filter((botId) => read.users.some((user) => user.id === botId && user.is_active));
+    const before = (id: number) => {
+      const user = read.users.find((row) => row.id === id);
+      return deleteProfile && user ? profileDeletionEvents(context, user) : [];
+    };
     const events = departureEvents(read, [
-      ...bots.map((botId) => ({ id: botId, event: userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false }) })),
-      { id: target.id, event: { ...userUpdateEvent(context.realm, target, { is_active: false }), guests } },
+      ...bots.map((botId) => ({
+        id: botId,
+        before: before(botId),
+        event: userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false }),
+      })),
+      { id: target.id, before: before(target.id), event: { ...userUpdateEvent(context.realm, target, { is_active: false }), guests } },
     ]);
     const gone = [target.id, ...bots];
-    await tx.run(DEACTIVATE_USER, [...commonValues(context, events, gone), target.id, bots, options.self, options.keepLastOwner]);
+    await tx.run(DEACTIVATE_USER, [
+      ...commonValues(context, events, gone),
+      target.id,
+      bots,
+      options.self,
+      options.keepLastOwner,
+      deleteProfile,
+    ]);
   });
+}
+
+/**
+ * The events of Zulip's delete_profile action for one user (do_deactivate_user runs
+ * do_change_full_name, then do_change_avatar_fields, each only when it changes something), to
+ * everyone who may access them. The realm_bot events Zulip adds for a bot are not sent here (no bot
+ * lists).
+ */
+function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): AudienceEvent[] {
+  const target = { id: user.id, botType: user.bot_type };
+  const name = user.bot_type === null ? DELETED_USER_NAME : DELETED_BOT_NAME;
+  const events: AudienceEvent[] = [];
+  if (user.full_name !== name) events.push(userUpdateEvent(context.realm, target, { full_name: name }));
+  if (user.avatar_source !== GRAVATAR_SOURCE) {
+    const avatar = {
+      id: user.id,
+      realmId: context.realm.id,
+      deliveryEmail: user.delivery_email,
+      avatarSource: GRAVATAR_SOURCE,
+      avatarVersion: user.avatar_version + 1,
+    };
+    // Zulip's notify_avatar_url_change: full URLs for everyone (no client_gravatar), user_id last.
+    const person = {
+      avatar_source: GRAVATAR_SOURCE,
+      avatar_url: avatarUrl(avatar, false, true, context.config),
+      avatar_url_medium: avatarUrl(avatar, false, true, context.config, true),
+      avatar_version: avatar.avatarVersion,
+      user_id: user.id,
+    };
+    events.push({ ...userUpdateEvent(context.realm, target, {}), event: { type: 'realm_user', op: 'update', person } });
+  }
+  return events;
 }
 
 /**

@@ -12,10 +12,21 @@ import type { ChannelRow } from '../subscriptions/membership.repository.js';
  * membership lock, so the subscribers and the recipients cannot change before the write commits.
  */
 
+export interface PeerReadUser {
+  id: number;
+  role: number;
+  is_active: boolean;
+  bot_type: number | null;
+  full_name: string;
+  delivery_email: string;
+  avatar_source: string;
+  avatar_version: number;
+}
+
 /** What the events need, for the users who come or go. */
 export interface PeerRead {
-  /** The users who come or go, with their role and whether they are active now. */
-  users: { id: number; role: number; is_active: boolean }[];
+  /** The users who come or go, with their role, whether they are active now and what a profile deletion changes. */
+  users: PeerReadUser[];
   /** The channels they are subscribed to (archived ones only when asked). */
   channels: ChannelRow[];
   /** Active subscriptions to those channels: of active users, and of the users who come or go. */
@@ -32,7 +43,8 @@ const PEER_READ = {
   name: 'user_management_peer_read',
   text: `
 WITH mover AS (
-  SELECT id, role, is_active FROM users WHERE realm_id = $1 AND id = ANY ($2::integer[])
+  SELECT id, role, is_active, bot_type, full_name, delivery_email, avatar_source, avatar_version
+  FROM users WHERE realm_id = $1 AND id = ANY ($2::integer[])
 ), channel AS (
   SELECT s.id, s.name, s.description, s.rendered_description, s.invite_only, s.is_web_public,
          s.history_public_to_subscribers, s.creator_id, floor(extract(epoch FROM s.date_created))::bigint AS date_created,
@@ -89,14 +101,18 @@ function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: numbe
 }
 
 /**
- * A deactivation's events: for each user who goes, in order (the bots, then their owner), its
- * peer_remove events, then its own realm_user event (`event`).
+ * A deactivation's events: for each user who goes, in order (the bots, then their owner), the
+ * events of its profile's deletion (`before`, Zulip's order: do_deactivate_user changes the profile
+ * before send_events_for_user_deactivation), its peer_remove events, then its own realm_user event.
  */
-export function departureEvents(read: PeerRead, order: readonly { id: number; event: AudienceEvent }[]): AudienceEvent[] {
+export function departureEvents(
+  read: PeerRead,
+  order: readonly { id: number; before: readonly AudienceEvent[]; event: AudienceEvent }[],
+): AudienceEvent[] {
   const gone = new Set<number>();
-  return order.flatMap(({ id, event }) => {
+  return order.flatMap(({ id, before, event }) => {
     gone.add(id);
-    return [...addressed('peer_remove', read, id, gone), event];
+    return [...before, ...addressed('peer_remove', read, id, gone), event];
   });
 }
 

@@ -74,7 +74,8 @@ export interface ApiUser {
   profile_data?: Record<string, ApiProfileValue>;
 }
 
-const GRAVATAR_SOURCE = 'G';
+/** The default avatar (a gravatar, or the server's default image). */
+export const GRAVATAR_SOURCE = 'G';
 const UPLOADED_SOURCE = 'U';
 const UNKNOWN_USER_AVATAR = '/static/images/unknown-user-avatar.png';
 
@@ -101,20 +102,25 @@ export function uploadedAvatarHash(userId: number, avatarVersion: number, salt: 
   return createHash('sha256').update(`${userId}:${avatarVersion}:${salt}`, 'utf8').digest('hex').slice(0, 40);
 }
 
-/** spec §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address. */
+/**
+ * spec §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address.
+ * `medium`: Zulip's medium size (avatar_url_medium): `&s=500` for a gravatar, `-medium.png` uploaded.
+ */
 export function avatarUrl(
   target: Pick<UserRecord, 'id' | 'realmId' | 'deliveryEmail' | 'avatarSource' | 'avatarVersion'>,
   clientGravatar: boolean,
   deliveryEmailVisible: boolean,
   config: Pick<Config, 'enableGravatar' | 'defaultAvatarUri' | 'avatarSalt'>,
+  medium = false,
 ): string | null {
   if (clientGravatar && deliveryEmailVisible && config.enableGravatar && target.avatarSource === GRAVATAR_SOURCE) return null;
   if (target.avatarSource === UPLOADED_SOURCE) {
-    return `/user_avatars/${target.realmId}/${uploadedAvatarHash(target.id, target.avatarVersion, config.avatarSalt)}.png`;
+    const hash = uploadedAvatarHash(target.id, target.avatarVersion, config.avatarSalt);
+    return `/user_avatars/${target.realmId}/${hash}${medium ? '-medium' : ''}.png`;
   }
   if (config.enableGravatar) {
     const hash = createHash('md5').update(target.deliveryEmail.toLowerCase(), 'utf8').digest('hex');
-    return `https://secure.gravatar.com/avatar/${hash}?d=identicon&version=${target.avatarVersion}`;
+    return `https://secure.gravatar.com/avatar/${hash}?d=identicon${medium ? '&s=500' : ''}&version=${target.avatarVersion}`;
   }
   const separator = config.defaultAvatarUri.includes('?') ? '&' : '?';
   return `${config.defaultAvatarUri}${separator}version=${target.avatarVersion}`;

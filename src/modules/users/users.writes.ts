@@ -3,6 +3,7 @@ import type { Database } from '../../db/database.js';
 import { preparedStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { realmEventAppend } from '../events/realm-events.js';
+import { GRAVATAR_SOURCE } from './users.serializers.js';
 
 /**
  * The statements of user management (POST /users, PATCH / DELETE /users/{id}, DELETE /users/me,
@@ -25,6 +26,10 @@ export const REFUSALS = {
   lastOwner: 'last owner',
   botNameTaken: 'bot name taken',
 } as const;
+
+/** What Zulip's delete_profile action makes of a deactivated user's name and avatar. */
+export const DELETED_USER_NAME = 'Deleted user';
+export const DELETED_BOT_NAME = 'Deactivated bot';
 
 const common = (onlyIf: string) => realmEventAppend({ realm: '$1', maxPending: '$2', events: '$3', excluded: '$4', onlyIf });
 
@@ -51,7 +56,9 @@ export const CREATE_USER = preparedStatement(`WITH guard AS (
 /**
  * $5 target, $6 its active bots (deactivated with it), $7 the caller deactivates themselves
  * (DELETE /users/me: the last user of the organization stays), $8 the last owner stays (the API;
- * the admin command line deactivates anyone).
+ * the admin command line deactivates anyone), $9 their profiles are deleted (DELETE /users/{id}'s
+ * actions.delete_profile, as Zulip's do_deactivate_user: a human is renamed "Deleted user", a bot
+ * "Deactivated bot", and an avatar that is not the default one is reset to it, in a new version).
  */
 export const DEACTIVATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE
@@ -64,7 +71,10 @@ export const DEACTIVATE_USER = preparedStatement(`WITH guard AS (
     FROM users t WHERE t.id = $5 AND t.realm_id = $1
   ),
   deactivated AS (
-    UPDATE users SET is_active = false
+    UPDATE users SET is_active = false,
+      full_name = CASE WHEN NOT $9::boolean THEN full_name WHEN bot_type IS NULL THEN '${DELETED_USER_NAME}' ELSE '${DELETED_BOT_NAME}' END,
+      avatar_source = CASE WHEN $9::boolean THEN '${GRAVATAR_SOURCE}' ELSE avatar_source END,
+      avatar_version = avatar_version + CASE WHEN $9::boolean AND avatar_source <> '${GRAVATAR_SOURCE}' THEN 1 ELSE 0 END
     WHERE realm_id = $1 AND (id = $5 OR (id = ANY ($6::integer[]) AND is_active)) AND (SELECT refused FROM guard) IS NULL
     RETURNING id
   ),
