@@ -51,7 +51,7 @@ describe('configuration from the environment', () => {
       metricsPort: undefined,
       metricsHost: '127.0.0.1',
       compressionThresholdBytes: 4096,
-      heapGrowingPercent: 30,
+      heapGrowingPercent: 0,
     });
   });
 
@@ -70,13 +70,13 @@ describe('configuration from the environment', () => {
       METRICS_PORT: '9464',
       METRICS_HOST: '0.0.0.0',
       COMPRESSION_THRESHOLD_BYTES: '0',
-      HEAP_GROWING_PERCENT: '0',
+      HEAP_GROWING_PERCENT: '30',
     });
     expect(config).toMatchObject({
       port: 8080,
       enableGravatar: false,
       trustProxy: true,
-      heapGrowingPercent: 0,
+      heapGrowingPercent: 30,
       externalHost: 'chat.example.com:8443',
       fakeEmailDomain: 'chat.example.com',
       rootSubdomainAliases: ['www', 'app'],

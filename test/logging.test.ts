@@ -5,7 +5,9 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
 import { buildApp } from '../src/app.js';
+import { RequestLogger } from '../src/http/request-log.js';
 import { loadConfig } from '../src/config.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
@@ -256,5 +258,20 @@ describe('clients that leave', () => {
       await locker.query('SELECT pg_advisory_unlock_all()');
       await locker.end();
     }
+  });
+});
+
+describe('a request logger made on first use', () => {
+  it("answers pino's bindings and isLevelEnabled as the child it stands for would, and makes that child only when it logs", () => {
+    const written: string[] = [];
+    const root = pino({ level: 'info' }, { write: (line: string) => written.push(line) });
+    const logger = new RequestLogger(root, { reqId: 'r-1' }, {});
+    expect(logger.bindings()).toEqual(root.child({ reqId: 'r-1' }).bindings());
+    expect([logger.isLevelEnabled('info'), logger.isLevelEnabled('debug')]).toEqual([true, false]);
+    expect(logger.level).toBe('info');
+    logger.debug('not written');
+    expect(written).toEqual([]);
+    logger.warn({ detail: 1 }, 'written');
+    expect(JSON.parse(written[0]!)).toMatchObject({ level: 40, reqId: 'r-1', detail: 1, msg: 'written' });
   });
 });

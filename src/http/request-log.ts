@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type pino from 'pino';
 import type { Bindings, ChildLoggerOptions } from 'pino';
 import {
   type FastifyBaseLogger,
@@ -100,12 +101,12 @@ export class RequestLogger implements FastifyBaseLogger {
 
   constructor(
     private readonly parent: FastifyBaseLogger,
-    private readonly bindings: Bindings,
+    private readonly requestBindings: Bindings,
     private readonly options: ChildLoggerOptions,
   ) {}
 
   private get real(): FastifyBaseLogger {
-    return (this.made ??= this.parent.child(this.bindings, this.options));
+    return (this.made ??= this.parent.child(this.requestBindings, this.options));
   }
 
   get level(): string {
@@ -119,11 +120,20 @@ export class RequestLogger implements FastifyBaseLogger {
   /** The completion line: through the parent unless the child exists (or the route has a level of its own). */
   completed(line: object): void {
     if (this.made || this.options.level !== undefined) this.real.info(line, REQUEST_COMPLETED);
-    else this.parent.info({ ...this.bindings, ...line }, REQUEST_COMPLETED);
+    else this.parent.info({ ...this.requestBindings, ...line }, REQUEST_COMPLETED);
   }
 
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
     return this.real.child(bindings, options);
+  }
+
+  /** Beyond Fastify's logger interface, pino's two read-only helpers, for a plugin that uses them. */
+  bindings(): Bindings {
+    return { ...(this.parent as Partial<pino.Logger>).bindings?.(), ...this.requestBindings };
+  }
+
+  isLevelEnabled(level: string): boolean {
+    return (this.real as Partial<pino.Logger>).isLevelEnabled?.(level) ?? true;
   }
 
   fatal: FastifyLogFn = (...args: unknown[]) => forward(this.real.fatal, this.real, args);
