@@ -136,13 +136,32 @@ export class RequestLogger implements FastifyBaseLogger {
     return (this.real as Partial<pino.Logger>).isLevelEnabled?.(level) ?? true;
   }
 
-  fatal: FastifyLogFn = (...args: unknown[]) => forward(this.real.fatal, this.real, args);
-  error: FastifyLogFn = (...args: unknown[]) => forward(this.real.error, this.real, args);
-  warn: FastifyLogFn = (...args: unknown[]) => forward(this.real.warn, this.real, args);
-  info: FastifyLogFn = (...args: unknown[]) => forward(this.real.info, this.real, args);
-  debug: FastifyLogFn = (...args: unknown[]) => forward(this.real.debug, this.real, args);
-  trace: FastifyLogFn = (...args: unknown[]) => forward(this.real.trace, this.real, args);
-  silent: FastifyLogFn = () => {};
+  // Methods, not arrow fields: a logger per request, and its making is what this class saves.
+  fatal(...args: unknown[]): void {
+    forward(this.real.fatal, this.real, args);
+  }
+
+  error(...args: unknown[]): void {
+    forward(this.real.error, this.real, args);
+  }
+
+  warn(...args: unknown[]): void {
+    forward(this.real.warn, this.real, args);
+  }
+
+  info(...args: unknown[]): void {
+    forward(this.real.info, this.real, args);
+  }
+
+  debug(...args: unknown[]): void {
+    forward(this.real.debug, this.real, args);
+  }
+
+  trace(...args: unknown[]): void {
+    forward(this.real.trace, this.real, args);
+  }
+
+  silent(): void {}
 }
 
 function forward(method: FastifyLogFn, logger: FastifyBaseLogger, args: unknown[]): void {
