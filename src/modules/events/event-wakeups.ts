@@ -17,21 +17,26 @@ export class PollWaiter {
     this.release?.();
   }
 
-  /** Resolves when notified (now, if a notification came since the last wait) or after `ms`. */
-  wait(ms: number): Promise<void> {
+  /**
+   * Resolves when notified (now, if a notification came since the last wait) or after `ms`: to
+   * true when notified, false when the time ran out. The caller goes by this, not by the clock:
+   * Node's timers run on the event loop's cached time and fire up to a millisecond early by
+   * Date.now(), and a poll that took that for a wake-up ran a needless check (issue 27).
+   */
+  wait(ms: number): Promise<boolean> {
     if (this.notified) {
       this.notified = false;
-      return Promise.resolve();
+      return Promise.resolve(true);
     }
     return new Promise((resolve) => {
-      const done = (): void => {
+      const done = (notified: boolean): void => {
         clearTimeout(timer);
         this.release = undefined;
         this.notified = false;
-        resolve();
+        resolve(notified);
       };
-      const timer = setTimeout(done, ms);
-      this.release = done;
+      const timer = setTimeout(() => done(false), ms);
+      this.release = () => done(true);
     });
   }
 }

@@ -91,14 +91,14 @@ async function waitForEvents(
   if (clientGone.gone) waiter.notify();
   try {
     for (;;) {
-      await waiter.wait(Math.max(0, heartbeatAt - Date.now()));
+      const notified = await waiter.wait(Math.max(0, heartbeatAt - Date.now()));
       if (clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll.
         await finishPoll(db, queueId, pollId);
         return null;
       }
       if (wakeups.closing) break;
-      if (Date.now() >= heartbeatAt) {
+      if (!notified || Date.now() >= heartbeatAt) {
         // Appended only while this poll holds the queue; the poll ends with every pending event.
         const events = await heartbeats.answer(queueId, pollId);
         if (events === null) throw badEventQueueId(queueId);
