@@ -1,6 +1,12 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { NEW_SUBSCRIPTION_SETTINGS, SETTING_COLUMNS, SETTING_PROPERTIES, settingOf } from '../src/modules/subscriptions/settings.js';
+import {
+  NEW_SUBSCRIPTION_SETTINGS,
+  SETTING_COLUMNS,
+  SETTING_PROPERTIES,
+  settingOf,
+  type StoredSettings,
+} from '../src/modules/subscriptions/settings.js';
 import { SubscriptionObject } from '../src/modules/subscriptions/subscriptions.schemas.js';
 import { isChannelKey, SUBSCRIPTION_KEYS } from '../src/modules/subscriptions/subscriptions.serializers.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
@@ -61,7 +67,7 @@ describe('subscription settings, read side', () => {
       push_notifications: false,
       email_notifications: true,
       wildcard_mentions_notify: false,
-    };
+    } satisfies StoredSettings;
     expect(Object.keys(stored).sort()).toEqual([...SETTING_COLUMNS].sort());
     await ctx.db.updateTable('subscriptions').set(stored).where('user_id', '=', ids.U).where('stream_id', '=', ids.P).execute();
     const expected = Object.fromEntries(
