@@ -39,8 +39,11 @@ export const INCLUDE_SUBSCRIBERS =
 
 const PROPERTY_DESCRIPTION = `One of: ${SETTING_PROPERTIES.join(', ')}.`;
 
-/** How the subscription object's keys that are not settings are documented (the settings: settings.ts). */
-const CHANNEL_KEY_SCHEMAS = {
+/**
+ * How the subscription object's keys that are not settings are documented (the settings:
+ * settings.ts); they are also the whole channel object of stream events (membership.events.ts).
+ */
+export const CHANNEL_KEY_SCHEMAS = {
   is_archived: Type.Boolean(),
   creator_id: Type.Union([Type.Integer(), Type.Null()]),
   date_created: Type.Integer({ description: 'Unix seconds.' }),
