@@ -20,7 +20,12 @@ import {
   text,
 } from '../../http/params.js';
 import { NavigationViewObject } from '../navigation-views/navigation-views.schemas.js';
-import { INCLUDE_SUBSCRIBERS, includeSubscribers, SubscriptionObject } from '../subscriptions/subscriptions.schemas.js';
+import {
+  CHANNEL_KEY_SCHEMAS,
+  INCLUDE_SUBSCRIBERS,
+  includeSubscribers,
+  SubscriptionObject,
+} from '../subscriptions/subscriptions.schemas.js';
 import { UserObject } from '../users/users.schemas.js';
 
 // The parameters and documentation of register and the event queue routes (spec §2.10,
@@ -61,21 +66,7 @@ const event = (description: string, fields: TProperties) =>
 // --- Membership events (docs/management-api.md, "Subscriptions") ---
 
 /** The channel as stream events carry it. */
-const StreamEventObject = Type.Object({
-  is_archived: Type.Boolean(),
-  creator_id: Type.Union([Type.Integer(), Type.Null()]),
-  date_created: Type.Integer({ description: 'Unix seconds.' }),
-  description: Type.String(),
-  first_message_id: Type.Null(),
-  history_public_to_subscribers: Type.Boolean(),
-  invite_only: Type.Boolean(),
-  is_web_public: Type.Boolean(),
-  message_retention_days: Type.Union([Type.Integer(), Type.Null()]),
-  name: Type.String(),
-  rendered_description: Type.String(),
-  stream_id: Type.Integer(),
-  stream_weekly_traffic: Type.Null(),
-});
+const StreamEventObject = Type.Object(CHANNEL_KEY_SCHEMAS);
 
 const peerEvent = (op: 'peer_add' | 'peer_remove', description: string) =>
   event(description, {

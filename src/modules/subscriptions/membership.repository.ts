@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
-import { SETTING_COLUMNS, type SettingColumn } from './settings.js';
-import type { SubscriptionRow } from './subscriptions.serializers.js';
+import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
 
 /**
@@ -37,11 +36,8 @@ export interface TargetRow {
   is_active: boolean;
 }
 
-/** The settings of a subscription row, as the subscription object serializes them. */
-type SubscriptionSettings = Pick<SubscriptionRow, SettingColumn>;
-
-/** A target's subscription row on a named channel, active or not. */
-export interface MembershipRow extends SubscriptionSettings {
+/** A target's subscription row on a named channel, active or not, with its settings (settings.ts). */
+export interface MembershipRow extends StoredSettings {
   user_id: number;
   stream_id: number;
   active: boolean;

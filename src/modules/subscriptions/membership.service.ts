@@ -22,6 +22,7 @@ import {
   writeMembershipStatement,
 } from './membership.repository.js';
 import { type ChannelRequest, checkChannelName, type Principals, stripName } from './membership.validation.js';
+import { NEW_SUBSCRIPTION_SETTINGS } from './settings.js';
 import { serializeSubscription } from './subscriptions.serializers.js';
 
 /**
@@ -313,6 +314,8 @@ function planSubscriptions(
   for (const [userId, entries] of perUser) {
     const subscriptions = entries.map(({ channel, row, color }) => ({
       ...serializeSubscription({
+        // A former subscription keeps its settings (settings.ts); a new one has the columns' defaults.
+        ...(row ?? NEW_SUBSCRIPTION_SETTINGS),
         stream_id: channel.id,
         name: channel.name,
         description: channel.description,
@@ -324,13 +327,6 @@ function planSubscriptions(
         history_public_to_subscribers: channel.history_public_to_subscribers,
         message_retention_days: channel.message_retention_days,
         color,
-        is_muted: row?.is_muted ?? false,
-        pin_to_top: row?.pin_to_top ?? false,
-        desktop_notifications: row?.desktop_notifications ?? null,
-        audible_notifications: row?.audible_notifications ?? null,
-        push_notifications: row?.push_notifications ?? null,
-        email_notifications: row?.email_notifications ?? null,
-        wildcard_mentions_notify: row?.wildcard_mentions_notify ?? null,
         subscribers: subscribersAfter(channel),
       }),
       is_archived: channel.deactivated,

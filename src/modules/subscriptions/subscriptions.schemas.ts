@@ -1,5 +1,5 @@
 import type { FastifySchema } from 'fastify';
-import Type from 'typebox';
+import Type, { type TSchema } from 'typebox';
 import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
 import {
   checkBoolean,
@@ -13,7 +13,8 @@ import {
   required,
   text,
 } from '../../http/params.js';
-import { SETTING_PROPERTIES, settingValueSchema } from './settings.js';
+import { SETTING_PROPERTIES, sentValueSchema, settingValueSchema } from './settings.js';
+import { type ChannelKey, isChannelKey, SUBSCRIPTION_KEYS } from './subscriptions.serializers.js';
 import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.js';
 
 // The subscription routes' parameters and documentation (spec §2.8, §2.12, §3.2–§3.4); see
@@ -38,33 +39,30 @@ export const INCLUDE_SUBSCRIBERS =
 
 const PROPERTY_DESCRIPTION = `One of: ${SETTING_PROPERTIES.join(', ')}.`;
 
-const nullableBoolean = (description: string) => Type.Union([Type.Boolean(), Type.Null()], { description });
+/**
+ * How the subscription object's keys that are not settings are documented (the settings:
+ * settings.ts); they are also the whole channel object of stream events (membership.events.ts).
+ */
+export const CHANNEL_KEY_SCHEMAS = {
+  is_archived: Type.Boolean(),
+  creator_id: Type.Union([Type.Integer(), Type.Null()]),
+  date_created: Type.Integer({ description: 'Unix seconds.' }),
+  description: Type.String({ description: 'Markdown source.' }),
+  first_message_id: Type.Null(),
+  history_public_to_subscribers: Type.Boolean(),
+  invite_only: Type.Boolean(),
+  is_web_public: Type.Boolean(),
+  message_retention_days: Type.Union([Type.Integer(), Type.Null()]),
+  name: Type.String(),
+  rendered_description: Type.String({ description: 'HTML.' }),
+  stream_id: Type.Integer(),
+  stream_weekly_traffic: Type.Null(),
+} satisfies Record<ChannelKey, TSchema>;
 
 /** The subscription object, keys in the order they are sent. */
 export const SubscriptionObject = Type.Object(
   {
-    is_archived: Type.Boolean(),
-    audible_notifications: nullableBoolean('null: the user default applies.'),
-    color: Type.String({ description: 'Hex colour, e.g. #76ce90.' }),
-    creator_id: Type.Union([Type.Integer(), Type.Null()]),
-    date_created: Type.Integer({ description: 'Unix seconds.' }),
-    description: Type.String({ description: 'Markdown source.' }),
-    desktop_notifications: nullableBoolean('null: the user default applies.'),
-    email_notifications: nullableBoolean('null: the user default applies.'),
-    first_message_id: Type.Null(),
-    history_public_to_subscribers: Type.Boolean(),
-    in_home_view: Type.Boolean({ description: 'Legacy: the opposite of is_muted.' }),
-    invite_only: Type.Boolean(),
-    is_muted: Type.Boolean(),
-    is_web_public: Type.Boolean(),
-    message_retention_days: Type.Union([Type.Integer(), Type.Null()]),
-    name: Type.String(),
-    pin_to_top: Type.Boolean(),
-    push_notifications: nullableBoolean('null: the user default applies.'),
-    rendered_description: Type.String({ description: 'HTML.' }),
-    stream_id: Type.Integer(),
-    stream_weekly_traffic: Type.Null(),
-    wildcard_mentions_notify: nullableBoolean('null: the user default applies.'),
+    ...Object.fromEntries(SUBSCRIPTION_KEYS.map((key) => [key, isChannelKey(key) ? CHANNEL_KEY_SCHEMAS[key] : sentValueSchema(key)])),
     subscribers: Type.Optional(
       Type.Array(Type.Integer(), { description: 'Only with include_subscribers: active subscribers, ascending.' }),
     ),
