@@ -32,7 +32,7 @@ const nameOfU = async () =>
 const rename = (name: string, size: 'small' | 'large' | 'interactive') =>
   size === 'interactive'
     ? ctx.database.transactions.runInteractive(ids.U, (tx) => renameU(tx, { userId: ids.U, name }))
-    : ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name }), undefined, size);
+    : ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name })], undefined, size).then(([rows]) => rows);
 
 /** The app's backends: every session of this database but the admin's. */
 const terminateAppSessions = () =>
@@ -137,7 +137,7 @@ describe('a connection lost during the commit', () => {
     );
     for (const size of ['small', 'large'] as const) {
       const outcome = ctx.database.transactions
-        .run(ids.U, (tx) => Promise.all([renameU(tx, { userId: ids.U, name: 'Never' }), slow(tx, { seconds: 30 })]), undefined, size)
+        .run(ids.U, [renameU.with({ userId: ids.U, name: 'Never' }), slow.with({ seconds: 30 })], undefined, size)
         .then(
           () => undefined,
           (error: unknown) => error,

@@ -62,7 +62,7 @@ const rename = testStatement<{ userId: number; name: string }, { id: number; xid
     .returning(['id', sql<string>`xmin::text`.as('xid'), sql<number>`pg_backend_pid()`.as('pid')]),
 );
 const renameAs = (userId: number, name: string, departure?: Departure) =>
-  ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name }), departure);
+  ctx.database.transactions.run(userId, [rename.with({ userId, name })], departure).then(([rows]) => rows);
 const nameOf = async (userId: number) =>
   (await ctx.db.selectFrom('users').select('full_name').where('id', '=', userId).executeTakeFirstOrThrow()).full_name;
 const UPDATE = expect.stringContaining('update "users"');
@@ -133,7 +133,7 @@ describe('a small write whose user is locked elsewhere', () => {
         .select(sql<number>`pg_backend_pid() + 0`.as('pid'))
         .where('id', '=', args.userId),
     );
-    const [u, v] = [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => fresh(tx, { userId })));
+    const [u, v] = [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [fresh.with({ userId })]).then(([rows]) => rows));
     expect((await v!)[0]!.pid).toBe(shared); // V again, on the same connection
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
     await releaseU();

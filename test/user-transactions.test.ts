@@ -1,10 +1,9 @@
 import net from 'node:net';
 import pg from 'pg';
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { StatementRunner } from '../src/db/reusable-statement.js';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, expectTypeOf, it, vi } from 'vitest';
 import { isDatabaseUnavailable } from '../src/db/errors.js';
-import { ClientGone, USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { ClientGone, type TransactionStatements, USER_EVENT_LOCK_NAMESPACE, type UserTransactions } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
@@ -42,8 +41,8 @@ describe('UserTransactions', () => {
   it('commits the statements of a work together, in one round trip behind the lock, with no BEGIN or COMMIT', async () => {
     for (const size of ['small', 'large'] as const) {
       ctx.database.statements.length = 0;
-      const rows = await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Renamed' }), undefined, size);
-      expect(rows).toEqual([{ id: ids.U }]);
+      const rows = await ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'Renamed' })], undefined, size);
+      expect(rows).toEqual([[{ id: ids.U }]]);
       // A small one's lock is refused rather than waited for, on a shared connection (user-lock-elsewhere.test.ts).
       const lock = size === 'small' ? 'SELECT user_lock_now($1, $2)' : 'SELECT pg_advisory_xact_lock($1, $2)';
       expect(ctx.database.statements).toEqual([lock, expect.stringContaining('update "users"')]);
@@ -52,35 +51,64 @@ describe('UserTransactions', () => {
     }
   });
 
-  it('a statement issued after the work awaited is refused, and nothing of the work is kept', async () => {
-    const late = ctx.database.transactions.run(ids.U, async (tx: StatementRunner) => {
-      await new Promise((resolve) => setTimeout(resolve, 10));
-      return renameU(tx, { userId: ids.U, name: 'Too late' });
-    });
-    await expect(late).rejects.toThrow('a statement was issued after its transaction was sent');
-    expect(await nameOfU()).toBe('U Member');
+  it("resolves to each statement's rows, in order, typed by the statements; a statement left out is not sent", async () => {
+    const doubled = testStatement<{ x: number }, { y: number }>(['x'], (db, args) =>
+      db.selectNoFrom(sql<number>`${args.x}::integer * 2`.as('y')),
+    );
+    const wanted = false as boolean;
+    ctx.database.statements.length = 0;
+    const result = await ctx.database.transactions.run(ids.U, [
+      doubled.with({ x: 2 }),
+      wanted ? doubled.with({ x: 3 }) : undefined,
+      renameU.with({ userId: ids.U, name: 'U Member' }),
+    ]);
+    expectTypeOf(result).toEqualTypeOf<[{ y: number }[], { y: number }[] | undefined, { id: number }[]]>();
+    expect(result).toEqual([[{ y: 4 }], undefined, [{ id: ids.U }]]);
+    expect(ctx.database.statements).toEqual([
+      'SELECT user_lock_now($1, $2)',
+      expect.stringContaining('* 2'),
+      expect.stringContaining('update "users"'),
+    ]);
+    // A transaction of no statement sends nothing, not even the lock.
+    ctx.database.statements.length = 0;
+    expect(await ctx.database.transactions.run(ids.U, [wanted ? doubled.with({ x: 1 }) : undefined])).toEqual([undefined]);
+    expect(ctx.database.statements).toEqual([]);
   });
 
-  it('a work that gives up at its first failed statement leaves no later failure unobserved', async () => {
+  it("a statement depending on an earlier one's rows cannot be written: the statements are data, not a callback", () => {
+    // The callback form (issue statements, await, issue more) no longer type-checks.
+    type Statements = Parameters<UserTransactions['run']>[1];
+    expectTypeOf<Statements>().not.toBeFunction();
+    expectTypeOf<Statements>().toEqualTypeOf<TransactionStatements>();
+  });
+
+  it('statements after a failing one are not run, and nothing of the transaction is kept', async () => {
     const failing = testStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
       db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
+    );
+    // nextval is not transactional: a run statement would leave its mark after the rollback.
+    await sql`CREATE SEQUENCE test_after_failure`.execute(ctx.db);
+    const advance = testStatement<{ by: number }, { n: string }>(['by'], (db, args) =>
+      db.selectNoFrom(sql<string>`nextval('test_after_failure') + ${args.by}::integer`.as('n')),
     );
     for (const size of ['small', 'large'] as const) {
       const outcome = ctx.database.transactions.run(
         ids.U,
-        async (tx) => {
-          const first = failing(tx, { divisor: 0 });
-          void failing(tx, { divisor: 1 }); // fails too (the transaction is aborted); the work never looks
-          void renameU(tx, { userId: ids.U, name: 'Never' });
-          return first;
-        },
+        [failing.with({ divisor: 0 }), advance.with({ by: 0 }), renameU.with({ userId: ids.U, name: 'Never' })],
         undefined,
         size,
       );
-      await expect(outcome).rejects.toMatchObject({ code: '22012' }); // division_by_zero, the first failure
+      await expect(outcome).rejects.toMatchObject({ code: '22012' }); // division_by_zero
     }
-    await new Promise((resolve) => setTimeout(resolve, 50)); // an unobserved rejection would surface here
+    const sequence = await sql<{ is_called: boolean }>`SELECT is_called FROM test_after_failure`.execute(ctx.db);
+    expect(sequence.rows).toEqual([{ is_called: false }]);
     expect(await nameOfU()).toBe('U Member');
+    // The same statement, run, leaves the mark the check above looks for.
+    await ctx.database.transactions.run(ids.U, [advance.with({ by: 0 })]);
+    expect((await sql<{ is_called: boolean }>`SELECT is_called FROM test_after_failure`.execute(ctx.db)).rows).toEqual([
+      { is_called: true },
+    ]);
+    await sql`DROP SEQUENCE test_after_failure`.execute(ctx.db);
   });
 
   it('a failing statement rolls back the statements before it (one implicit transaction), on both kinds of connection', async () => {
@@ -90,18 +118,14 @@ describe('UserTransactions', () => {
     for (const size of ['small', 'large'] as const) {
       const outcome = ctx.database.transactions.run(
         ids.U,
-        (tx) => {
-          const renamed = renameU(tx, { userId: ids.U, name: 'Rolled back' });
-          const failed = failing(tx, { divisor: 0 });
-          return Promise.all([renamed, failed]);
-        },
+        [renameU.with({ userId: ids.U, name: 'Rolled back' }), failing.with({ divisor: 0 })],
         undefined,
         size,
       );
       await expect(outcome).rejects.toMatchObject({ code: '22012' });
       expect(await nameOfU()).toBe('U Member');
       // The connection serves the next transaction.
-      expect(await ctx.database.transactions.run(ids.U, (tx) => failing(tx, { divisor: 1 }), undefined, size)).toEqual([{ q: 1 }]);
+      expect(await ctx.database.transactions.run(ids.U, [failing.with({ divisor: 1 })], undefined, size)).toEqual([[{ q: 1 }]]);
     }
   });
 
@@ -113,7 +137,7 @@ describe('UserTransactions', () => {
         db.selectNoFrom(sql<number>`no_such_function(${args.x}::integer)`.as('y')),
       );
       for (let attempt = 0; attempt < 2; attempt++) {
-        await expect(ctx.database.transactions.run(ids.U, (tx) => unparsable(tx, { x: 1 }), undefined, size)).rejects.toMatchObject({
+        await expect(ctx.database.transactions.run(ids.U, [unparsable.with({ x: 1 })], undefined, size)).rejects.toMatchObject({
           code: '42883',
         });
       }
@@ -126,24 +150,12 @@ describe('UserTransactions', () => {
         db.selectNoFrom(sql<number>`1 / ${args.x}::integer`.as('y')),
       );
       await expect(
-        ctx.database.transactions.run(ids.U, (tx) => Promise.all([doubled(tx, { x: 2 }), divided(tx, { x: 0 })]), undefined, size),
+        ctx.database.transactions.run(ids.U, [doubled.with({ x: 2 }), divided.with({ x: 0 })], undefined, size),
       ).rejects.toMatchObject({ code: '22012' });
       for (let attempt = 0; attempt < 4; attempt++) {
-        expect(await ctx.database.transactions.run(ids.U, (tx) => doubled(tx, { x: attempt }), undefined, size)).toEqual([
-          { y: attempt * 2 },
-        ]);
+        expect(await ctx.database.transactions.run(ids.U, [doubled.with({ x: attempt })], undefined, size)).toEqual([[{ y: attempt * 2 }]]);
       }
     }
-  });
-
-  it('a work that throws after issuing a statement rolls it back', async () => {
-    const thrown = new Error('the work failed');
-    const outcome = ctx.database.transactions.run(ids.U, (tx) => {
-      void renameU(tx, { userId: ids.U, name: 'Half done' }).catch(() => undefined);
-      throw thrown;
-    });
-    await expect(outcome).rejects.toBe(thrown);
-    expect(await nameOfU()).toBe('U Member');
   });
 
   it('small transactions share the write connections: at most DB_WRITE_CONNECTIONS (2) backends for any number of users', async () => {
@@ -154,16 +166,16 @@ describe('UserTransactions', () => {
         .where('id', '=', args.userId),
     );
     const users = [ids.O, ids.A, ids.M, ids.U, ids.V, ids.G];
-    const pids = await Promise.all(users.map((userId) => ctx.database.transactions.run(userId, (tx) => backend(tx, { userId }))));
-    expect(new Set(pids.map((rows) => rows[0]!.pid)).size).toBeLessThanOrEqual(2);
-    const large = await ctx.database.transactions.run(ids.U, (tx) => backend(tx, { userId: ids.U }), undefined, 'large');
-    expect(pids.map((rows) => rows[0]!.pid)).not.toContain(large[0]!.pid); // a pooled connection
+    const pids = await Promise.all(users.map((userId) => ctx.database.transactions.run(userId, [backend.with({ userId })])));
+    expect(new Set(pids.map(([rows]) => rows[0]!.pid)).size).toBeLessThanOrEqual(2);
+    const [large] = await ctx.database.transactions.run(ids.U, [backend.with({ userId: ids.U })], undefined, 'large');
+    expect(pids.map(([rows]) => rows[0]!.pid)).not.toContain(large[0]!.pid); // a pooled connection
   });
 
   it('a client gone before its turn sends nothing; a large transaction whose client leaves while it waits for the lock is cancelled and rolled back', async () => {
     const gone: Departure = { gone: true, onGone: () => () => undefined };
     ctx.database.statements.length = 0;
-    await expect(ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Never' }), gone)).rejects.toBeInstanceOf(
+    await expect(ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'Never' })], gone)).rejects.toBeInstanceOf(
       ClientGone,
     );
     expect(ctx.database.statements).toEqual([]);
@@ -171,7 +183,7 @@ describe('UserTransactions', () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     let leave = () => undefined as void;
     const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
-    const waiting = ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'Cancelled' }), leaving, 'large');
+    const waiting = ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'Cancelled' })], leaving, 'large');
     await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
     leave();
     await expect(waiting).rejects.toMatchObject({ code: '57014' }); // canceling statement due to user request
@@ -179,9 +191,9 @@ describe('UserTransactions', () => {
     await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     expect(await nameOfU()).toBe('U Member');
     // The cancelled connection was closed, not handed back: the next transaction works.
-    expect(
-      await ctx.database.transactions.run(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }), undefined, 'large'),
-    ).toEqual([{ id: ids.U }]);
+    expect(await ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'U Member' })], undefined, 'large')).toEqual([
+      [{ id: ids.U }],
+    ]);
   });
 });
 
@@ -209,9 +221,11 @@ describe('commit groups: the small transactions of different users in one turn',
   it('commit as one transaction, each behind its own lock, in user id order, each answered its own rows', async () => {
     ctx.database.statements.length = 0;
     // V first: the group still takes U's lock (13) before V's (14).
-    const [v, u] = await Promise.all(
-      [ids.V, ids.U].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: `Grouped ${userId}` }))),
-    );
+    const [v, u] = (
+      await Promise.all(
+        [ids.V, ids.U].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: `Grouped ${userId}` })])),
+      )
+    ).map(([rows]) => rows);
     expect(u).toEqual([{ id: ids.U, xid: expect.any(String), at: expect.any(Number) }]);
     expect(v).toEqual([{ id: ids.V, xid: u![0]!.xid, at: expect.any(Number) }]); // the same transaction
     expect(u![0]!.at).toBeLessThan(v![0]!.at);
@@ -227,14 +241,15 @@ describe('commit groups: the small transactions of different users in one turn',
   it('a member that fails is answered alone; the group rolls back and the others commit again together', async () => {
     ctx.database.statements.length = 0;
     const [m, u, v] = await Promise.allSettled([
-      ctx.database.transactions.run(ids.M, (tx) => rename(tx, { userId: ids.M, name: 'Committed again' })),
-      ctx.database.transactions.run(ids.U, (tx) => Promise.all([rename(tx, { userId: ids.U, name: 'Never' }), divide(tx, { divisor: 0 })])),
-      ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Committed again' })),
+      ctx.database.transactions.run(ids.M, [rename.with({ userId: ids.M, name: 'Committed again' })]),
+      ctx.database.transactions.run(ids.U, [rename.with({ userId: ids.U, name: 'Never' }), divide.with({ divisor: 0 })]),
+      ctx.database.transactions.run(ids.V, [rename.with({ userId: ids.V, name: 'Committed again' })]),
     ]);
     expect(u).toMatchObject({ status: 'rejected', reason: { code: '22012' } });
-    expect(m).toMatchObject({ status: 'fulfilled', value: [{ id: ids.M }] });
-    expect(v).toMatchObject({ status: 'fulfilled', value: [{ id: ids.V }] });
-    const xid = (outcome: PromiseSettledResult<{ xid: string }[]>) => (outcome as PromiseFulfilledResult<{ xid: string }[]>).value[0]!.xid;
+    expect(m).toMatchObject({ status: 'fulfilled', value: [[{ id: ids.M }]] });
+    expect(v).toMatchObject({ status: 'fulfilled', value: [[{ id: ids.V }]] });
+    const xid = (outcome: PromiseSettledResult<[{ xid: string }[]]>) =>
+      (outcome as PromiseFulfilledResult<[{ xid: string }[]]>).value[0][0]!.xid;
     expect(xid(v)).toBe(xid(m));
     // The group (M's two statements, U's three, V's two), U again alone, then M and V again together.
     expect(ctx.database.statements).toHaveLength(7 + 3 + 4);
@@ -248,17 +263,17 @@ describe('commit groups: the small transactions of different users in one turn',
     const circular: Record<string, unknown> = {};
     circular.self = circular;
     const [u, v] = await Promise.allSettled([
-      ctx.database.transactions.run(ids.U, (tx) => echo(tx, { value: circular })),
-      ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Sent alone' })),
+      ctx.database.transactions.run(ids.U, [echo.with({ value: circular })]),
+      ctx.database.transactions.run(ids.V, [rename.with({ userId: ids.V, name: 'Sent alone' })]),
     ]);
     expect(u).toMatchObject({ status: 'rejected', reason: expect.any(TypeError) });
-    expect(v).toMatchObject({ status: 'fulfilled', value: [{ id: ids.V }] });
+    expect(v).toMatchObject({ status: 'fulfilled', value: [[{ id: ids.V }]] });
     expect(await nameOf(ids.V)).toBe('Sent alone');
     // The shared connections were left whole: a group still commits.
     const again = await Promise.all(
-      [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Again' }))),
+      [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: 'Again' })])),
     );
-    expect(again[1]![0]!.xid).toBe(again[0]![0]!.xid);
+    expect(again[1]![0][0]!.xid).toBe(again[0]![0][0]!.xid);
   });
 
   it('a connection lost under a group fails every member as unavailable and sends nothing again', async () => {
@@ -271,7 +286,7 @@ describe('commit groups: the small transactions of different users in one turn',
     try {
       ctx.database.statements.length = 0;
       const outcomes = Promise.allSettled(
-        [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, (tx) => rename(tx, { userId, name: 'Lost' }))),
+        [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: 'Lost' })])),
       );
       await vi.waitFor(async () => expect(await blocked()).toHaveLength(1)); // the group waits for U's row
       await other.query('SELECT pg_terminate_backend($1)', [(await blocked())[0]!.pid]);
@@ -285,8 +300,8 @@ describe('commit groups: the small transactions of different users in one turn',
     }
     expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['U Member', 'V Member']);
     // The next group gets a new connection.
-    expect(await ctx.database.transactions.run(ids.V, (tx) => rename(tx, { userId: ids.V, name: 'Again' }))).toEqual([
-      { id: ids.V, xid: expect.any(String), at: expect.any(Number) },
+    expect(await ctx.database.transactions.run(ids.V, [rename.with({ userId: ids.V, name: 'Again' })])).toEqual([
+      [{ id: ids.V, xid: expect.any(String), at: expect.any(Number) }],
     ]);
   });
 });

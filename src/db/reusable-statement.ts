@@ -8,6 +8,24 @@ export interface Statement {
   text: string;
 }
 
+/** Only in types: what a bound statement's rows are (never a property at run time). */
+declare const rowsOf: unique symbol;
+
+/**
+ * A statement with its values, as data: an element of a user's transaction
+ * (UserTransactions.run), which resolves to its rows, typed `Row`. Made by a reusable statement's
+ * `with`, by `bindStatement` (hand-written SQL) or by `queryStatement` (a Kysely query).
+ */
+export interface BoundStatement<Row> extends Statement {
+  readonly values: readonly unknown[];
+  readonly [rowsOf]?: Row;
+}
+
+/** A statement of hand-written SQL (preparedStatement's, say) with its values; `Row` is what its SQL returns. */
+export function bindStatement<Row>(statement: Statement, values: readonly unknown[]): BoundStatement<Row> {
+  return { ...statement, values };
+}
+
 /**
  * Where a statement can run: the short-statement connections (pipelined-connections.ts) or the connection
  * of a transaction. Resolves to the rows.
@@ -52,10 +70,14 @@ export function preparedStatement(text: string): Required<Statement> {
   return { name, text };
 }
 
-/** A reusable statement: runs with each call's arguments; `statement()` is its text and name, compiled once. */
+/**
+ * A reusable statement: runs with each call's arguments; `statement()` is its text and name,
+ * compiled once; `with(args)` is it with those arguments, as a transaction's statement.
+ */
 export interface ReusableStatement<Args, Row> {
   (runner: StatementRunner, args: Args): Promise<Row[]>;
   readonly statement: () => Required<Statement>;
+  readonly with: (args: Args) => BoundStatement<Row>;
 }
 
 /**
@@ -95,18 +117,27 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     const { text, constants, bound } = shareParameters(query.sql, query.parameters);
     return { statement: preparedStatement(text), constants, bound };
   };
+  const bind = (args: Args) => {
+    const { statement, constants, bound } = (compiled ??= compile());
+    return { statement, values: bound.map((name, i) => (name === undefined ? constants[i] : args[name])) };
+  };
   // Not async: the runner's promise is returned as it is, without another promise around it.
   const run = (runner: StatementRunner, args: Args): Promise<Row[]> => {
+    let bound: ReturnType<typeof bind>;
     try {
-      compiled ??= compile();
+      bound = bind(args);
     } catch (error) {
       return Promise.reject(error);
     }
-    const { statement, constants, bound } = compiled;
-    const values = bound.map((name, i) => (name === undefined ? constants[i] : args[name]));
-    return runner.run<Row>(statement, values);
+    return runner.run<Row>(bound.statement, bound.values);
   };
-  return Object.assign(run, { statement: () => (compiled ??= compile()).statement });
+  return Object.assign(run, {
+    statement: () => (compiled ??= compile()).statement,
+    with: (args: Args) => {
+      const { statement, values } = bind(args);
+      return bindStatement<Row>(statement, values);
+    },
+  });
 }
 
 /**
@@ -139,10 +170,11 @@ function shareParameters(
 }
 
 /**
- * Runs a Kysely query on a runner (a user's transaction, say) as an unnamed statement: for queries
- * whose shape varies with their options, built by Kysely (any instance: only its compiler is used).
+ * A Kysely query as a transaction's statement, unnamed: for queries whose shape varies with their
+ * options. `build` gets a Kysely that only compiles, never the pool's: a statement is data, built
+ * without a connection.
  */
-export function runQuery<Row>(runner: StatementRunner, query: Compilable<Row>): Promise<Row[]> {
-  const { sql, parameters } = query.compile();
-  return runner.run<Row>({ text: sql }, parameters);
+export function queryStatement<Row>(build: (db: Kysely<DB>) => Compilable<Row>): BoundStatement<Row> {
+  const { sql, parameters } = build(compiler).compile();
+  return { text: sql, values: parameters };
 }

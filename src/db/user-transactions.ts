@@ -10,7 +10,7 @@ import {
   statementFailure,
 } from './errors.js';
 import type { Departure } from '../lib/departure.js';
-import type { Statement, StatementRunner } from './reusable-statement.js';
+import type { BoundStatement, Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';
 import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
@@ -22,13 +22,16 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * - Within this process a user's transactions first wait their turn in memory, WITHOUT a pool
  *   connection: otherwise a burst of one user's writes would fill the pool with connections
  *   waiting for that user's lock, and every other request of the instance would time out (503).
- * - Then, on one connection (see TransactionSize), the user's advisory lock and the work's
+ * - A transaction is data: the statements with their values (BoundStatement), known before it is
+ *   sent, resolving to a tuple of their rows typed by each statement; none can be issued after
+ *   another's rows arrive (runInteractive, a BEGIN … COMMIT of its own, is for writes that must).
+ * - Then, on one connection (see TransactionSize), the user's advisory lock and the transaction's
  *   statements are sent as one implicit transaction (implicit-transaction.ts): one round trip and
  *   one commit, however many statements, with no BEGIN or COMMIT to run. The lock is a statement of
- *   its own before the work: each statement sees what was committed before it was bound, so the
- *   work sees everything the user's previous transaction (on any instance) committed.
+ *   its own before the others: each statement sees what was committed before it was bound, so the
+ *   statements see everything the user's previous transaction (on any instance) committed.
  * - A statement that fails rolls the whole transaction back, and the statements after it are not
- *   run. Nothing of the work is then stored.
+ *   run. Nothing of the transaction is then stored.
  * - The small transactions of one turn, each another user's, commit together (commit-groups.ts):
  *   one WAL flush for all of them, each with its own outcome.
  * - A small transaction never waits for its lock on a shared write connection: there it would hold
@@ -100,6 +103,15 @@ export interface UserTransactionOptions {
  */
 export type TransactionSize = 'small' | 'large';
 
+/** The statements of a transaction (UserTransactions.run); undefined ones are left out. */
+export type TransactionStatements = readonly (BoundStatement<unknown> | undefined)[];
+
+/** A statement's rows, or undefined for a statement left out. */
+type RowsOf<S> = S extends BoundStatement<infer Row> ? Row[] : undefined;
+
+/** What a transaction's statements resolve to: each one's rows, in order. */
+export type TransactionRows<S extends TransactionStatements> = { -readonly [K in keyof S]: RowsOf<S[K]> };
+
 /** At most this many statements in one commit group (commit-groups.ts): 32 one-statement writes. */
 const MAX_GROUP_STATEMENTS = 64;
 
@@ -117,18 +129,26 @@ export class UserTransactions {
   }
 
   /**
-   * Runs `work` in the user's transaction. `work` must issue every statement through the runner
-   * it is given before it awaits anything (they are sent together once it returns); a statement
-   * issued later is refused. Resolves to what `work` resolves to, once committed.
+   * Runs `statements`, in order, in the user's transaction (behind the user's lock, which this
+   * prepends) and resolves, once committed, to their rows, in the same order: a tuple typed by each
+   * statement's rows. A statement left out (undefined: a section the caller does not want) is not
+   * sent and resolves to undefined. The statements are data, all known before anything is sent:
+   * none can depend on another's rows (runInteractive is for writes that read first).
    */
-  run<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, size: TransactionSize = 'small'): Promise<T> {
-    return this.turns.run(userId, () => {
-      if (departure?.gone) return Promise.reject(new ClientGone());
-      const issued = issue(userId, work, size === 'small' ? LOCK_NOW : LOCK);
-      // A work that threw while issuing sent nothing: there is nothing to roll back.
-      if (issued.threw || issued.statements.length === 1) return issued.result;
-      const sent = size === 'small' ? this.small(userId, issued.statements, departure) : this.onOwnConnection(issued.statements, departure);
-      return finish(sent, issued);
+  run<const S extends TransactionStatements>(
+    userId: number,
+    statements: S,
+    departure?: Departure,
+    size: TransactionSize = 'small',
+  ): Promise<TransactionRows<S>> {
+    return this.turns.run(userId, async () => {
+      if (departure?.gone) throw new ClientGone();
+      const sent: GroupStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
+      for (const statement of statements) if (statement) sent.push(statement);
+      const rows =
+        sent.length === 1 ? [] : await (size === 'small' ? this.small(userId, sent, departure) : this.onOwnConnection(sent, departure));
+      let next = 1;
+      return statements.map((statement) => (statement ? (rows[next++] ?? []) : undefined)) as TransactionRows<S>;
     });
   }
 
@@ -233,71 +253,4 @@ export class UserTransactions {
       client.release(cancelled || query?.connectionSuspect || failedClients.has(client) ? true : undefined);
     }
   }
-}
-
-interface Issued<T> {
-  /** The lock, then the work's statements, in order. */
-  statements: GroupStatement[];
-  /** The promises handed to the work, one per statement after the lock. */
-  handed: { resolve: (rows: unknown[]) => void; reject: (error: unknown) => void; promise: Promise<unknown> }[];
-  result: Promise<T>;
-  threw: boolean;
-}
-
-/** Runs `work` to collect its statements, each behind the user's lock (`lock`), before anything is sent. */
-function issue<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, lock: Statement): Issued<T> {
-  let sealed = false;
-  const statements: GroupStatement[] = [{ ...lock, values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
-  const handed: Issued<T>['handed'] = [];
-  const tx: StatementRunner = {
-    run: <R>(statement: Statement, values: readonly unknown[]) => {
-      if (sealed)
-        return Promise.reject(new Error('a statement was issued after its transaction was sent (issue every statement before awaiting)'));
-      statements.push({ ...statement, values });
-      const { promise, resolve, reject } = withResolvers<R[]>();
-      handed.push({ resolve: resolve as (rows: unknown[]) => void, reject, promise });
-      return promise;
-    },
-  };
-  let result: Promise<T>;
-  let threw = false;
-  try {
-    result = work(tx);
-  } catch (error) {
-    threw = true;
-    result = Promise.reject(error);
-  }
-  sealed = true;
-  return { statements, handed, result, threw };
-}
-
-// Promise.withResolvers is Node 22+.
-function withResolvers<T>() {
-  let resolve!: (value: T) => void;
-  let reject!: (error: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
-
-/**
- * Hands each statement its rows (or the transaction's failure), then settles with the work's
- * result; the transaction's failure comes first. Every promise handed to the work is awaited here
- * whatever the work does with it: a work that gives up at its first failure leaves the others'
- * failures unobserved, which would end the process.
- */
-async function finish<T>(sent: Promise<unknown[][]>, issued: Issued<T>): Promise<T> {
-  const transaction = sent.then(
-    (rows) => issued.handed.forEach((statement, index) => statement.resolve(rows[index + 1] ?? [])),
-    (error: unknown) => {
-      for (const statement of issued.handed) statement.reject(error);
-      throw error;
-    },
-  );
-  const outcomes = await Promise.allSettled([transaction, ...issued.handed.map((statement) => statement.promise), issued.result]);
-  const failure = outcomes.find((outcome) => outcome.status === 'rejected');
-  if (failure) throw failure.reason;
-  return (outcomes.at(-1) as PromiseFulfilledResult<T>).value;
 }

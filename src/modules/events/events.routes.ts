@@ -77,7 +77,6 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     const params = parametersOf(request, registerSchema);
     const capabilities = params.client_capabilities;
     const { queueId, lifespanSeconds, state } = await registerEventQueue(
-      db,
       transactions,
       config,
       callerOf(request),

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
-import type { Database } from '../../db/database.js';
-import { runQuery } from '../../db/reusable-statement.js';
+import { bindStatement, queryStatement } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
 import { type AuthLookup, AuthLookupQuery, type Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
@@ -104,7 +103,6 @@ function wantedSections(request: RegisterRequest): (name: string) => boolean {
  * shared first.
  */
 export async function registerEventQueue(
-  db: Database,
   transactions: UserTransactions,
   config: RegisterConfig,
   caller: Caller,
@@ -127,50 +125,41 @@ export async function registerEventQueue(
   const usersInSql = canBuildUsersInSql(caller, config);
   const state: InitialState = {};
   const readState = async () => {
-    const read = await transactions.run(
+    // The organization's membership lock, shared: no user-management or subscription change of
+    // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
+    const [, , users, userTexts, subscriptions, views] = await transactions.run(
       caller.id,
-      async (tx) => {
-        // Every statement is issued before the first await (see UserTransactions.run).
-        // The organization's membership lock, shared: no user-management or subscription change of
-        // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
-        const realmLocked = tx.run(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]);
-        const created = runQuery(tx, createEventQueue(db, queue, config.queueMaxPerUser));
-        const users =
-          !wanted('realm_user') || usersInSql
-            ? undefined
-            : runQuery(
-                tx,
-                selectRealmUsers(db, caller.realmId, {
-                  withProfileData: true,
-                  ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }),
-                }),
-              );
-        const userTexts =
-          wanted('realm_user') && usersInSql
-            ? runQuery(tx, selectRealmUsersJson(db, caller, userOptions, config, { split: true }))
-            : undefined;
-        const subscriptions = wanted('subscription')
-          ? runQuery(tx, selectActiveSubscriptions(db, caller, request.includeSubscribers))
-          : undefined;
-        const views = wanted('navigation_views') ? runQuery(tx, selectNavigationViews(db, caller.realmId, caller.id)) : undefined;
-        await realmLocked;
-        await created;
-        return { users: await users, userTexts: await userTexts, subscriptions: await subscriptions, views: await views };
-        // Large: it reads the whole organization's users.
-      },
+      [
+        bindStatement(REALM_MEMBERSHIP_LOCK_SHARED, [REALM_MEMBERSHIP_LOCK_NAMESPACE, caller.realmId]),
+        queryStatement((db) => createEventQueue(db, queue, config.queueMaxPerUser)),
+        wanted('realm_user') && !usersInSql
+          ? queryStatement((db) =>
+              selectRealmUsers(db, caller.realmId, {
+                withProfileData: true,
+                ...(isRestrictedViewer(caller) && { sharedChannelsWithUserId: caller.id }),
+              }),
+            )
+          : undefined,
+        wanted('realm_user') && usersInSql
+          ? queryStatement((db) => selectRealmUsersJson(db, caller, userOptions, config, { split: true }))
+          : undefined,
+        wanted('subscription') ? queryStatement((db) => selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined,
+        wanted('navigation_views') ? queryStatement((db) => selectNavigationViews(db, caller.realmId, caller.id)) : undefined,
+      ],
       departure,
+      // Large: it reads the whole organization's users.
       'large',
     );
     // The objects are built once the transaction is over: building a large organization's users
     // takes many turns of the event loop, which must not hold the connection and the user's lock.
-    if (read.users) Object.assign(state, await realmUserSections(read.users, config, caller, request));
-    if (read.userTexts) {
-      const { active = [], nonActive = [] } = await userJsonTexts(read.userTexts, caller, userOptions, config, (row) =>
+    if (users) Object.assign(state, await realmUserSections(users, config, caller, request));
+    if (userTexts) {
+      const { active = [], nonActive = [] } = await userJsonTexts(userTexts, caller, userOptions, config, (row) =>
         row.active ? 'active' : 'nonActive',
       );
       Object.assign(state, { realm_users: new JsonTextList(active), realm_non_active_users: new JsonTextList(nonActive) });
     }
-    return read;
+    return { subscriptions, views };
   };
   // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
   const read = await (wanted('realm_user') ? largeReadTurns.run(caller.id, readState) : readState());

@@ -63,7 +63,7 @@ async function writeView(
     maxPendingEvents: writes.maxPendingEvents,
   };
   try {
-    await writes.transactions.run(caller.id, (tx) => statement(tx, values), departure);
+    await writes.transactions.run(caller.id, [statement.with(values)], departure);
   } catch (error) {
     const refusal = writeRefusal(error)?.reason;
     if (refusal === VIEW_EXISTS) throw badRequest(EXISTS_MESSAGE);

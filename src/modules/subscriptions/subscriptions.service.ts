@@ -86,7 +86,7 @@ export async function applySubscriptionChanges(
   try {
     await writes.transactions.run(
       caller.id,
-      (tx) => writeSettingsStatement(tx, args),
+      [writeSettingsStatement.with(args)],
       departure,
       changes.length > SMALL_UPDATE_CHANGES ? 'large' : 'small',
     );

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
-import type { Statement, StatementRunner } from '../../db/reusable-statement.js';
+import { bindStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type UserTransactions } from '../../db/user-transactions.js';
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
@@ -75,12 +75,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
     if (transactions) {
       await transactions.run.run(
         transactions.actingUserId,
-        (tx) => {
-          // Every statement is issued before the first await (see UserTransactions.run).
-          const locked = tx.run(REALM_MEMBERSHIP_LOCK, lockOf(context));
-          const written = tx.run(statement, values);
-          return Promise.all([locked, written]);
-        },
+        [bindStatement(REALM_MEMBERSHIP_LOCK, lockOf(context)), bindStatement(statement, values)],
         transactions.departure,
         'large',
       );
