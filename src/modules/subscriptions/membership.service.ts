@@ -39,7 +39,8 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  * interleave, so what the read statement found still holds when the write runs. The principals'
  * own user locks are not taken: a user's settings writes change only rows of that user's active
  * subscriptions, row by row, and take no organization lock, so neither waits for the other's
- * locks in a cycle. Statements: BEGIN, the user's lock, the organization's lock, one read, one
+ * locks in a cycle. Within this process the change first waits for the organization's turn
+ * (RealmTurn in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
  * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
  */
 
@@ -80,6 +81,7 @@ function underMembershipLock<T>(
       return work(tx);
     },
     departure,
+    { realmId: caller.realmId, mode: 'exclusive' },
   );
 }
 
