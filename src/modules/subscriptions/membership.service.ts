@@ -347,7 +347,8 @@ function planSubscriptions(
 async function writeMembership(
   tx: StatementRunner,
   context: EventWrites,
-  caller: Pick<MembershipCaller, 'realmId'>,
+  /** `id`: the acting user of the audit rows; null for an operator (the admin command line). */
+  caller: Pick<MembershipCaller, 'realmId'> & { id: number | null },
   created: ChannelRow[],
   added: Addition[],
   removed: { user_id: number; stream_id: number }[],
@@ -375,6 +376,7 @@ async function writeMembership(
     channels: JSON.stringify(channels),
     added: JSON.stringify(added),
     removed: JSON.stringify(removed),
+    actingUserId: caller.id,
     ...addressedEventArgs(stored),
     maxPendingEvents: context.maxPendingEvents,
   });
@@ -491,7 +493,8 @@ export function subscribeAsOperator(
       const user = read.targets.find((target) => target.id === userId);
       if (!channel || !user) throw new ChannelNotFound(channelName);
       const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
-      if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
+      if (plan.added.length > 0)
+        await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
       return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
     },
     undefined,
