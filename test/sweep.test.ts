@@ -17,8 +17,8 @@ afterEach(async () => {
 /** `count` audit rows of U on P, created `daysAgo` days ago. */
 async function auditRows(context: TestContext, count: number, daysAgo: number): Promise<void> {
   await sql`
-    INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value, created_at)
-    SELECT 1, ${ids.U}, ${ids.P}, 'pin_to_top', 'false', 'true', now() - make_interval(days => ${daysAgo})
+    INSERT INTO subscription_audit_log (realm_id, acting_user_id, modified_user_id, stream_id, property, old_value, new_value, created_at)
+    SELECT 1, ${ids.U}, ${ids.U}, ${ids.P}, 'pin_to_top', 'false', 'true', now() - make_interval(days => ${daysAgo})
     FROM generate_series(1, ${count})
   `.execute(context.db);
 }

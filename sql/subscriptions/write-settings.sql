@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/subscriptions.repository.ts.
--- Prepared as s_d83b65d376ec035155f2646def1a6788, a hash of its exact text; this one differs from it only in
+-- Prepared as s_8b4dd7be36890da075b919e409f47a7c, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
@@ -114,9 +114,10 @@ with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
   where $9::boolean and "sub"."user_id" = $2 and "sub"."realm_id" = $4 and "sub"."stream_id" = "v"."stream_id"
 ),
   "audited" as (
-  insert into "subscription_audit_log" ("realm_id", "acting_user_id", "stream_id", "property", "old_value", "new_value", "created_at")
+  insert into "subscription_audit_log" ("realm_id", "acting_user_id", "modified_user_id", "stream_id", "property", "old_value", "new_value", "created_at")
   select $4::integer as "realm_id",
     $2::integer as "user_id",
+    $2::integer as "modified_user_id",
     "e"."stream_id",
     "e"."property",
     case when "e"."known_old" = true then "e"."old" else (c.settings -> e.property)::jsonb end as "old_value",

@@ -113,12 +113,14 @@ export interface Streams {
 }
 
 export interface SubscriptionAuditLog {
-  acting_user_id: number;
+  acting_user_id: number | null;
   created_at: Generated<Timestamp>;
+  event_type: Generated<number>;
   id: Generated<ColumnType<number, number | bigint | string, number | bigint | string>>;
+  modified_user_id: number;
   new_value: Json | null;
   old_value: Json | null;
-  property: string;
+  property: string | null;
   realm_id: number;
   stream_id: number;
 }

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { KeyedTurns } from '../lib/keyed-turns.js';
+import { KeyedReadWriteTurns, type TurnMode } from '../lib/keyed-read-write-turns.js';
 import {
   closesConnection,
   CommitOutcomeUnknown,
@@ -68,6 +69,24 @@ export const REALM_MEMBERSHIP_LOCK_NAMESPACE = 7002;
 export const REALM_MEMBERSHIP_LOCK = { name: 'realm_membership_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 export const REALM_MEMBERSHIP_LOCK_SHARED = { name: 'realm_membership_lock_shared', text: 'SELECT pg_advisory_xact_lock_shared($1, $2)' };
 
+/**
+ * Within this process the holders of an organization's membership lock first wait their turn in
+ * memory (RealmTurn), without a connection: a burst of subscribes of one organization, or
+ * registers behind one, would otherwise each hold a pool connection while PostgreSQL makes them
+ * wait for the lock, and other organizations' requests would get 503s. The lock is still taken (it
+ * serializes across instances), so at most one exclusive holder per organization and instance
+ * waits for it on a connection. The order is: the user's turn, the organization's turn (both in
+ * memory, taken before a connection), then on the connection the user's lock, the organization's
+ * lock. No one waits in memory while holding a lock of PostgreSQL, and the locks are taken in the
+ * same order everywhere, so they cannot deadlock. The lock is waited for, so its holders are large
+ * or interactive transactions, never small ones (which would wait on a shared write connection).
+ */
+export interface RealmTurn {
+  realmId: number;
+  /** 'exclusive' with REALM_MEMBERSHIP_LOCK, 'shared' with REALM_MEMBERSHIP_LOCK_SHARED. */
+  mode: TurnMode;
+}
+
 const LOCK = { name: 'user_transaction_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 /** The lock of a small transaction, on a shared connection: refused at once (ZU002) rather than waited for. */
 const LOCK_NOW = { name: 'user_transaction_lock_now', text: 'SELECT user_lock_now($1, $2)' };
@@ -117,6 +136,7 @@ const MAX_GROUP_STATEMENTS = 64;
 
 export class UserTransactions {
   private readonly turns = new KeyedTurns<number>();
+  private readonly realmTurns = new KeyedReadWriteTurns<number>();
   private readonly groups: CommitGroups;
 
   constructor(private readonly options: UserTransactionOptions) {
@@ -128,20 +148,32 @@ export class UserTransactions {
     return this.turns.activeKeys;
   }
 
+  /** How many organizations have a membership-lock holder running or waiting in this process. */
+  get activeRealms(): number {
+    return this.realmTurns.activeKeys;
+  }
+
+  /** The user's turn, then (when the work takes the organization's membership lock) the organization's. */
+  private inTurns<T>(userId: number, realm: RealmTurn | undefined, work: () => Promise<T>): Promise<T> {
+    return this.turns.run(userId, realm ? () => this.realmTurns.run(realm.realmId, realm.mode, work) : work);
+  }
+
   /**
    * Runs `statements`, in order, in the user's transaction (behind the user's lock, which this
    * prepends) and resolves, once committed, to their rows, in the same order: a tuple typed by each
    * statement's rows. A statement left out (undefined: a section the caller does not want) is not
    * sent and resolves to undefined. The statements are data, all known before anything is sent:
-   * none can depend on another's rows (runInteractive is for writes that read first).
+   * none can depend on another's rows (runInteractive is for writes that read first). `realm`: the
+   * organization's turn, when the statements take its membership lock.
    */
   run<const S extends TransactionStatements>(
     userId: number,
     statements: S,
     departure?: Departure,
     size: TransactionSize = 'small',
+    realm?: RealmTurn,
   ): Promise<TransactionRows<S>> {
-    return this.turns.run(userId, async () => {
+    return this.inTurns(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
       const sent: GroupStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
       for (const statement of statements) if (statement) sent.push(statement);
@@ -160,10 +192,11 @@ export class UserTransactions {
    * user's lock (waited for), the work's statements, COMMIT; a failure rolls it all back. It
    * waits its turn with the user's other transactions of this process, as run() does, and its
    * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
-   * in `onStatement`, BEGIN and COMMIT included.
+   * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's turn, when `work`
+   * takes its membership lock.
    */
-  runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure): Promise<T> {
-    return this.turns.run(userId, async () => {
+  runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmTurn): Promise<T> {
+    return this.inTurns(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
       const { failedClients, onStatement } = this.options;
       const client = await connectOrUnavailable(this.options.pool);

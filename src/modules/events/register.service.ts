@@ -149,6 +149,8 @@ export async function registerEventQueue(
       departure,
       // Large: it reads the whole organization's users.
       'large',
+      // The organization's turn in this process, shared, with its lock (RealmTurn).
+      { realmId: caller.realmId, mode: 'shared' },
     );
     // The objects are built once the transaction is over: building a large organization's users
     // takes many turns of the event loop, which must not hold the connection and the user's lock.

@@ -150,15 +150,26 @@ interface MembershipWriteArgs extends MultiUserEventArgs {
   added: string;
   /** `{user_id, stream_id}` objects to unsubscribe, as JSON. */
   removed: string;
+  /** Who made the change, for the audit rows; null: an operator (the admin command line). */
+  actingUserId: number | null;
 }
 
+/** Zulip's RealmAuditLog event types of a membership change (migration 0009). */
+const SUBSCRIPTION_CREATED = 301;
+const SUBSCRIPTION_ACTIVATED = 302;
+const SUBSCRIPTION_DEACTIVATED = 303;
+
 /**
- * Creates the channels, subscribes and unsubscribes, and appends the events to each recipient's
- * queues: one statement. The checks were made by the caller on what readMembership returned,
- * under the organization's membership lock, so nothing here can fail on them.
+ * Creates the channels, subscribes and unsubscribes, writes their audit rows and appends the events
+ * to each recipient's queues: one statement. The checks were made by the caller on what
+ * readMembership returned, under the organization's membership lock, so nothing here can fail on
+ * them. The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
+ * per subscription added, SUBSCRIPTION_CREATED, or SUBSCRIPTION_ACTIVATED when its row existed
+ * (inactive) before the statement (which every part of it sees as it was); then per subscription
+ * removed, SUBSCRIPTION_DEACTIVATED; each in request order, all with the statement's time.
  */
 export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, { channels: number; added: number; removed: number }>(
-  [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed'],
+  [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed', 'actingUserId'],
   (db, args) =>
     withEventsForUsers(db, args)
       .with('new_channel', (db) =>
@@ -208,6 +219,26 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
           )
           .where('sub.realm_id', '=', args.realmId)
           .returning('sub.user_id'),
+      )
+      .with('audited', (db) =>
+        db
+          .insertInto('subscription_audit_log')
+          .columns(['realm_id', 'acting_user_id', 'modified_user_id', 'stream_id', 'event_type', 'created_at'])
+          .expression(
+            () => sql`(
+            SELECT ${args.realmId}::integer, ${args.actingUserId}::integer, c.user_id, c.stream_id, c.event_type, statement_timestamp()
+            FROM (
+              SELECT a.user_id, a.stream_id, a.ord,
+                     CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
+                          THEN ${sql.lit(SUBSCRIPTION_ACTIVATED)} ELSE ${sql.lit(SUBSCRIPTION_CREATED)} END AS event_type
+              FROM ROWS FROM (json_to_recordset(${args.added}::json) AS (user_id integer, stream_id integer, color text))
+                   WITH ORDINALITY AS a(user_id, stream_id, color, ord)
+              UNION ALL
+              SELECT r.user_id, r.stream_id, r.ord, ${sql.lit(SUBSCRIPTION_DEACTIVATED)}
+              FROM ROWS FROM (json_to_recordset(${args.removed}::json) AS (user_id integer, stream_id integer))
+                   WITH ORDINALITY AS r(user_id, stream_id, ord)) c
+            ORDER BY c.event_type, c.ord)`,
+          ),
       )
       .selectNoFrom((eb) => [
         eb

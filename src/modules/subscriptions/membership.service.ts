@@ -39,7 +39,8 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  * interleave, so what the read statement found still holds when the write runs. The principals'
  * own user locks are not taken: a user's settings writes change only rows of that user's active
  * subscriptions, row by row, and take no organization lock, so neither waits for the other's
- * locks in a cycle. Statements: BEGIN, the user's lock, the organization's lock, one read, one
+ * locks in a cycle. Within this process the change first waits for the organization's turn
+ * (RealmTurn in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
  * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
  */
 
@@ -80,6 +81,7 @@ function underMembershipLock<T>(
       return work(tx);
     },
     departure,
+    { realmId: caller.realmId, mode: 'exclusive' },
   );
 }
 
@@ -345,7 +347,8 @@ function planSubscriptions(
 async function writeMembership(
   tx: StatementRunner,
   context: EventWrites,
-  caller: Pick<MembershipCaller, 'realmId'>,
+  /** `id`: the acting user of the audit rows; null for an operator (the admin command line). */
+  caller: Pick<MembershipCaller, 'realmId'> & { id: number | null },
   created: ChannelRow[],
   added: Addition[],
   removed: { user_id: number; stream_id: number }[],
@@ -373,6 +376,7 @@ async function writeMembership(
     channels: JSON.stringify(channels),
     added: JSON.stringify(added),
     removed: JSON.stringify(removed),
+    actingUserId: caller.id,
     ...addressedEventArgs(stored),
     maxPendingEvents: context.maxPendingEvents,
   });
@@ -489,7 +493,8 @@ export function subscribeAsOperator(
       const user = read.targets.find((target) => target.id === userId);
       if (!channel || !user) throw new ChannelNotFound(channelName);
       const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
-      if (plan.added.length > 0) await writeMembership(tx, writes, { realmId }, [], plan.added, [], plan.events, read.queue_owners);
+      if (plan.added.length > 0)
+        await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
       return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
     },
     undefined,

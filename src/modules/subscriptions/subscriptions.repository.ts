@@ -119,7 +119,8 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
         .with('audited', (db) =>
           db
             .insertInto('subscription_audit_log')
-            .columns(['realm_id', 'acting_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
+            // event_type: its default, 304 (SUBSCRIPTION_PROPERTY_CHANGED; migration 0009).
+            .columns(['realm_id', 'acting_user_id', 'modified_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
             .expression((eb) =>
               eb
                 .selectFrom('entry as e')
@@ -127,6 +128,8 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
                 .select((eb) => [
                   sql<number>`${args.realmId}::integer`.as('realm_id'),
                   sql<number>`${args.userId}::integer`.as('user_id'),
+                  // A user changes only their own subscriptions' settings.
+                  sql<number>`${args.userId}::integer`.as('modified_user_id'),
                   'e.stream_id',
                   'e.property',
                   // The first change of a setting starts from the stored value.

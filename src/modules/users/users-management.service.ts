@@ -2,7 +2,12 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
 import { bindStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
-import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type UserTransactions } from '../../db/user-transactions.js';
+import {
+  REALM_MEMBERSHIP_LOCK,
+  REALM_MEMBERSHIP_LOCK_NAMESPACE,
+  type RealmTurn,
+  type UserTransactions,
+} from '../../db/user-transactions.js';
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
@@ -67,6 +72,8 @@ function refusalOf(error: unknown): unknown {
 }
 
 const lockOf = (context: ManagementContext) => [REALM_MEMBERSHIP_LOCK_NAMESPACE, context.realm.id];
+/** The organization's turn in this process, taken with its lock (RealmTurn). */
+const turnOf = (context: ManagementContext): RealmTurn => ({ realmId: context.realm.id, mode: 'exclusive' });
 
 /** Runs `statement` behind the organization's user-management lock, in one transaction (one round trip on the server's way). */
 async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
@@ -78,6 +85,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
         [bindStatement(REALM_MEMBERSHIP_LOCK, lockOf(context)), bindStatement(statement, values)],
         transactions.departure,
         'large',
+        turnOf(context),
       );
       return;
     }
@@ -99,7 +107,7 @@ async function runManagementInteractive(context: ManagementContext, work: (tx: S
     await work(tx);
   };
   try {
-    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure);
+    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure, turnOf(context));
     else await runInTransaction(context.db, locked);
   } catch (error) {
     throw refusalOf(error);

@@ -1,0 +1,121 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { subscribeAsOperator } from '../src/modules/subscriptions/membership.service.js';
+import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { ids } from './helpers/fixture.js';
+import { subscribe, unsubscribe } from './helpers/membership.js';
+
+/**
+ * The audit rows of membership changes, Zulip's RealmAuditLog rows (zerver/actions/streams.py
+ * bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions; migration 0009): one per
+ * subscription created (301), reactivated (302) or deactivated (303), written by the change's one
+ * write statement.
+ */
+
+const { A, U, V, M, P, Q, S } = ids;
+const CREATED = 301;
+const ACTIVATED = 302;
+const DEACTIVATED = 303;
+
+let ctx: TestContext;
+beforeEach(async () => {
+  ctx = await createTestContext();
+});
+afterEach(() => ctx.close());
+
+/** Every audit row, in id order, without id and time. */
+const auditRows = () =>
+  ctx.db
+    .selectFrom('subscription_audit_log')
+    .select(['realm_id', 'event_type', 'acting_user_id', 'modified_user_id', 'stream_id', 'property', 'old_value', 'new_value'])
+    .orderBy('id')
+    .execute();
+
+/** A membership row as the audit stores it: no property, no values. */
+const row = (eventType: number, acting: number | null, modified: number, streamId: number) => ({
+  realm_id: ids.R,
+  event_type: eventType,
+  acting_user_id: acting,
+  modified_user_id: modified,
+  stream_id: streamId,
+  property: null,
+  old_value: null,
+  new_value: null,
+});
+
+const distinctTimes = async () =>
+  new Set((await ctx.db.selectFrom('subscription_audit_log').select('created_at').execute()).map((r) => r.created_at.getTime())).size;
+
+describe('subscribing', () => {
+  it('writes SUBSCRIPTION_CREATED per new row, then SUBSCRIPTION_ACTIVATED per reactivated one, by the acting user, at one time', async () => {
+    // U left P earlier: its row is there, inactive.
+    await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', U).where('stream_id', '=', P).execute();
+    const res = await subscribe(ctx, { subscriptions: [{ name: 'P' }, { name: 'Q' }, { name: 'New' }], principals: [U, V, M] }, 'A');
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json().already_subscribed).toEqual({ [V]: ['P', 'Q'] });
+    const created = await ctx.db.selectFrom('streams').select('id').where('name', '=', 'New').executeTakeFirstOrThrow();
+    // The created rows, then the reactivated ones (Zulip's order; within each, user by user in id
+    // order, channel by channel: Zulip's users come from a set, in no defined order).
+    expect(await auditRows()).toEqual([
+      row(CREATED, A, M, P),
+      row(CREATED, A, M, Q),
+      row(CREATED, A, M, created.id),
+      row(CREATED, A, U, Q),
+      row(CREATED, A, U, created.id),
+      row(CREATED, A, V, created.id),
+      row(ACTIVATED, A, U, P),
+    ]);
+    expect(await distinctTimes()).toBe(1);
+  });
+
+  it('oneself: the caller is both the acting and the modified user; nothing already subscribed is written', async () => {
+    expect((await subscribe(ctx, { subscriptions: [{ name: 'Q' }, { name: 'P' }] }, 'U')).statusCode).toBe(200);
+    expect(await auditRows()).toEqual([row(CREATED, U, U, Q)]);
+    expect((await subscribe(ctx, { subscriptions: [{ name: 'Q' }, { name: 'P' }] }, 'U')).json().subscribed).toEqual({});
+    expect(await auditRows()).toHaveLength(1);
+  });
+
+  it('a refused request writes no audit row', async () => {
+    const refused = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [U, 999_999] }, 'A');
+    expect(refused.json()).toMatchObject({ result: 'error', msg: 'No such user' });
+    const unauthorized = await subscribe(ctx, { subscriptions: [{ name: 'Q' }, { name: 'S' }] }, 'U');
+    expect(unauthorized.json()).toMatchObject({ result: 'error', msg: 'Unable to access channel (S).' });
+    expect(await auditRows()).toEqual([]);
+  });
+
+  it("the admin command line's subscribe has no acting user (Zulip's acting_user=None)", async () => {
+    const writes = { transactions: ctx.database.transactions, maxPendingEvents: ctx.config.queueMaxPendingEvents };
+    await subscribeAsOperator(writes, ids.R, U, 'S');
+    expect(await auditRows()).toEqual([row(CREATED, null, U, S)]);
+  });
+});
+
+describe('unsubscribing', () => {
+  it('writes SUBSCRIPTION_DEACTIVATED per removed subscription, in request order; none for not_removed', async () => {
+    const res = await unsubscribe(ctx, { subscriptions: ['P', 'Q'], principals: [V, U] }, 'A');
+    expect(res.json()).toMatchObject({ removed: ['P', 'Q', 'P'], not_removed: ['Q'] });
+    expect(await auditRows()).toEqual([row(DEACTIVATED, A, V, P), row(DEACTIVATED, A, V, Q), row(DEACTIVATED, A, U, P)]);
+    expect(await distinctTimes()).toBe(1);
+    // Subscribing again reactivates the row.
+    expect((await subscribe(ctx, { subscriptions: [{ name: 'P' }] }, 'U')).statusCode).toBe(200);
+    expect((await auditRows()).at(-1)).toEqual(row(ACTIVATED, U, U, P));
+  });
+
+  it('a refused request writes no audit row', async () => {
+    const res = await unsubscribe(ctx, { subscriptions: ['P', 'Nowhere'] }, 'U');
+    expect(res.json()).toMatchObject({ result: 'error', msg: 'Channel(s) (Nowhere) do not exist' });
+    expect(await auditRows()).toEqual([]);
+  });
+});
+
+describe('deactivating and reactivating a user', () => {
+  it("writes no subscription audit row and keeps the subscriptions, as Zulip's do_deactivate_user", async () => {
+    const subscriptionsOfV = () =>
+      ctx.db.selectFrom('subscriptions').select(['stream_id', 'active']).where('user_id', '=', V).orderBy('stream_id').execute();
+    const before = await subscriptionsOfV();
+    expect((await api(ctx.app, { method: 'DELETE', url: `/api/v1/users/${V}`, as: 'A' })).statusCode).toBe(200);
+    expect(await subscriptionsOfV()).toEqual(before);
+    expect((await api(ctx.app, { method: 'POST', url: `/api/v1/users/${V}/reactivate`, as: 'A' })).statusCode).toBe(200);
+    expect(await subscriptionsOfV()).toEqual(before);
+    expect(await auditRows()).toEqual([]);
+  });
+});
