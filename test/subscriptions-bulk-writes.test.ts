@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
-import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
 import { errorBody, INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from './helpers/subscriptions.js';
@@ -13,9 +13,8 @@ import { eventually } from './helpers/wait.js';
 
 const { U, P, Q, W } = ids;
 
-let ctx: TestContext;
+const ctx = useTestContext(createTestContext);
 beforeEach(async () => {
-  ctx = await createTestContext();
   // More than one subscription, so that entries touch several rows.
   await ctx.db
     .insertInto('subscriptions')
@@ -25,7 +24,6 @@ beforeEach(async () => {
     ])
     .execute();
 });
-afterEach(() => ctx.close());
 
 const PROPERTY_CYCLE = [
   (i: number) => ({ property: 'color', value: `#${(i % 4096).toString(16).padStart(3, '0')}` }),

@@ -1,5 +1,5 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
 import { methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
@@ -22,13 +22,11 @@ const BOOLEAN_PROPERTIES = [
   'wildcard_mentions_notify',
 ] as const;
 
-let ctx: TestContext;
+const ctx = useTestContext(createTestContext);
 let queue: string;
 beforeEach(async () => {
-  ctx = await createTestContext();
   queue = await createQueue(ctx.db, 'U');
 });
-afterEach(() => ctx.close());
 
 const rejects = (data: unknown, msg: string, as: 'U' | 'A' | 'G' = 'U') =>
   expectRejectedWithoutChanges(ctx, () => bulk(ctx, data, as), msg);

@@ -1,5 +1,5 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, multipart, type TestContext } from './helpers/app.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
 import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
@@ -13,13 +13,11 @@ import {
 const { U, P } = ids;
 const url = (streamId: number | string) => `/api/v1/users/me/subscriptions/${streamId}`;
 
-let ctx: TestContext;
+const ctx = useTestContext(createTestContext);
 let queue: string;
 beforeEach(async () => {
-  ctx = await createTestContext();
   queue = await createQueue(ctx.db, 'U');
 });
-afterEach(() => ctx.close());
 
 const send = (form: Record<string, string> | [string, string][], streamId: number | string = P, method: 'PATCH' | 'POST' = 'PATCH') =>
   api(ctx.app, { method, url: url(streamId), as: 'U', form });

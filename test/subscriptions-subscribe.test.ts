@@ -1,16 +1,12 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { missingArgument, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { activeChannelsOf, expectMembershipUnchanged, membershipState, subscribe } from './helpers/membership.js';
 
 const { A, M, U, V, G, B, H, D, X, P, Q, S, Z, W } = ids;
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const rejects = (form: Record<string, unknown>, msg: string, as: Parameters<typeof subscribe>[2] = 'U') =>
   expectMembershipUnchanged(ctx, () => subscribe(ctx, form, as), msg);

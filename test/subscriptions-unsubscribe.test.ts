@@ -1,16 +1,12 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createTestContext, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { createTestContext, useTestContext } from './helpers/app.js';
 import { missingArgument, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { activeChannelsOf, expectMembershipUnchanged, subscribe, unsubscribe } from './helpers/membership.js';
 
 const { U, V, G, B, D, X, P, Q, S, W } = ids;
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const rejects = (form: Record<string, unknown>, msg: string, as: Parameters<typeof unsubscribe>[2] = 'U') =>
   expectMembershipUnchanged(ctx, () => unsubscribe(ctx, form, as), msg);

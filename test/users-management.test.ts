@@ -1,18 +1,14 @@
 import { createHash } from 'node:crypto';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { apiKeys, basicAuth, createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
 
 /** User management (docs/management-api.md "Users"): GET /users/me, POST /users, DELETE, reactivate. */
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const gravatar = (email: string) =>
   `https://secure.gravatar.com/avatar/${createHash('md5').update(email.toLowerCase()).digest('hex')}?d=identicon&version=1`;
