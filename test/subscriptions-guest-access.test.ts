@@ -5,6 +5,7 @@ import { success } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
 import { subscribe, unsubscribe } from './helpers/membership.js';
+import { humanObject } from './helpers/users.js';
 
 /**
  * Organizations that restrict guests (can_access_all_users_group = members): the realm_user/add
@@ -28,24 +29,8 @@ const gravatar = (email: string) =>
   `https://secure.gravatar.com/avatar/${createHash('md5').update(email.toLowerCase()).digest('hex')}?d=identicon&version=1`;
 
 /** A fixture human's user object in realm_user/add (no client_gravatar, empty profile_data). */
-const person = (id: number, fullName: string, email: string, role: number) => ({
-  email,
-  user_id: id,
-  avatar_version: 1,
-  is_admin: role <= 200,
-  is_owner: role === 100,
-  is_guest: role === 600,
-  role,
-  is_bot: false,
-  full_name: fullName,
-  timezone: '',
-  is_active: true,
-  date_joined: '2024-01-02T03:04+00:00',
-  delivery_email: email,
-  avatar_url: gravatar(email),
-  is_imported_stub: false,
-  profile_data: {},
-});
+const person = (id: number, fullName: string, email: string, role: number) =>
+  humanObject(id, fullName, email, role, { avatar_url: gravatar(email), profile_data: {} });
 const M_PERSON = person(M, 'M Mod', 'mod@example.com', 300);
 const O_PERSON = person(O, 'O Owner', 'owner@example.com', 100);
 const G_PERSON = person(G, 'G Guest', 'guest@example.com', 600);

@@ -1,6 +1,7 @@
 import { ROLES } from '../../zulip.js';
 import type { AddressedEvent } from '../events/events.repository.js';
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
+import { realmUserRecord } from '../users/users.repository.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord } from '../users/users.serializers.js';
 import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';
 
@@ -243,25 +244,9 @@ function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharin
   return events;
 }
 
-const recordOf = (row: PersonRow, realmId: number): UserRecord => ({
-  id: row.id,
-  realmId,
-  deliveryEmail: row.delivery_email,
-  fullName: row.full_name,
-  dateJoined: new Date(row.date_joined),
-  isActive: row.is_active,
-  role: row.role,
-  botType: row.bot_type,
-  botOwnerId: row.bot_owner_id,
-  timezone: row.timezone,
-  avatarSource: row.avatar_source,
-  avatarVersion: row.avatar_version,
-  emailAddressVisibility: row.email_address_visibility,
-  isImportedStub: row.is_imported_stub,
-  isDeleted: row.is_deleted,
-  // Zulip's notify_created_user sends no custom profile data (a later event would carry it).
-  profileValues: [],
-});
+// Zulip's notify_created_user sends no custom profile data (a later event would carry it).
+const recordOf = (row: PersonRow, realmId: number): UserRecord =>
+  realmUserRecord({ ...row, date_joined: new Date(row.date_joined), realm_id: realmId, profile_values: [] });
 
 /** The named channels' active subscribers before the change (the read's). */
 const subscribersBefore = (read: MembershipRead) => new Map(read.subscribers.map(({ stream_id, user_ids }) => [stream_id, user_ids]));

@@ -1,4 +1,5 @@
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
+import type { Users } from '../../db/types.js';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { SETTING_COLUMNS, type SettingColumn } from './settings.js';
@@ -94,23 +95,25 @@ export interface MembershipRead {
 }
 
 /** A user as realm_user/add describes them (users.serializers.ts UserRecord, in the database's names). */
-export interface PersonRow {
-  id: number;
-  delivery_email: string;
-  full_name: string;
+export type PersonRow = Pick<
+  Selectable<Users>,
+  | 'id'
+  | 'delivery_email'
+  | 'full_name'
+  | 'role'
+  | 'bot_type'
+  | 'bot_owner_id'
+  | 'timezone'
+  | 'avatar_source'
+  | 'avatar_version'
+  | 'email_address_visibility'
+  | 'is_imported_stub'
+  | 'is_deleted'
+  | 'is_active'
+> & {
   /** ISO timestamp (JSON). */
   date_joined: string;
-  role: number;
-  bot_type: number | null;
-  bot_owner_id: number | null;
-  timezone: string;
-  avatar_source: string;
-  avatar_version: number;
-  email_address_visibility: number;
-  is_imported_stub: boolean;
-  is_deleted: boolean;
-  is_active: boolean;
-}
+};
 
 /**
  * Parameters: $1 realm, $2 the requested names (text[]), $3 target ids (integer[]), $4 target
