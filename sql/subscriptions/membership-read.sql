@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_d2254b4296ec4e9d2a036890787d43cd, a hash of its exact text; this one differs from it only in
+-- Prepared as s_53ccf2b38cffab68f1e3daca1f3ec9c5, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -42,7 +42,8 @@ WITH requested AS (
   JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
   JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
   JOIN relevant o ON o.id = theirs.user_id
-  WHERE t.role = 600 OR o.role = 600
+  -- The first condition is a one-time filter: nothing is joined in other organizations.
+  WHERE (SELECT restricted FROM realm) AND (t.role = 600 OR o.role = 600)
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,

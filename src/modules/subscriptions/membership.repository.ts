@@ -157,7 +157,8 @@ WITH requested AS (
   JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
   JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
   JOIN relevant o ON o.id = theirs.user_id
-  WHERE t.role = ${ROLES.guest} OR o.role = ${ROLES.guest}
+  -- The first condition is a one-time filter: nothing is joined in other organizations.
+  WHERE (SELECT restricted FROM realm) AND (t.role = ${ROLES.guest} OR o.role = ${ROLES.guest})
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
