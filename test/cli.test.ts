@@ -186,6 +186,36 @@ describe('admin command line (real processes)', () => {
     const subscribed = await ok(['subscribe', '--realm', '', '--email', 'boss@acme.test', '--stream', 'general']);
     expect(subscribed).toEqual({ user_id: owner.user_id, stream_id: stream.stream_id, color: '#76ce90' });
     expect((await ok(['subscribe', '--realm', '', '--email', 'boss@acme.test', '--stream', 'secret'])).color).toBe('#fae589');
+    // Guests are restricted here: a guest subscribed where the owner is gets the owner's object
+    // (as the guest sees it: the owner's address is for administrators only).
+    const guest = await ok(['user', 'create', '--realm', '', '--email', 'guest@acme.test', '--full-name', 'A Guest', '--role', 'guest']);
+    const guestQueue = randomUUID();
+    await createEventQueue(
+      ctx.db,
+      {
+        id: guestQueue,
+        realmId: realm.realm_id as number,
+        userId: guest.user_id as number,
+        eventTypes: ['realm_user'],
+        lifespanSeconds: 600,
+      },
+      20,
+    ).execute();
+    await ok(['subscribe', '--realm', '', '--email', 'guest@acme.test', '--stream', 'general']);
+    expect(await listQueueEvents(ctx.db, guestQueue)).toEqual([
+      {
+        type: 'realm_user',
+        op: 'add',
+        person: expect.objectContaining({
+          email: `user${owner.user_id as number}@chat.example.com`,
+          user_id: owner.user_id,
+          full_name: 'The Boss',
+          timezone: 'Europe/Paris',
+          delivery_email: null,
+        }),
+        id: 0,
+      },
+    ]);
 
     const field = await ok(['profile-field', 'create', '--realm', '', '--name', 'Bio', '--type', 'long_text']);
     expect(field).toEqual({ field_id: expect.any(Number) });

@@ -83,7 +83,7 @@ describe('subscribing', () => {
   });
 
   it("the admin command line's subscribe has no acting user (Zulip's acting_user=None)", async () => {
-    const writes = { transactions: ctx.database.transactions, maxPendingEvents: ctx.config.queueMaxPendingEvents };
+    const writes = { transactions: ctx.database.transactions, maxPendingEvents: ctx.config.queueMaxPendingEvents, config: ctx.config };
     await subscribeAsOperator(writes, ids.R, U, 'S');
     expect(await auditRows()).toEqual([row(CREATED, null, U, S)]);
   });

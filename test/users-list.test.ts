@@ -3,28 +3,12 @@ import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
+import { humanObject } from './helpers/users.js';
 
 /** GET /api/v1/users (spec §3.7, acceptance cases §5.10). */
 
 const JOINED = '2024-01-02T03:04+00:00';
-const human = (id: number, fullName: string, email: string, role: number, extra: object = {}) => ({
-  email,
-  user_id: id,
-  avatar_version: 1,
-  is_admin: role <= 200,
-  is_owner: role === 100,
-  is_guest: role === 600,
-  role,
-  is_bot: false,
-  full_name: fullName,
-  timezone: '',
-  is_active: true,
-  date_joined: JOINED,
-  delivery_email: email,
-  avatar_url: null,
-  is_imported_stub: false,
-  ...extra,
-});
+const human = humanObject;
 const bot = (id: number, fullName: string, email: string, botType: number) => ({
   email,
   user_id: id,

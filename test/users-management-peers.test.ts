@@ -211,6 +211,38 @@ describe('reactivation sends peer_add for each channel of the user that is not a
     ]);
   });
 
+  it('a bot reactivated for a new owner keeps its private channels the owner is not on (Zulip 11.0 dropped remove_bot_from_inaccessible_private_streams)', async () => {
+    // B: private S (V's) and public Q; its owner U is deactivated; A, its new owner, is on neither.
+    await subscribeRows([
+      [ids.B, ids.S],
+      [ids.B, ids.Q],
+    ]);
+    await ctx.db.updateTable('users').set({ is_active: false }).where('id', 'in', [ids.U, ids.B]).execute();
+    const queues = await queuesOf(['A', 'V']);
+    expect((await reactivate(ids.B)).body).toBe(OK);
+    const expected = [
+      isActiveEvent(ids.B, true, 0),
+      { type: 'realm_user', op: 'update', person: { user_id: ids.B, bot_owner_id: ids.A }, id: 1 },
+      peer('peer_add', [ids.S], ids.B, 2),
+      peer('peer_add', [ids.Q], ids.B, 3),
+    ];
+    // No subscription/remove, no peer_remove: the peers learn of the bot on S too.
+    expect(await queueEvents(ctx.db, queues.A!)).toEqual(expected);
+    expect(await queueEvents(ctx.db, queues.V!)).toEqual(expected);
+    const rows = await ctx.db
+      .selectFrom('subscriptions')
+      .select(['stream_id', 'active'])
+      .where('user_id', '=', ids.B)
+      .orderBy('stream_id')
+      .execute();
+    expect(rows).toEqual([
+      { stream_id: ids.Q, active: true },
+      { stream_id: ids.S, active: true },
+    ]);
+    const owner = await ctx.db.selectFrom('users').select('bot_owner_id').where('id', '=', ids.B).executeTakeFirstOrThrow();
+    expect(owner.bot_owner_id).toBe(ids.A);
+  });
+
   it('an active user: nothing is sent', async () => {
     const queueU = await createQueue(ctx.db, 'U');
     expect((await reactivate(ids.V)).body).toBe(OK);

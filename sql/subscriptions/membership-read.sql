@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_9886b2a4cc22f0070b1c8464d9a0c0c4, a hash of its exact text; this one differs from it only in
+-- Prepared as s_53ccf2b38cffab68f1e3daca1f3ec9c5, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -28,6 +28,22 @@ WITH requested AS (
     UNION SELECT id FROM target
     UNION SELECT creator_id FROM channel WHERE creator_id IS NOT NULL
     UNION SELECT sub.user_id FROM subscriptions sub WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active)
+), realm AS (
+  SELECT r.subdomain, r.can_access_all_users_group = 'members' AS restricted FROM realms r WHERE r.id = $1
+), relevant AS MATERIALIZED (
+  -- Restricted organizations only: the users whose access to one another the change can alter.
+  SELECT id, role FROM target WHERE (SELECT restricted FROM realm)
+  UNION SELECT u.id, u.role FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+  WHERE (SELECT restricted FROM realm) AND sub.stream_id IN (SELECT id FROM channel) AND sub.active AND u.is_active
+), shared_elsewhere AS (
+  -- Only pairs with a guest matter: non-guests see everyone.
+  SELECT DISTINCT mine.user_id AS target_id, theirs.user_id AS other_id
+  FROM target t
+  JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
+  JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
+  JOIN relevant o ON o.id = theirs.user_id
+  -- The first condition is a one-time filter: nothing is joined in other organizations.
+  WHERE (SELECT restricted FROM realm) AND (t.role = 600 OR o.role = 600)
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
@@ -49,4 +65,14 @@ SELECT
   ARRAY(SELECT role FROM concerned ORDER BY id) AS active_roles,
   ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
-    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids
+    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids,
+  (SELECT subdomain FROM realm) AS realm_subdomain,
+  coalesce((SELECT restricted FROM realm), false) AS restricted,
+  (SELECT coalesce(json_agg(json_build_object('target_id', g.target_id, 'other_ids', g.other_ids)), '[]') FROM (
+     SELECT target_id, array_agg(other_id ORDER BY other_id) AS other_ids FROM shared_elsewhere GROUP BY target_id) g) AS shared_elsewhere,
+  (SELECT coalesce(json_agg(p ORDER BY p.id), '[]') FROM (
+     SELECT u.id, u.delivery_email, u.full_name, u.date_joined, u.role, u.bot_type, u.bot_owner_id, u.timezone, u.avatar_source,
+            u.avatar_version, u.email_address_visibility, u.is_imported_stub, u.is_deleted, u.is_active
+     FROM users u
+     WHERE $6::boolean AND u.id IN (
+       SELECT id FROM relevant r WHERE r.id IN (SELECT id FROM target) OR EXISTS (SELECT 1 FROM target WHERE role = 600))) p) AS people

@@ -111,7 +111,7 @@ const COMMANDS: Record<string, Command> = {
   'stream archive': (db, v) => ops.archiveStream(db, need(v, 'realm'), need(v, 'name')),
   subscribe: (db, v, config, handle) =>
     ops.subscribe(
-      { db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents },
+      { db, config, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents },
       { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') },
     ),
   'profile-field create': (db, v) => ops.createProfileField(db, { realm: need(v, 'realm'), name: need(v, 'name'), type: need(v, 'type') }),

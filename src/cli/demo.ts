@@ -45,7 +45,7 @@ export async function createDemoOrganization(
     ];
   });
   // Through the subscription service, after the organization is committed (its own transactions).
-  const writes = { db, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents };
+  const writes = { db, config, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents };
   const [owner, member, guest, bot] = accounts;
   for (const [email, streams] of [
     [owner!.email, ['general', 'random', 'staff']],

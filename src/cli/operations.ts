@@ -325,13 +325,15 @@ export async function archiveStream(db: Database, realm: string, name: string): 
  * write, colours and events, without the API's permission checks.
  */
 export async function subscribe(
-  target: { db: Database } & EventWrites,
+  target: { db: Database; config?: UserObjectConfig } & EventWrites,
   options: { realm: string; email: string; stream: string },
 ): Promise<{ user_id: number; stream_id: number; color: string }> {
   const realm = await findRealm(target.db, options.realm);
   const user = await findUser(target.db, realm.id, options.email);
   try {
-    const { stream_id, color } = await subscribeAsOperator(target, realm.id, user.id, options.stream);
+    // The configuration builds the user objects of realm_user/add (organizations restricting guests).
+    const writes = { ...target, config: target.config ?? loadConfig() };
+    const { stream_id, color } = await subscribeAsOperator(writes, realm.id, user.id, options.stream);
     return { user_id: user.id, stream_id, color };
   } catch (error) {
     if (error instanceof ChannelNotFound) throw new AdminError(`No channel named "${options.stream}" in this organization`);

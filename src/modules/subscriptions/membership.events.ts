@@ -1,6 +1,9 @@
 import { ROLES } from '../../zulip.js';
 import type { AddressedEvent } from '../events/events.repository.js';
-import type { ChannelRow } from './membership.repository.js';
+import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
+import { realmUserRecord } from '../users/users.repository.js';
+import { buildUserObject, type UserObjectConfig, type UserRecord } from '../users/users.serializers.js';
+import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';
 
 /**
  * Who receives which event of a membership change, as Zulip's bulk_add_subscriptions,
@@ -141,4 +144,169 @@ export function streamDeletion(channels: Pick<ChannelRow, 'id'>[]) {
     stream_ids: channels.map((channel) => channel.id),
     for_archiving: false,
   };
+}
+
+/**
+ * Who shares a channel with whom, in one state of the named channels (before or after the
+ * change), among the users a membership change concerns: the read's pairs sharing a channel that
+ * is not named, and the named channels' subscribers in that state.
+ */
+class ChannelSharing {
+  private readonly elsewhere = new Set<string>();
+
+  constructor(
+    pairs: readonly { target_id: number; other_ids: number[] }[],
+    private readonly namedChannelsOf: (userId: number) => ReadonlySet<number>,
+  ) {
+    for (const { target_id, other_ids } of pairs) for (const other of other_ids) this.elsewhere.add(`${target_id}:${other}`);
+  }
+
+  /** Whether `target` (a target of the read) and `other` share an active subscription. */
+  shares(target: number, other: number): boolean {
+    if (this.elsewhere.has(`${target}:${other}`)) return true;
+    const theirs = this.namedChannelsOf(other);
+    for (const channel of this.namedChannelsOf(target)) if (theirs.has(channel)) return true;
+    return false;
+  }
+}
+
+/** Per user, the channels (of `subscribers`' keys) whose subscribers include them. */
+function channelsByUser(subscribers: ReadonlyMap<number, readonly number[]>): (userId: number) => ReadonlySet<number> {
+  const byUser = new Map<number, Set<number>>();
+  for (const [channel, users] of subscribers) {
+    for (const user of users) {
+      const set = byUser.get(user);
+      if (set) set.add(channel);
+      else byUser.set(user, new Set([channel]));
+    }
+  }
+  const none = new Set<number>();
+  return (userId) => byUser.get(userId) ?? none;
+}
+
+/** One user's change of subscriptions: who, and the channels' subscribers after it (the user included after a subscribe). */
+export interface AccessChange {
+  userId: number;
+  channelSubscribers: readonly (readonly number[])[];
+}
+
+/**
+ * The realm_user/add events of a subscribe in an organization that restricts guests (Zulip's
+ * send_user_creation_events_on_adding_subscriptions, after subscription/add, before peer_add): for
+ * each newly subscribed user X, its user object to the guests among its new channels' subscribers
+ * who shared no channel with it before (one event per address access, those who may see the real
+ * address first: notify_created_user); then, if X is a guest, one event to X per subscriber of its
+ * new channels it shared no channel with before, with that user's object. Bots get no exception
+ * (Zulip makes none here, though guests always see bots). `person(viewerId, userId)` is the user
+ * object of `userId` as `viewerId` sees it; `seesAddress` whether the viewer may see its address.
+ */
+function accessGainEvents(
+  changes: readonly AccessChange[],
+  before: ChannelSharing,
+  recipients: Recipients,
+  person: (viewerId: number, userId: number) => object,
+  seesAddress: (viewerId: number, userId: number) => boolean,
+): AddressedEvent[] {
+  const events: AddressedEvent[] = [];
+  const add = (viewerId: number, userId: number) => ({ type: 'realm_user', op: 'add', person: person(viewerId, userId) });
+  for (const { userId, channelSubscribers } of changes) {
+    const met = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !before.shares(userId, id)).sort(ascending);
+    const guests = met.filter((id) => recipients.isGuest(id));
+    const withAddress = guests.filter((id) => seesAddress(id, userId));
+    const withoutAddress = guests.filter((id) => !seesAddress(id, userId));
+    if (withAddress.length > 0) events.push({ users: withAddress, event: add(withAddress[0]!, userId) });
+    if (withoutAddress.length > 0) events.push({ users: withoutAddress, event: add(withoutAddress[0]!, userId) });
+    if (recipients.isGuest(userId)) for (const id of met) events.push({ users: [userId], event: add(userId, id) });
+  }
+  return events;
+}
+
+/** Zulip's UserProfile.INACCESSIBLE_USER_NAME. */
+const INACCESSIBLE_USER_NAME = 'Unknown user';
+
+/**
+ * The realm_user/remove events of an unsubscribe in an organization that restricts guests (Zulip's
+ * send_user_remove_events_on_removing_subscriptions, after every other event of the request): for
+ * each user X who lost subscriptions, `{user_id: X, full_name: "Unknown user"}` to the guests
+ * among the remaining subscribers of those channels who no longer share a channel with X (one
+ * event); then, if X is a guest, one event to X per remaining subscriber it no longer shares a
+ * channel with. `channelSubscribers`: the channels X left, their subscribers after the change.
+ */
+function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharing, recipients: Recipients): AddressedEvent[] {
+  const events: AddressedEvent[] = [];
+  const remove = (userId: number) => ({ type: 'realm_user', op: 'remove', person: { user_id: userId, full_name: INACCESSIBLE_USER_NAME } });
+  for (const { userId, channelSubscribers } of changes) {
+    const lost = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !after.shares(userId, id)).sort(ascending);
+    const guests = lost.filter((id) => recipients.isGuest(id));
+    if (guests.length > 0) events.push({ users: guests, event: remove(userId) });
+    if (recipients.isGuest(userId)) for (const id of lost) events.push({ users: [userId], event: remove(id) });
+  }
+  return events;
+}
+
+// Zulip's notify_created_user sends no custom profile data (a later event would carry it).
+const recordOf = (row: PersonRow, realmId: number): UserRecord =>
+  realmUserRecord({ ...row, date_joined: new Date(row.date_joined), realm_id: realmId, profile_values: [] });
+
+/** The named channels' active subscribers before the change (the read's). */
+const subscribersBefore = (read: MembershipRead) => new Map(read.subscribers.map(({ stream_id, user_ids }) => [stream_id, user_ids]));
+
+/**
+ * A subscribe's realm_user/add events (accessGainEvents), none unless the organization restricts
+ * guests. `changes`: each newly subscribed user (ascending) with its new channels' subscribers
+ * after the change. Zulip's user object as notify_created_user builds it: no client_gravatar,
+ * `profile_data` empty.
+ */
+export function subscribeAccessEvents(
+  read: MembershipRead,
+  realmId: number,
+  changes: readonly AccessChange[],
+  recipients: Recipients,
+  config: UserObjectConfig,
+): AddressedEvent[] {
+  if (!read.restricted) return [];
+  const before = new ChannelSharing(read.shared_elsewhere, channelsByUser(subscribersBefore(read)));
+  const records = new Map(read.people.map((row) => [row.id, recordOf(row, realmId)]));
+  const roles = new Map(read.active_ids.map((id, index) => [id, read.active_roles[index]!]));
+  const viewer = (id: number): UserViewer => ({
+    id,
+    role: roles.get(id) ?? ROLES.guest,
+    realmSubdomain: read.realm_subdomain,
+    realmCanAccessAllUsersGroup: 'members',
+  });
+  return accessGainEvents(
+    changes,
+    before,
+    recipients,
+    (viewerId, userId) =>
+      buildUserObject(viewer(viewerId), records.get(userId)!, { clientGravatar: false, includeCustomProfileFields: true }, config),
+    (viewerId, userId) => canSeeDeliveryEmail(viewer(viewerId), records.get(userId)!),
+  );
+}
+
+/**
+ * An unsubscribe's realm_user/remove events (accessLossEvents), none unless the organization
+ * restricts guests. `removed`: the (user, channel) pairs the change deactivates.
+ */
+export function unsubscribeAccessEvents(
+  read: MembershipRead,
+  users: readonly number[],
+  removed: readonly { user_id: number; stream_id: number }[],
+  recipients: Recipients,
+): AddressedEvent[] {
+  if (!read.restricted) return [];
+  const gone = new Set(removed.map(({ user_id, stream_id }) => `${user_id}:${stream_id}`));
+  const after = new Map(
+    [...subscribersBefore(read)].map(([channel, ids]) => [channel, ids.filter((id) => !gone.has(`${id}:${channel}`))] as const),
+  );
+  const sharing = new ChannelSharing(read.shared_elsewhere, channelsByUser(after));
+  const left = new Map<number, (readonly number[])[]>();
+  for (const { user_id, stream_id } of removed) {
+    const subscribers = after.get(stream_id) ?? [];
+    const list = left.get(user_id);
+    if (list) list.push(subscribers);
+    else left.set(user_id, [subscribers]);
+  }
+  const changes = users.filter((userId) => left.has(userId)).map((userId) => ({ userId, channelSubscribers: left.get(userId)! }));
+  return accessLossEvents(changes, sharing, recipients);
 }

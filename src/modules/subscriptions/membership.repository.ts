@@ -1,5 +1,7 @@
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
+import type { Users } from '../../db/types.js';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
+import { ROLES } from '../../zulip.js';
 import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
 
@@ -69,11 +71,50 @@ export interface MembershipRead {
   queue_owners: number[];
   /** Ids for the channels to create (at most one per name that names none). */
   new_ids: number[];
+  /** The organization's subdomain (for the dummy addresses of the user objects of realm_user/add). */
+  realm_subdomain: string;
+  /** Whether the organization restricts guests' access to users (can_access_all_users_group = members, spec §2.4). */
+  restricted: boolean;
+  /**
+   * Restricted organizations only: for each target, the users among the named channels' active
+   * subscribers and the targets (a guest, or any when the target is one) who share with it an
+   * active subscription to a channel that is NOT named (archived ones included): the sharing a
+   * change of the named channels cannot alter.
+   */
+  shared_elsewhere: { target_id: number; other_ids: number[] }[];
+  /**
+   * Restricted organizations, when asked ($6): the users whose realm_user/add a subscribe may send,
+   * as user objects need them: the targets, and the named channels' active subscribers when a
+   * target is a guest.
+   */
+  people: PersonRow[];
 }
+
+/** A user as realm_user/add describes them (users.serializers.ts UserRecord, in the database's names). */
+export type PersonRow = Pick<
+  Selectable<Users>,
+  | 'id'
+  | 'delivery_email'
+  | 'full_name'
+  | 'role'
+  | 'bot_type'
+  | 'bot_owner_id'
+  | 'timezone'
+  | 'avatar_source'
+  | 'avatar_version'
+  | 'email_address_visibility'
+  | 'is_imported_stub'
+  | 'is_deleted'
+  | 'is_active'
+> & {
+  /** ISO timestamp (JSON). */
+  date_joined: string;
+};
 
 /**
  * Parameters: $1 realm, $2 the requested names (text[]), $3 target ids (integer[]), $4 target
- * delivery emails, lowercased (text[]), $5 whether ids for new channels are wanted.
+ * delivery emails, lowercased (text[]), $5 whether ids for new channels are wanted, $6 whether
+ * `people` is wanted (a subscribe).
  */
 const READ_TEXT = `
 WITH requested AS (
@@ -98,6 +139,22 @@ WITH requested AS (
     UNION SELECT id FROM target
     UNION SELECT creator_id FROM channel WHERE creator_id IS NOT NULL
     UNION SELECT sub.user_id FROM subscriptions sub WHERE sub.stream_id IN (SELECT id FROM channel) AND sub.active)
+), realm AS (
+  SELECT r.subdomain, r.can_access_all_users_group = 'members' AS restricted FROM realms r WHERE r.id = $1
+), relevant AS MATERIALIZED (
+  -- Restricted organizations only: the users whose access to one another the change can alter.
+  SELECT id, role FROM target WHERE (SELECT restricted FROM realm)
+  UNION SELECT u.id, u.role FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+  WHERE (SELECT restricted FROM realm) AND sub.stream_id IN (SELECT id FROM channel) AND sub.active AND u.is_active
+), shared_elsewhere AS (
+  -- Only pairs with a guest matter: non-guests see everyone.
+  SELECT DISTINCT mine.user_id AS target_id, theirs.user_id AS other_id
+  FROM target t
+  JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
+  JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
+  JOIN relevant o ON o.id = theirs.user_id
+  -- The first condition is a one-time filter: nothing is joined in other organizations.
+  WHERE (SELECT restricted FROM realm) AND (t.role = ${ROLES.guest} OR o.role = ${ROLES.guest})
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
@@ -119,13 +176,23 @@ SELECT
   ARRAY(SELECT role FROM concerned ORDER BY id) AS active_roles,
   ARRAY(SELECT DISTINCT user_id FROM event_queues WHERE realm_id = $1) AS queue_owners,
   ARRAY(SELECT nextval(pg_get_serial_sequence('streams', 'id'))::integer FROM generate_series(1,
-    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids`;
+    CASE WHEN $5::boolean THEN (SELECT count(*) FROM named WHERE stream_id IS NULL)::integer ELSE 0 END)) AS new_ids,
+  (SELECT subdomain FROM realm) AS realm_subdomain,
+  coalesce((SELECT restricted FROM realm), false) AS restricted,
+  (SELECT coalesce(json_agg(json_build_object('target_id', g.target_id, 'other_ids', g.other_ids)), '[]') FROM (
+     SELECT target_id, array_agg(other_id ORDER BY other_id) AS other_ids FROM shared_elsewhere GROUP BY target_id) g) AS shared_elsewhere,
+  (SELECT coalesce(json_agg(p ORDER BY p.id), '[]') FROM (
+     SELECT u.id, u.delivery_email, u.full_name, u.date_joined, u.role, u.bot_type, u.bot_owner_id, u.timezone, u.avatar_source,
+            u.avatar_version, u.email_address_visibility, u.is_imported_stub, u.is_deleted, u.is_active
+     FROM users u
+     WHERE $6::boolean AND u.id IN (
+       SELECT id FROM relevant r WHERE r.id IN (SELECT id FROM target) OR EXISTS (SELECT 1 FROM target WHERE role = ${ROLES.guest}))) p) AS people`;
 
 export const MEMBERSHIP_READ = preparedStatement(READ_TEXT);
 
 export async function readMembership(
   tx: StatementRunner,
-  args: { realmId: number; names: string[]; targetIds: number[]; targetEmails: string[]; wantNewIds: boolean },
+  args: { realmId: number; names: string[]; targetIds: number[]; targetEmails: string[]; wantNewIds: boolean; wantPeople?: boolean },
 ): Promise<MembershipRead> {
   const [row] = await tx.run<MembershipRead>(MEMBERSHIP_READ, [
     args.realmId,
@@ -133,6 +200,7 @@ export async function readMembership(
     args.targetIds,
     args.targetEmails,
     args.wantNewIds,
+    args.wantPeople === true,
   ]);
   return row!;
 }

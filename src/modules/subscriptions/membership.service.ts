@@ -9,9 +9,18 @@ import { isStorableText } from '../../lib/text.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
 import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../events/events.repository.js';
 import { effectiveVisibility } from '../users/users.access.js';
+import type { UserObjectConfig } from '../users/users.serializers.js';
 import { dummyAddressDigits } from '../users/users.service.js';
 import { ColorPicker } from './colors.js';
-import { peerEvents, type PeerChange, Recipients, streamDeletion, streamObject } from './membership.events.js';
+import {
+  peerEvents,
+  type PeerChange,
+  Recipients,
+  streamDeletion,
+  streamObject,
+  subscribeAccessEvents,
+  unsubscribeAccessEvents,
+} from './membership.events.js';
 import {
   type ChannelRow,
   type MembershipRead,
@@ -48,7 +57,8 @@ export type MembershipCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'realmSu
 type HostConfig = Parameters<typeof fakeEmailDomain>[1];
 
 export interface MembershipContext extends EventWrites {
-  config: HostConfig;
+  /** Dummy addresses, and the user objects of realm_user/add (organizations restricting guests). */
+  config: UserObjectConfig;
 }
 
 export interface SubscribeRequest {
@@ -192,7 +202,7 @@ export function subscribeUsers(
     caller,
     async (tx) => {
       const keys = principalKeys(subscribingOthers ? principals : undefined, caller, context.config);
-      const read = await readMembership(tx, { realmId: caller.realmId, names, ...keys, wantNewIds: true });
+      const read = await readMembership(tx, { realmId: caller.realmId, names, ...keys, wantNewIds: true, wantPeople: true });
       const { existing, missing } = matchNames(names, read);
       // Zulip's check_channel_creation_permissions: every non-guest may create public and private
       // channels here (no group settings); web-public ones need spectator access, which no
@@ -218,6 +228,7 @@ export function subscribeUsers(
         new Set(created.map((channel) => channel.id)),
         subscribers,
         read,
+        { realmId: caller.realmId, config: context.config },
       );
       if (plan.added.length > 0) await writeMembership(tx, context, caller, created, plan.added, [], plan.events, read.queue_owners);
       const newlySubscribedUsers = Object.keys(plan.subscribed).length;
@@ -269,6 +280,7 @@ function planSubscriptions(
   createdIds: Set<number>,
   users: TargetRow[],
   read: MembershipRead,
+  realm: { realmId: number; config: UserObjectConfig },
 ) {
   const index = membershipIndex(read);
   const recipients = new Recipients(read.active_ids, read.active_roles, read.queue_owners);
@@ -335,6 +347,11 @@ function planSubscriptions(
     }));
     events.push({ users: [userId], event: { type: 'subscription', op: 'add', subscriptions } });
   }
+  const gained = [...perUser].map(([userId, entries]) => ({
+    userId,
+    channelSubscribers: entries.map(({ channel }) => subscribersAfter(channel)),
+  }));
+  events.push(...subscribeAccessEvents(read, realm.realmId, gained, recipients, realm.config));
   const changes: PeerChange[] = channels.map((channel) => ({
     channel,
     changed: addedTo.get(channel.id) ?? [],
@@ -460,6 +477,7 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
           if (unseen.length > 0) events.push({ users: [userId], event: streamDeletion(unseen) });
         }
         events.push(...peerEvents('peer_remove', changes, recipients));
+        events.push(...unsubscribeAccessEvents(read, [...lostBy.keys()], removals, recipients));
         await writeMembership(tx, context, caller, [], [], removals, events, read.queue_owners);
       }
       return { removed, not_removed: notRemoved };
@@ -478,7 +496,7 @@ export class ChannelNotFound extends Error {}
  * the subscription's colour (an existing row's, reactivated or active, is kept).
  */
 export function subscribeAsOperator(
-  writes: EventWrites,
+  writes: EventWrites & { config: UserObjectConfig },
   realmId: number,
   userId: number,
   channelName: string,
@@ -487,12 +505,19 @@ export function subscribeAsOperator(
     writes,
     { id: userId, realmId },
     async (tx) => {
-      const read = await readMembership(tx, { realmId, names: [channelName], targetIds: [userId], targetEmails: [], wantNewIds: false });
+      const read = await readMembership(tx, {
+        realmId,
+        names: [channelName],
+        targetIds: [userId],
+        targetEmails: [],
+        wantNewIds: false,
+        wantPeople: true,
+      });
       const { existing } = matchNames([channelName], read);
       const channel = existing[0];
       const user = read.targets.find((target) => target.id === userId);
       if (!channel || !user) throw new ChannelNotFound(channelName);
-      const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read);
+      const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read, { realmId, config: writes.config });
       if (plan.added.length > 0)
         await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
       return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };

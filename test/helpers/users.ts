@@ -1,0 +1,19 @@
+/** A fixture human's user object (spec §2.11), as the user endpoints and events send it. */
+export const humanObject = (id: number, fullName: string, email: string, role: number, extra: object = {}) => ({
+  email,
+  user_id: id,
+  avatar_version: 1,
+  is_admin: role <= 200,
+  is_owner: role === 100,
+  is_guest: role === 600,
+  role,
+  is_bot: false,
+  full_name: fullName,
+  timezone: '',
+  is_active: true,
+  date_joined: '2024-01-02T03:04+00:00',
+  delivery_email: email,
+  avatar_url: null as string | null,
+  is_imported_stub: false,
+  ...extra,
+});
