@@ -18,7 +18,7 @@ const nowSeconds = () => Date.now() / 1000;
 const refusalBody = (retryAfter: number) =>
   JSON.stringify({ result: 'error', msg: 'API usage exceeded rate limit', code: 'RATE_LIMIT_HIT', 'retry-after': retryAfter });
 
-function expectRefused(res: LightMyRequestResponse): number {
+function expectRateLimited(res: LightMyRequestResponse): number {
   expect(res.statusCode).toBe(429);
   const retryAfter = res.json<{ 'retry-after': number }>()['retry-after'];
   expect(typeof retryAfter).toBe('number');
@@ -86,7 +86,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     const before = nowSeconds();
     const res = await getV(ctx.app);
     const after = nowSeconds();
-    const retryAfter = expectRefused(res);
+    const retryAfter = expectRateLimited(res);
     expect(retryAfter).toBeGreaterThan(0);
     expect(retryAfter).toBeLessThanOrEqual(60);
     expect(retryAfter).not.toBe(Math.trunc(retryAfter)); // microsecond precision, not rounded
@@ -101,7 +101,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     expect(retryAfter).toBe(expected.rows[0]!.r);
     // A refused request is not counted.
     expect(await hitsOf(ctx, ids.U)).toHaveLength(3);
-    const again = expectRefused(await getV(ctx.app));
+    const again = expectRateLimited(await getV(ctx.app));
     expect(again).toBeLessThan(retryAfter);
     expect(await hitsOf(ctx, ids.U)).toHaveLength(3);
   });
@@ -109,21 +109,21 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
   it('case 34: a limited user gets 429 before parameter checks; others are unaffected; bad credentials are not counted', async () => {
     await exhaustU();
     const hits = await hitsOf(ctx, ids.U);
-    expectRefused(await getV(ctx.app, '?client_gravatar=yes'));
+    expectRateLimited(await getV(ctx.app, '?client_gravatar=yes'));
     const bulk = await api(ctx.app, {
       method: 'POST',
       url: '/api/v1/users/me/subscriptions/properties',
       as: 'U',
       form: { subscription_data: 'nope' },
     });
-    expectRefused(bulk);
+    expectRateLimited(bulk);
     const write = await api(ctx.app, {
       method: 'POST',
       url: '/api/v1/users/me/subscriptions/properties',
       as: 'U',
       form: { subscription_data: JSON.stringify([{ stream_id: ids.P, property: 'pin_to_top', value: true }]) },
     });
-    expectRefused(write);
+    expectRateLimited(write);
     const sub = await ctx.db
       .selectFrom('subscriptions')
       .select('pin_to_top')
@@ -174,8 +174,8 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
       expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('2');
       expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('1');
       expect((await getV(other.app)).headers['x-ratelimit-remaining']).toBe('0');
-      expectRefused(await getV(other.app));
-      expectRefused(await getV(ctx.app));
+      expectRateLimited(await getV(other.app));
+      expectRateLimited(await getV(ctx.app));
     } finally {
       await other.close();
     }
@@ -245,7 +245,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
       // A refusal costs that one statement and nothing else.
       await exhaustU();
       ctx.database.statements.length = 0;
-      expectRefused(await getV(ctx.app));
+      expectRateLimited(await getV(ctx.app));
       expect(ctx.database.statements).toHaveLength(1);
     } finally {
       await unlimited.close();
@@ -257,7 +257,7 @@ describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
     const lowered = await buildApp({ config: { ...ctx.config, rateLimitMaxRequests: 2 }, ...ctx.database });
     try {
       const res = await getV(lowered);
-      const retryAfter = expectRefused(res);
+      const retryAfter = expectRateLimited(res);
       expect(res.headers['x-ratelimit-limit']).toBe('2');
       const expected = await sql<{ r: number }>`
         SELECT extract(epoch FROM hits[2] + interval '60 seconds' - last_checked_at)::float8 AS r
@@ -277,7 +277,7 @@ describe('rate limiting over a 2-second window', () => {
     await sleep(1000);
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('1');
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('0');
-    const retryAfter = expectRefused(await getV(ctx.app));
+    const retryAfter = expectRateLimited(await getV(ctx.app));
     expect(retryAfter).toBeGreaterThan(0);
     expect(retryAfter).toBeLessThanOrEqual(1); // only the first request has to leave
     await sleep(Math.ceil(retryAfter * 1000));
@@ -285,7 +285,7 @@ describe('rate limiting over a 2-second window', () => {
     expect(res.statusCode).toBe(200);
     expect(res.headers['x-ratelimit-remaining']).toBe('0'); // the two later requests are still in the window
     // Not a fixed window: the next slot frees when the second request leaves, about a second later.
-    const next = expectRefused(await getV(ctx.app));
+    const next = expectRateLimited(await getV(ctx.app));
     expect(next).toBeGreaterThan(0.5);
     expect(next).toBeLessThanOrEqual(1.1);
     expect(await hitsOf(ctx, ids.U)).toHaveLength(3); // the first request was pruned, refusals never stored

@@ -1,5 +1,5 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { describe, expect, it } from 'vitest';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { OK } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { deleteUser } from '../src/cli/operations.js';
@@ -11,11 +11,7 @@ import { createQueue, type FixtureUser, ids, queueEvents, restrict } from './hel
  * send_events_for_user_deactivation and do_reactivate_user).
  */
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 const deactivate = (userId: number, as: FixtureUser = 'A') => api(ctx.app, { method: 'DELETE', url: `/api/v1/users/${userId}`, as });
 const reactivate = (userId: number, as: FixtureUser = 'A') =>
