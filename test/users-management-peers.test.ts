@@ -117,13 +117,6 @@ describe('deactivation sends peer_remove for each channel of the user, before re
     expect(await ctx.db.selectFrom('event_queues').select('id').where('id', 'in', [queues.U!, queues.B!]).execute()).toEqual([]);
   });
 
-  it('in a restricted organization a guest gets the peer_remove of a channel it shares, not the deactivation', async () => {
-    await restrict(ctx.db);
-    const queueG = await createQueue(ctx.db, 'G');
-    expect((await deactivate(ids.V)).body).toBe(OK);
-    expect(await queueEvents(ctx.db, queueG)).toEqual([peer('peer_remove', [ids.P], ids.V, 0), peer('peer_remove', [ids.W], ids.V, 1)]);
-  });
-
   it('a queue that accepts only realm_user gets no peer events; subscriptions are kept', async () => {
     const queueU = await createQueue(ctx.db, 'U', ['realm_user']);
     expect((await deactivate(ids.V)).body).toBe(OK);
@@ -164,6 +157,109 @@ describe('deactivation sends peer_remove for each channel of the user, before re
     ctx.database.statements.length = 0;
     expect((await reactivate(ids.M)).body).toBe(OK);
     expect(ctx.database.statements.length).toBe(reactivation);
+  });
+});
+
+const removal = (userId: number, id: number) => ({
+  type: 'realm_user',
+  op: 'remove',
+  person: { user_id: userId, full_name: 'Unknown user' },
+  id,
+});
+/** M becomes a guest too (a second one, beside G). */
+const makeGuest = (userId: number) => ctx.db.updateTable('users').set({ role: 600 }).where('id', '=', userId).execute();
+
+describe('deactivation in an organization that restricts guests (Zulip send_events_for_user_deactivation)', () => {
+  it('non-guests get the update; a guest sharing a channel gets realm_user/remove after its peer_remove events, not the update', async () => {
+    await restrict(ctx.db);
+    const queues = await queuesOf(['A', 'U', 'G']);
+    expect((await deactivate(ids.V)).body).toBe(OK);
+    // V: P (with U and G), Q, S (private), W (web-public).
+    expect(await queueEvents(ctx.db, queues.G!)).toEqual([
+      peer('peer_remove', [ids.P], ids.V, 0),
+      peer('peer_remove', [ids.W], ids.V, 1),
+      removal(ids.V, 2),
+    ]);
+    expect(await queueEvents(ctx.db, queues.U!)).toEqual([
+      peer('peer_remove', [ids.P], ids.V, 0),
+      peer('peer_remove', [ids.Q], ids.V, 1),
+      peer('peer_remove', [ids.W], ids.V, 2),
+      isActiveEvent(ids.V, false, 3),
+    ]);
+    expect((await queueEvents(ctx.db, queues.A!)).at(-1)).toEqual(isActiveEvent(ids.V, false, 4));
+  });
+
+  it('an archived channel counts; a guest sharing nothing, or only a left channel, gets no remove', async () => {
+    await restrict(ctx.db);
+    // M, a guest, is subscribed to the archived Z (with U) and was subscribed to Q (with V) only.
+    await makeGuest(ids.M);
+    await subscribeRows([[ids.M, ids.Z]]);
+    await ctx.db
+      .insertInto('subscriptions')
+      .values({ realm_id: 1, user_id: ids.M, stream_id: ids.Q, color: '#c2c2c2', active: false })
+      .execute();
+    const queues = await queuesOf(['M', 'G']);
+    expect((await deactivate(ids.U)).body).toBe(OK);
+    // U's bots B and H (accessible to everyone) first, then U: P (with G) and Z (archived, with M).
+    expect(await queueEvents(ctx.db, queues.M!)).toEqual([
+      isActiveEvent(ids.B, false, 0),
+      isActiveEvent(ids.H, false, 1),
+      peer('peer_remove', [ids.Z], ids.U, 2),
+      removal(ids.U, 3),
+    ]);
+    expect(await queueEvents(ctx.db, queues.G!)).toEqual([
+      isActiveEvent(ids.B, false, 0),
+      isActiveEvent(ids.H, false, 1),
+      peer('peer_remove', [ids.P], ids.U, 2),
+      removal(ids.U, 3),
+    ]);
+    // V: M shares only the channel it left (Q) and gets the web-public channel's peer_remove alone.
+    await ctx.db.deleteFrom('events').execute();
+    expect((await deactivate(ids.V)).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queues.M!)).toEqual([peer('peer_remove', [ids.W], ids.V, 4)]);
+  });
+
+  it("an owned bot stays accessible: its update goes to every guest, with no remove (only its owner's)", async () => {
+    await restrict(ctx.db);
+    await subscribeRows([[ids.B, ids.P]]);
+    const queueG = await createQueue(ctx.db, 'G');
+    expect((await deactivate(ids.U)).body).toBe(OK);
+    expect(await queueEvents(ctx.db, queueG)).toEqual([
+      peer('peer_remove', [ids.P], ids.B, 0),
+      isActiveEvent(ids.B, false, 1),
+      isActiveEvent(ids.H, false, 2),
+      peer('peer_remove', [ids.P], ids.U, 3),
+      removal(ids.U, 4),
+    ]);
+  });
+
+  it("register agrees: the guest's realm_users has the user's placeholder after the remove, its object before", async () => {
+    await restrict(ctx.db);
+    const nameOfV = async () => {
+      const state = (await register(ctx.app, { fetch_event_types: '["realm_user"]' }, 'G')).json();
+      return (state.realm_users as { user_id: number; full_name: string }[]).find((user) => user.user_id === ids.V)?.full_name;
+    };
+    expect(await nameOfV()).toBe('V Member');
+    expect((await deactivate(ids.V)).body).toBe(OK);
+    expect(await nameOfV()).toBe('Unknown user');
+    const incomplete = (
+      await register(ctx.app, { fetch_event_types: '["realm_user"]', client_capabilities: '{"user_list_incomplete":true}' }, 'G')
+    ).json();
+    expect((incomplete.realm_users as { user_id: number }[]).map((user) => user.user_id)).not.toContain(ids.V);
+    expect((incomplete.realm_non_active_users as { user_id: number }[]).map((user) => user.user_id)).not.toContain(ids.V);
+  });
+
+  it('costs the same number of statements whatever the number of guests sharing channels', async () => {
+    await restrict(ctx.db);
+    ctx.database.statements.length = 0;
+    expect((await deactivate(ids.M)).body).toBe(OK);
+    const none = ctx.database.statements.length;
+    await makeGuest(ids.O);
+    await subscribeRows([[ids.O, ids.Q]]);
+    await queuesOf(['O', 'G', 'U']);
+    ctx.database.statements.length = 0;
+    expect((await deactivate(ids.V)).body).toBe(OK);
+    expect(ctx.database.statements.length).toBe(none);
   });
 });
 

@@ -1,5 +1,5 @@
 import { ROLES } from '../../zulip.js';
-import type { AddressedEvent } from '../events/events.repository.js';
+import type { AddressedEvent, ApiEvent } from '../events/events.repository.js';
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
 import { realmUserRecord } from '../users/users.repository.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord } from '../users/users.serializers.js';
@@ -224,6 +224,13 @@ function accessGainEvents(
 /** Zulip's UserProfile.INACCESSIBLE_USER_NAME. */
 const INACCESSIBLE_USER_NAME = 'Unknown user';
 
+/** The realm_user/remove that tells a guest it no longer has access to the user (an unsubscribe's, a deactivation's). */
+export const inaccessibleUserRemoval = (userId: number): ApiEvent => ({
+  type: 'realm_user',
+  op: 'remove',
+  person: { user_id: userId, full_name: INACCESSIBLE_USER_NAME },
+});
+
 /**
  * The realm_user/remove events of an unsubscribe in an organization that restricts guests (Zulip's
  * send_user_remove_events_on_removing_subscriptions, after every other event of the request): for
@@ -234,7 +241,7 @@ const INACCESSIBLE_USER_NAME = 'Unknown user';
  */
 function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharing, recipients: Recipients): AddressedEvent[] {
   const events: AddressedEvent[] = [];
-  const remove = (userId: number) => ({ type: 'realm_user', op: 'remove', person: { user_id: userId, full_name: INACCESSIBLE_USER_NAME } });
+  const remove = inaccessibleUserRemoval;
   for (const { userId, channelSubscribers } of changes) {
     const lost = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !after.shares(userId, id)).sort(ascending);
     const guests = lost.filter((id) => recipients.isGuest(id));

@@ -23,7 +23,7 @@ import {
   REACTIVATE_USER,
   REFUSALS,
 } from './users.writes.js';
-import { arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
+import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
 /**
  * The user-management writes shared by the API (users-api.service.ts) and the admin command line
@@ -235,8 +235,9 @@ export interface DeactivationTarget {
 
 /**
  * Deactivates a user and their active bots, ends their event queues and sends, for each of them in
- * turn (bots first, then the user), subscription/peer_remove for its channels (archived included)
- * and realm_user/update is_active false (spec management §11.3). Refuses REFUSALS.deactivated, then
+ * turn (bots first, then the user), subscription/peer_remove for its channels (archived included),
+ * realm_user/update is_active false and, for a human in an organization that restricts guests,
+ * realm_user/remove to the guests sharing a channel with it (spec management §11.3). Refuses REFUSALS.deactivated, then
  * (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
@@ -245,8 +246,9 @@ export async function deactivateUserWithEvents(
   options: { self: boolean; keepLastOwner: boolean; deleteProfile?: boolean },
 ): Promise<void> {
   const deleteProfile = options.deleteProfile === true;
-  // A restricted organization's guests get none (Zulip: non-guests and DM partners; no DMs here).
-  const guests: GuestAudience = context.realm.canAccessAllUsersGroup === 'members' && target.botType === null ? 'none' : 'all';
+  // A restricted organization's guests get no update (Zulip: non-guests and DM partners; no DMs
+  // here), but those sharing a channel with the target its realm_user/remove. Bots stay accessible.
+  const restricted = guestsSeeing(context.realm, target) !== 'all';
   await runManagementInteractive(context, async (tx) => {
     const read = await readPeers(tx, context.realm.id, [target.id, ...target.activeBotIds], true);
     // A bot deactivated since the caller read it is not deactivated again.
@@ -259,9 +261,15 @@ export async function deactivateUserWithEvents(
       ...bots.map((botId) => ({
         id: botId,
         before: before(botId),
-        event: userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false }),
+        after: [userUpdateEvent(context.realm, { id: botId, botType: 1 }, { is_active: false })],
       })),
-      { id: target.id, before: before(target.id), event: { ...userUpdateEvent(context.realm, target, { is_active: false }), guests } },
+      {
+        id: target.id,
+        before: before(target.id),
+        after: restricted
+          ? [{ ...userUpdateEvent(context.realm, target, { is_active: false }), guests: 'none' }, ...accessLossOnDeparture(read, target.id)]
+          : [userUpdateEvent(context.realm, target, { is_active: false })],
+      },
     ]);
     const gone = [target.id, ...bots];
     await tx.run(DEACTIVATE_USER, [

@@ -1,7 +1,7 @@
 import type { StatementRunner } from '../../db/reusable-statement.js';
 import type { ApiEvent } from '../events/events.repository.js';
 import { type AudienceEvent, EVERY_ROLE } from '../events/realm-events.js';
-import { peerEvents, type PeerChange, Recipients } from '../subscriptions/membership.events.js';
+import { inaccessibleUserRemoval, peerEvents, type PeerChange, Recipients } from '../subscriptions/membership.events.js';
 import type { ChannelRow } from '../subscriptions/membership.repository.js';
 
 /**
@@ -103,17 +103,35 @@ function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: numbe
 /**
  * A deactivation's events: for each user who goes, in order (the bots, then their owner), the
  * events of its profile's deletion (`before`, Zulip's order: do_deactivate_user changes the profile
- * before send_events_for_user_deactivation), its peer_remove events, then its own realm_user event.
+ * before send_events_for_user_deactivation), its peer_remove events, then its own realm_user events
+ * (`after`).
  */
 export function departureEvents(
   read: PeerRead,
-  order: readonly { id: number; before: readonly AudienceEvent[]; event: AudienceEvent }[],
+  order: readonly { id: number; before: readonly AudienceEvent[]; after: readonly AudienceEvent[] }[],
 ): AudienceEvent[] {
   const gone = new Set<number>();
-  return order.flatMap(({ id, before, event }) => {
+  return order.flatMap(({ id, before, after }) => {
     gone.add(id);
-    return [...before, ...addressed('peer_remove', read, id, gone), event];
+    return [...before, ...addressed('peer_remove', read, id, gone), ...after];
   });
+}
+
+/**
+ * The realm_user/remove of a user deactivated in an organization that restricts guests, after its
+ * realm_user/update (Zulip's send_events_for_user_deactivation): to the active guests with an
+ * active subscription to a channel the user is subscribed to, archived ones included, who lose
+ * access to it (register then gives them its placeholder, or nothing with user_list_incomplete).
+ * Only guests with a queue are listed, as for the peer events.
+ */
+export function accessLossOnDeparture(read: PeerRead, userId: number): AudienceEvent[] {
+  const channels = new Set(read.memberships.filter((row) => row.user_id === userId).map((row) => row.stream_id));
+  const sharing = new Set(
+    read.memberships.filter((row) => row.user_id !== userId && channels.has(row.stream_id)).map((row) => row.user_id),
+  );
+  const recipients = recipientsOf(read);
+  const guests = recipients.all.filter((id) => sharing.has(id) && recipients.isGuest(id));
+  return guests.length === 0 ? [] : [{ event: inaccessibleUserRemoval(userId), ...EVERY_ROLE, guests: 'all', users: guests }];
 }
 
 /** A reactivation's peer_add events, which follow its realm_user events. */
