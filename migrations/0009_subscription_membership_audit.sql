@@ -6,10 +6,12 @@
 ALTER TABLE subscription_audit_log ADD COLUMN event_type smallint NOT NULL DEFAULT 304;
 
 -- The user whose subscription changed (Zulip's modified_user): the acting user for a settings
--- change, any principal for a membership change.
+-- change, any principal for a membership change. Nullable: during a rolling deploy the instances
+-- still on the previous release write settings rows without it (a NOT NULL would turn their
+-- settings updates into 500s until they are replaced); such a row's modified user is its acting
+-- user, as every settings row's is.
 ALTER TABLE subscription_audit_log ADD COLUMN modified_user_id integer;
 UPDATE subscription_audit_log SET modified_user_id = acting_user_id;
-ALTER TABLE subscription_audit_log ALTER COLUMN modified_user_id SET NOT NULL;
 
 -- No acting user: an operator's change through the admin command line (Zulip's acting_user=None).
 ALTER TABLE subscription_audit_log ALTER COLUMN acting_user_id DROP NOT NULL;

@@ -1,6 +1,7 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { describe, expect, it } from 'vitest';
 import { subscribeAsOperator } from '../src/modules/subscriptions/membership.service.js';
-import { api, createTestContext, type TestContext } from './helpers/app.js';
+import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
 import { subscribe, unsubscribe } from './helpers/membership.js';
 
@@ -16,11 +17,7 @@ const CREATED = 301;
 const ACTIVATED = 302;
 const DEACTIVATED = 303;
 
-let ctx: TestContext;
-beforeEach(async () => {
-  ctx = await createTestContext();
-});
-afterEach(() => ctx.close());
+const ctx = useTestContext(createTestContext);
 
 /** Every audit row, in id order, without id and time. */
 const auditRows = () =>
@@ -86,6 +83,26 @@ describe('subscribing', () => {
     const writes = { transactions: ctx.database.transactions, maxPendingEvents: ctx.config.queueMaxPendingEvents, config: ctx.config };
     await subscribeAsOperator(writes, ids.R, U, 'S');
     expect(await auditRows()).toEqual([row(CREATED, null, U, S)]);
+  });
+});
+
+describe('a rolling deploy across migration 0009', () => {
+  it('an instance of the previous release still writes its settings rows (no modified user, no event type)', async () => {
+    // The previous release's settings statement named these columns only.
+    await sql`INSERT INTO subscription_audit_log (realm_id, acting_user_id, stream_id, property, old_value, new_value, created_at)
+      VALUES (${ids.R}, ${U}, ${P}, 'pin_to_top', 'false', 'true', now())`.execute(ctx.db);
+    expect(await auditRows()).toEqual([
+      {
+        realm_id: ids.R,
+        event_type: 304,
+        acting_user_id: U,
+        modified_user_id: null,
+        stream_id: P,
+        property: 'pin_to_top',
+        old_value: false,
+        new_value: true,
+      },
+    ]);
   });
 });
 

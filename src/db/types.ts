@@ -117,7 +117,7 @@ export interface SubscriptionAuditLog {
   created_at: Generated<Timestamp>;
   event_type: Generated<number>;
   id: Generated<ColumnType<number, number | bigint | string, number | bigint | string>>;
-  modified_user_id: number;
+  modified_user_id: number | null;
   new_value: Json | null;
   old_value: Json | null;
   property: string | null;
