@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_53ccf2b38cffab68f1e3daca1f3ec9c5, a hash of its exact text; this one differs from it only in
+-- Prepared as s_6446e2d7ce1c4843d6946070829fbf95, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -36,14 +36,27 @@ WITH requested AS (
   UNION SELECT u.id, u.role FROM subscriptions sub JOIN users u ON u.id = sub.user_id
   WHERE (SELECT restricted FROM realm) AND sub.stream_id IN (SELECT id FROM channel) AND sub.active AND u.is_active
 ), shared_elsewhere AS (
-  -- Only pairs with a guest matter: non-guests see everyone.
-  SELECT DISTINCT mine.user_id AS target_id, theirs.user_id AS other_id
-  FROM target t
-  JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
-  JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
-  JOIN relevant o ON o.id = theirs.user_id
-  -- The first condition is a one-time filter: nothing is joined in other organizations.
-  WHERE (SELECT restricted FROM realm) AND (t.role = 600 OR o.role = 600)
+  -- Only pairs with a guest matter: non-guests see everyone. Two halves, so that a non-guest
+  -- target's channels are only ever joined with the few guests' subscriptions, never with every
+  -- member of a large channel. The restricted condition is a one-time filter: nothing is joined in
+  -- other organizations.
+  SELECT DISTINCT target_id, other_id FROM (
+    -- A guest target: every relevant user it shares a channel with outside the named ones.
+    SELECT mine.user_id AS target_id, theirs.user_id AS other_id
+    FROM target t
+    JOIN subscriptions mine ON mine.user_id = t.id AND mine.active AND mine.stream_id NOT IN (SELECT id FROM channel)
+    JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id AND theirs.active AND theirs.user_id <> t.id
+    JOIN relevant o ON o.id = theirs.user_id
+    WHERE (SELECT restricted FROM realm) AND t.role = 600
+    UNION ALL
+    -- Any target: the relevant guests it shares a channel with outside the named ones.
+    SELECT t.id, g.id
+    FROM relevant g
+    JOIN subscriptions theirs ON theirs.user_id = g.id AND theirs.active AND theirs.stream_id NOT IN (SELECT id FROM channel)
+    JOIN target t ON t.id <> g.id
+    JOIN subscriptions mine ON mine.user_id = t.id AND mine.stream_id = theirs.stream_id AND mine.active
+    WHERE (SELECT restricted FROM realm) AND g.role = 600
+  ) pairs
 )
 SELECT
   (SELECT coalesce(json_agg(n ORDER BY n.ord), '[]') FROM named n) AS named,
