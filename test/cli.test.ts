@@ -115,7 +115,14 @@ describe('admin command line (real processes)', () => {
     const ownerQueue = randomUUID();
     await createEventQueue(
       ctx.db,
-      { id: ownerQueue, realmId: realm.realm_id as number, userId: owner.user_id as number, eventTypes: null, lifespanSeconds: 600 },
+      {
+        id: ownerQueue,
+        realmId: realm.realm_id as number,
+        userId: owner.user_id as number,
+        eventTypes: null,
+        lifespanSeconds: 600,
+        userListIncomplete: false,
+      },
       20,
     ).execute();
     const stub = await ok([
@@ -198,6 +205,7 @@ describe('admin command line (real processes)', () => {
         userId: guest.user_id as number,
         eventTypes: ['realm_user'],
         lifespanSeconds: 600,
+        userListIncomplete: false,
       },
       20,
     ).execute();
