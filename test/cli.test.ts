@@ -224,6 +224,17 @@ describe('admin command line (real processes)', () => {
         id: 0,
       },
     ]);
+    // A user the command line creates shares no channel with the guest yet: its placeholder.
+    const late = await ok(['user', 'create', '--realm', '', '--email', 'late@acme.test', '--full-name', 'Late Comer']);
+    const events = await listQueueEvents(ctx.db, guestQueue);
+    expect(events.slice(1)).toEqual([
+      {
+        type: 'realm_user',
+        op: 'add',
+        person: expect.objectContaining({ user_id: late.user_id, full_name: 'Unknown user', delivery_email: null }),
+        id: 1,
+      },
+    ]);
 
     const field = await ok(['profile-field', 'create', '--realm', '', '--name', 'Bio', '--type', 'long_text']);
     expect(field).toEqual({ field_id: expect.any(Number) });
