@@ -6,6 +6,7 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { apiKeys, basicAuth, createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
+import { humanObject, placeholderObject } from './helpers/users.js';
 
 /** User management (docs/management-api.md "Users"): GET /users/me, POST /users, DELETE, reactivate. */
 
@@ -43,6 +44,14 @@ const reactivate = (userId: number | string, as: FixtureUser = 'A') =>
   api(ctx.app, { method: 'POST', url: `/api/v1/users/${userId}/reactivate`, as });
 const isActive = async (userId: number) =>
   (await ctx.db.selectFrom('users').select('is_active').where('id', '=', userId).executeTakeFirstOrThrow()).is_active;
+
+/** The new user's object in realm_user/add (`date_joined` is the creation's minute). */
+const newPerson = (userId: number, dateJoined: unknown) =>
+  humanObject(userId, 'New Person', 'New.Person@example.com', 400, {
+    date_joined: dateJoined,
+    avatar_url: gravatar('New.Person@example.com'),
+    profile_data: {},
+  });
 
 const NEW_USER = { email: 'New.Person@Example.COM', password: 'long enough', full_name: '  New Person ' };
 const adminRequired = errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL');
@@ -157,24 +166,7 @@ describe('POST /api/v1/users', () => {
       email_address_visibility: 1,
       can_create_users: false,
     });
-    const person = {
-      email: 'New.Person@example.com',
-      user_id: userId,
-      avatar_version: 1,
-      is_admin: false,
-      is_owner: false,
-      is_guest: false,
-      role: 400,
-      is_bot: false,
-      full_name: 'New Person',
-      timezone: '',
-      is_active: true,
-      date_joined: expect.any(String) as unknown,
-      delivery_email: 'New.Person@example.com',
-      avatar_url: gravatar('New.Person@example.com'),
-      is_imported_stub: false,
-      profile_data: {},
-    };
+    const person = newPerson(userId, expect.any(String));
     expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(await queueEvents(ctx.db, queueG)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(await queueEvents(ctx.db, queueOther)).toEqual([]);
@@ -215,45 +207,10 @@ describe('POST /api/v1/users', () => {
     const res = await createUser(NEW_USER);
     expect(res.statusCode).toBe(200);
     const userId = res.json().user_id as number;
-    const person = {
-      email: 'New.Person@example.com',
-      user_id: userId,
-      avatar_version: 1,
-      is_admin: false,
-      is_owner: false,
-      is_guest: false,
-      role: 400,
-      is_bot: false,
-      full_name: 'New Person',
-      timezone: '',
-      is_active: true,
-      date_joined: formatDateJoined(
-        (await ctx.db.selectFrom('users').select('date_joined').where('id', '=', userId).executeTakeFirstOrThrow()).date_joined,
-      ),
-      delivery_email: 'New.Person@example.com',
-      avatar_url: gravatar('New.Person@example.com'),
-      is_imported_stub: false,
-      profile_data: {},
-    };
+    const joined = await ctx.db.selectFrom('users').select('date_joined').where('id', '=', userId).executeTakeFirstOrThrow();
+    const person = newPerson(userId, formatDateJoined(joined.date_joined));
     // Zulip's get_data_for_inaccessible_user, with Tornado's inaccessible_user flag removed.
-    const placeholder = {
-      email: `user${userId}@chat.example.com`,
-      user_id: userId,
-      avatar_version: 1,
-      is_admin: false,
-      is_owner: false,
-      is_guest: false,
-      role: 400,
-      is_bot: false,
-      full_name: 'Unknown user',
-      timezone: '',
-      is_active: true,
-      date_joined: '1970-01-01T00:00:00+00:00',
-      delivery_email: null,
-      avatar_url: '/static/images/unknown-user-avatar.png',
-      is_imported_stub: false,
-      profile_data: {},
-    };
+    const placeholder = placeholderObject(userId, true);
     const full = JSON.stringify([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(JSON.stringify(await queueEvents(ctx.db, queueU))).toBe(full);
     expect(JSON.stringify(await queueEvents(ctx.db, queueA))).toBe(full);
@@ -278,9 +235,8 @@ describe('POST /api/v1/users', () => {
         incomplete: row.user_list_incomplete,
       };
     };
-    const { is_active: _isActive, ...registeredPlaceholder } = placeholder;
     const complete = await registered({});
-    expect(JSON.stringify(complete.users)).toBe(JSON.stringify([registeredPlaceholder]));
+    expect(JSON.stringify(complete.users)).toBe(JSON.stringify([placeholderObject(userId, false)]));
     expect(complete.incomplete).toBe(false);
     expect(await registered({ client_capabilities: '{"user_list_incomplete":true}' })).toEqual({ users: [], incomplete: true });
   });
