@@ -115,7 +115,14 @@ describe('admin command line (real processes)', () => {
     const ownerQueue = randomUUID();
     await createEventQueue(
       ctx.db,
-      { id: ownerQueue, realmId: realm.realm_id as number, userId: owner.user_id as number, eventTypes: null, lifespanSeconds: 600 },
+      {
+        id: ownerQueue,
+        realmId: realm.realm_id as number,
+        userId: owner.user_id as number,
+        eventTypes: null,
+        lifespanSeconds: 600,
+        userListIncomplete: false,
+      },
       20,
     ).execute();
     const stub = await ok([
@@ -198,6 +205,7 @@ describe('admin command line (real processes)', () => {
         userId: guest.user_id as number,
         eventTypes: ['realm_user'],
         lifespanSeconds: 600,
+        userListIncomplete: false,
       },
       20,
     ).execute();
@@ -214,6 +222,17 @@ describe('admin command line (real processes)', () => {
           delivery_email: null,
         }),
         id: 0,
+      },
+    ]);
+    // A user the command line creates shares no channel with the guest yet: its placeholder.
+    const late = await ok(['user', 'create', '--realm', '', '--email', 'late@acme.test', '--full-name', 'Late Comer']);
+    const events = await listQueueEvents(ctx.db, guestQueue);
+    expect(events.slice(1)).toEqual([
+      {
+        type: 'realm_user',
+        op: 'add',
+        person: expect.objectContaining({ user_id: late.user_id, full_name: 'Unknown user', delivery_email: null }),
+        id: 1,
       },
     ]);
 

@@ -4,6 +4,7 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 import { pendingEvents, register, setColor } from './helpers/events.js';
+import { placeholderObject } from './helpers/users.js';
 
 /** POST /api/v1/register (spec §3.12, acceptance cases 150–158 and 171). */
 
@@ -46,23 +47,7 @@ const bot = (id: number, fullName: string, email: string, botType: number) => ({
   bot_type: botType,
   bot_owner_id: 13,
 });
-const placeholder = (id: number) => ({
-  email: `user${id}@chat.example.com`,
-  user_id: id,
-  avatar_version: 1,
-  is_admin: false,
-  is_owner: false,
-  is_guest: false,
-  role: 400,
-  is_bot: false,
-  full_name: 'Unknown user',
-  timezone: '',
-  date_joined: '1970-01-01T00:00:00+00:00',
-  delivery_email: null,
-  avatar_url: '/static/images/unknown-user-avatar.png',
-  is_imported_stub: false,
-  profile_data: {},
-});
+const placeholder = (id: number) => placeholderObject(id, false);
 
 const V_PROFILE_DATA = {
   1: { value: '**Lead**', rendered_value: '<p><strong>Lead</strong></p>' },

@@ -13,6 +13,7 @@ import {
 } from '../src/modules/users/users.serializers.js';
 import { dummyAddressDigits, parseUserId } from '../src/modules/users/users.service.js';
 import { FIXTURE_ENV } from './helpers/app.js';
+import { placeholderObject } from './helpers/users.js';
 
 /** The pure parts of the user endpoints: spec §2.3–§2.6 and §2.11, without HTTP or a database. */
 
@@ -127,28 +128,9 @@ describe('buildProfileData', () => {
 
 describe('placeholder', () => {
   it('matches §2.11 exactly, with is_active omitted on request', () => {
-    const expected = {
-      email: 'user10@chat.example.com',
-      user_id: 10,
-      avatar_version: 1,
-      is_admin: false,
-      is_owner: false,
-      is_guest: false,
-      role: 400,
-      is_bot: false,
-      full_name: 'Unknown user',
-      timezone: '',
-      is_active: true,
-      date_joined: '1970-01-01T00:00:00+00:00',
-      delivery_email: null,
-      avatar_url: '/static/images/unknown-user-avatar.png',
-      is_imported_stub: false,
-      profile_data: {},
-    };
-    expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config))).toBe(JSON.stringify(expected));
-    const { is_active, ...withoutActive } = expected;
+    expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config))).toBe(JSON.stringify(placeholderObject(10, true)));
     expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config, { omitIsActive: true }))).toBe(
-      JSON.stringify(withoutActive),
+      JSON.stringify(placeholderObject(10, false)),
     );
     const other = buildInaccessibleUserPlaceholder({ ...viewer(600), realmSubdomain: 'other' }, 10, config);
     expect(other.email).toBe('user10@other.chat.example.com');

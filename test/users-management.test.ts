@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
+import { formatDateJoined } from '../src/modules/users/users.serializers.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { apiKeys, basicAuth, createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
+import { humanObject, placeholderObject } from './helpers/users.js';
 
 /** User management (docs/management-api.md "Users"): GET /users/me, POST /users, DELETE, reactivate. */
 
@@ -42,6 +44,14 @@ const reactivate = (userId: number | string, as: FixtureUser = 'A') =>
   api(ctx.app, { method: 'POST', url: `/api/v1/users/${userId}/reactivate`, as });
 const isActive = async (userId: number) =>
   (await ctx.db.selectFrom('users').select('is_active').where('id', '=', userId).executeTakeFirstOrThrow()).is_active;
+
+/** The new user's object in realm_user/add (`date_joined` is the creation's minute). */
+const newPerson = (userId: number, dateJoined: unknown) =>
+  humanObject(userId, 'New Person', 'New.Person@example.com', 400, {
+    date_joined: dateJoined,
+    avatar_url: gravatar('New.Person@example.com'),
+    profile_data: {},
+  });
 
 const NEW_USER = { email: 'New.Person@Example.COM', password: 'long enough', full_name: '  New Person ' };
 const adminRequired = errorBody('Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL');
@@ -156,24 +166,7 @@ describe('POST /api/v1/users', () => {
       email_address_visibility: 1,
       can_create_users: false,
     });
-    const person = {
-      email: 'New.Person@example.com',
-      user_id: userId,
-      avatar_version: 1,
-      is_admin: false,
-      is_owner: false,
-      is_guest: false,
-      role: 400,
-      is_bot: false,
-      full_name: 'New Person',
-      timezone: '',
-      is_active: true,
-      date_joined: expect.any(String) as unknown,
-      delivery_email: 'New.Person@example.com',
-      avatar_url: gravatar('New.Person@example.com'),
-      is_imported_stub: false,
-      profile_data: {},
-    };
+    const person = newPerson(userId, expect.any(String));
     expect(await queueEvents(ctx.db, queueU)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(await queueEvents(ctx.db, queueG)).toEqual([{ type: 'realm_user', op: 'add', person, id: 0 }]);
     expect(await queueEvents(ctx.db, queueOther)).toEqual([]);
@@ -187,7 +180,7 @@ describe('POST /api/v1/users', () => {
     expect(state.realm_users.map((user: { user_id: number }) => user.user_id)).toContain(userId);
   });
 
-  it('costs a constant number of statements, whatever the number of queues', async () => {
+  it('costs a constant number of statements, whatever the number of queues or the guest access', async () => {
     await grantCreateUsers('A');
     ctx.database.statements.length = 0;
     expect((await createUser({ ...NEW_USER, email: 'one@example.com' })).statusCode).toBe(200);
@@ -196,16 +189,56 @@ describe('POST /api/v1/users', () => {
     ctx.database.statements.length = 0;
     expect((await createUser({ ...NEW_USER, email: 'two@example.com' })).statusCode).toBe(200);
     expect(ctx.database.statements.length).toBe(one);
+    // The same in an organization that restricts guests (placeholders, user_list_incomplete).
+    await restrict(ctx.db);
+    await createQueue(ctx.db, 'G', null, true);
+    ctx.database.statements.length = 0;
+    expect((await createUser({ ...NEW_USER, email: 'three@example.com' })).statusCode).toBe(200);
+    expect(ctx.database.statements.length).toBe(one);
   });
 
-  it('in a restricted organization guests who share no channel with the new user get nothing', async () => {
+  it('in a restricted organization guests get the placeholder, except clients with user_list_incomplete', async () => {
     await restrict(ctx.db);
     await grantCreateUsers('A');
+    const queueU = await createQueue(ctx.db, 'U');
+    const queueA = await createQueue(ctx.db, 'A');
     const queueG = await createQueue(ctx.db, 'G');
-    const queueM = await createQueue(ctx.db, 'M');
-    expect((await createUser(NEW_USER)).statusCode).toBe(200);
-    expect(await queueEvents(ctx.db, queueG)).toEqual([]);
-    expect(await queueEvents(ctx.db, queueM)).toHaveLength(1);
+    const queueGIncomplete = await createQueue(ctx.db, 'G', null, true);
+    const res = await createUser(NEW_USER);
+    expect(res.statusCode).toBe(200);
+    const userId = res.json().user_id as number;
+    const joined = await ctx.db.selectFrom('users').select('date_joined').where('id', '=', userId).executeTakeFirstOrThrow();
+    const person = newPerson(userId, formatDateJoined(joined.date_joined));
+    // Zulip's get_data_for_inaccessible_user, with Tornado's inaccessible_user flag removed.
+    const placeholder = placeholderObject(userId, true);
+    const full = JSON.stringify([{ type: 'realm_user', op: 'add', person, id: 0 }]);
+    expect(JSON.stringify(await queueEvents(ctx.db, queueU))).toBe(full);
+    expect(JSON.stringify(await queueEvents(ctx.db, queueA))).toBe(full);
+    expect(JSON.stringify(await queueEvents(ctx.db, queueG))).toBe(
+      JSON.stringify([{ type: 'realm_user', op: 'add', person: placeholder, id: 0 }]),
+    );
+    expect(await queueEvents(ctx.db, queueGIncomplete)).toEqual([]);
+    const queues = await ctx.db.selectFrom('event_queues').select(['id', 'next_event_id']).where('user_id', '=', ids.G).execute();
+    expect(Object.fromEntries(queues.map((q) => [q.id, q.next_event_id]))).toEqual({ [queueG]: 1, [queueGIncomplete]: 0 });
+
+    // register agrees: the placeholder (without is_active) for the guest, nothing with
+    // user_list_incomplete; the capability is stored with the queue.
+    const registered = async (form: Record<string, string>) => {
+      const body = (await register(ctx.app, { fetch_event_types: '["realm_user"]', ...form }, 'G')).json();
+      const row = await ctx.db
+        .selectFrom('event_queues')
+        .select('user_list_incomplete')
+        .where('id', '=', body.queue_id)
+        .executeTakeFirstOrThrow();
+      return {
+        users: (body.realm_users as { user_id: number }[]).filter((user) => user.user_id === userId),
+        incomplete: row.user_list_incomplete,
+      };
+    };
+    const complete = await registered({});
+    expect(JSON.stringify(complete.users)).toBe(JSON.stringify([placeholderObject(userId, false)]));
+    expect(complete.incomplete).toBe(false);
+    expect(await registered({ client_capabilities: '{"user_list_incomplete":true}' })).toEqual({ users: [], incomplete: true });
   });
 });
 

@@ -1,5 +1,5 @@
 -- Built in src/modules/users/users.writes.ts.
--- Prepared as s_f54e694e1ea2bde5f5f9bc84175b02ab, a hash of its exact text; this one differs from it only in
+-- Prepared as s_ab19a64047235df8e75e56e127a63e2e, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
@@ -26,11 +26,12 @@ WITH guard AS (
     DELETE FROM event_queues WHERE realm_id = $1 AND user_id IN (SELECT id FROM deactivated)
     RETURNING pg_notify('zulip_events', id::text) AS notified
   ),
-  incoming_event(payload, ord, type, lo, hi, access_target, users) AS (
+  incoming_event(payload, ord, type, lo, hi, access_target, users, placeholder) AS (
     SELECT e.value->'event', e.ord, e.value->'event'->>'type', (e.value->>'lo')::integer, (e.value->>'hi')::integer,
            (e.value->>'access_target')::integer,
            CASE WHEN json_typeof(e.value->'users') = 'array'
-             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END
+             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END,
+           coalesce((e.value->>'placeholder')::boolean, false)
     FROM json_array_elements($3::json) WITH ORDINALITY AS e(value, ord)
     WHERE EXISTS (SELECT 1 FROM deactivated)
   ),
@@ -42,6 +43,7 @@ WITH guard AS (
     WHERE u.id <> ALL ($4::integer[])
       AND (i.users IS NULL OR u.id = ANY (i.users))
       AND (q.event_types IS NULL OR i.type = ANY (q.event_types))
+      AND NOT (i.placeholder AND q.user_list_incomplete)
       AND (i.access_target IS NULL OR u.role <> 600 OR (i.access_target <> 0 AND EXISTS (
         SELECT 1 FROM subscriptions mine JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id
         WHERE mine.user_id = u.id AND mine.active AND theirs.user_id = i.access_target AND theirs.active)))

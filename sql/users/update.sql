@@ -1,5 +1,5 @@
 -- Built in src/modules/users/users.writes.ts.
--- Prepared as s_b2215b3bf2f5a8925b99d305c7420251, a hash of its exact text; this one differs from it only in
+-- Prepared as s_a880ed7954f9e2379f868903edfca52b, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
@@ -29,11 +29,12 @@ WITH guard AS (
     ON CONFLICT (user_id, field_id) DO UPDATE SET value = EXCLUDED.value, rendered_value = EXCLUDED.rendered_value
     RETURNING field_id
   ),
-  incoming_event(payload, ord, type, lo, hi, access_target, users) AS (
+  incoming_event(payload, ord, type, lo, hi, access_target, users, placeholder) AS (
     SELECT e.value->'event', e.ord, e.value->'event'->>'type', (e.value->>'lo')::integer, (e.value->>'hi')::integer,
            (e.value->>'access_target')::integer,
            CASE WHEN json_typeof(e.value->'users') = 'array'
-             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END
+             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END,
+           coalesce((e.value->>'placeholder')::boolean, false)
     FROM json_array_elements($3::json) WITH ORDINALITY AS e(value, ord)
     WHERE (SELECT refused FROM guard) IS NULL
   ),
@@ -45,6 +46,7 @@ WITH guard AS (
     WHERE u.id <> ALL ($4::integer[])
       AND (i.users IS NULL OR u.id = ANY (i.users))
       AND (q.event_types IS NULL OR i.type = ANY (q.event_types))
+      AND NOT (i.placeholder AND q.user_list_incomplete)
       AND (i.access_target IS NULL OR u.role <> 600 OR (i.access_target <> 0 AND EXISTS (
         SELECT 1 FROM subscriptions mine JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id
         WHERE mine.user_id = u.id AND mine.active AND theirs.user_id = i.access_target AND theirs.active)))

@@ -60,6 +60,7 @@ export interface EventQueues {
   poll_lease_until: Timestamp | null;
   realm_id: number;
   user_id: number;
+  user_list_incomplete: Generated<boolean>;
 }
 
 export interface Events {

@@ -156,9 +156,15 @@ export const restrict = (db: Database) =>
   db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', ids.R).execute();
 
 /** A queue for a fixture user, made directly in the database (register is another endpoint). */
-export async function createQueue(db: Database, user: FixtureUser, eventTypes: string[] | null = null): Promise<string> {
+export async function createQueue(
+  db: Database,
+  user: FixtureUser,
+  eventTypes: string[] | null = null,
+  userListIncomplete = false,
+): Promise<string> {
   const id = randomUUID();
-  await createEventQueue(db, { id, realmId: users[user].realm ?? 1, userId: ids[user], eventTypes, lifespanSeconds: 600 }, 20).execute();
+  const queue = { id, realmId: users[user].realm ?? 1, userId: ids[user], eventTypes, lifespanSeconds: 600, userListIncomplete };
+  await createEventQueue(db, queue, 20).execute();
   return id;
 }
 

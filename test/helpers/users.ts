@@ -17,3 +17,16 @@ export const humanObject = (id: number, fullName: string, email: string, role: n
   is_imported_stub: false,
   ...extra,
 });
+
+/** The inaccessible-user placeholder (spec §2.11): in events with is_active, in register's realm_users without. */
+export function placeholderObject(id: number, withIsActive: boolean) {
+  const object = humanObject(id, 'Unknown user', `user${id}@chat.example.com`, 400, {
+    date_joined: '1970-01-01T00:00:00+00:00',
+    delivery_email: null,
+    avatar_url: '/static/images/unknown-user-avatar.png',
+    profile_data: {},
+  });
+  if (withIsActive) return object;
+  const { is_active, ...withoutIsActive } = object;
+  return withoutIsActive;
+}

@@ -274,6 +274,8 @@ export interface NewEventQueue {
   /** null accepts every type. */
   eventTypes: string[] | null;
   lifespanSeconds: number;
+  /** The client's user_list_incomplete capability: it gets no inaccessible-user placeholder events. */
+  userListIncomplete: boolean;
 }
 
 /**
@@ -307,6 +309,7 @@ export function createEventQueue(db: Database, queue: NewEventQueue, maxPerUser:
       user_id: queue.userId,
       event_types: queue.eventTypes,
       lifespan_seconds: queue.lifespanSeconds,
+      user_list_incomplete: queue.userListIncomplete,
     });
 }
 

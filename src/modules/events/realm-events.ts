@@ -42,6 +42,11 @@ export interface AudienceEvent {
   guests: GuestAudience;
   /** When given, only these users (still within the role range, active and not excluded): the peers of a subscription event. */
   users?: readonly number[];
+  /**
+   * An inaccessible user's placeholder: not for queues registered with user_list_incomplete
+   * (Zulip's Tornado drops such an event for them, process_realm_user_add_event).
+   */
+  placeholder?: true;
 }
 
 /** Every role (the whole organization). */
@@ -50,12 +55,13 @@ export const EVERY_ROLE = { lo: 0, hi: ROLES.guest } as const;
 /** The JSON array parameter of realmEventAppend, events in order. */
 export function audienceEventsJson(events: readonly AudienceEvent[]): string {
   return JSON.stringify(
-    events.map(({ event, lo, hi, guests, users }) => ({
+    events.map(({ event, lo, hi, guests, users, placeholder }) => ({
       event,
       lo,
       hi,
       access_target: guests === 'all' ? null : guests === 'none' ? 0 : guests.sharingWith,
       users: users ?? null,
+      ...(placeholder && { placeholder }),
     })),
   );
 }
@@ -76,11 +82,12 @@ export interface RealmEventParameters {
 /** The CTEs (text, to follow the statement's own CTEs after a comma) that append the events. */
 export function realmEventAppend(p: RealmEventParameters): string {
   return `
-  incoming_event(payload, ord, type, lo, hi, access_target, users) AS (
+  incoming_event(payload, ord, type, lo, hi, access_target, users, placeholder) AS (
     SELECT e.value->'event', e.ord, e.value->'event'->>'type', (e.value->>'lo')::integer, (e.value->>'hi')::integer,
            (e.value->>'access_target')::integer,
            CASE WHEN json_typeof(e.value->'users') = 'array'
-             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END
+             THEN ARRAY(SELECT json_array_elements_text(e.value->'users')::integer) END,
+           coalesce((e.value->>'placeholder')::boolean, false)
     FROM json_array_elements(${p.events}::json) WITH ORDINALITY AS e(value, ord)
     WHERE ${p.onlyIf}
   ),
@@ -92,6 +99,7 @@ export function realmEventAppend(p: RealmEventParameters): string {
     WHERE u.id <> ALL (${p.excluded}::integer[])
       AND (i.users IS NULL OR u.id = ANY (i.users))
       AND (q.event_types IS NULL OR i.type = ANY (q.event_types))
+      AND NOT (i.placeholder AND q.user_list_incomplete)
       AND (i.access_target IS NULL OR u.role <> ${ROLES.guest} OR (i.access_target <> 0 AND EXISTS (
         SELECT 1 FROM subscriptions mine JOIN subscriptions theirs ON theirs.stream_id = mine.stream_id
         WHERE mine.user_id = u.id AND mine.active AND theirs.user_id = i.access_target AND theirs.active)))

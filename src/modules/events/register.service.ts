@@ -119,6 +119,7 @@ export async function registerEventQueue(
     // exactly the types the queue can ever accept.
     eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
     lifespanSeconds: queueLifespanSeconds(request, config),
+    userListIncomplete: request.userListIncomplete,
   };
   const userOptions = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
   // Every user is accessible to this caller: their JSON built by PostgreSQL (users.json.ts).

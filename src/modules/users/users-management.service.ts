@@ -13,7 +13,14 @@ import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
 import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience } from '../events/realm-events.js';
 import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
-import { avatarUrl, buildUserObject, GRAVATAR_SOURCE, type UserObjectConfig, type UserRecord } from './users.serializers.js';
+import {
+  avatarUrl,
+  buildInaccessibleUserPlaceholder,
+  buildUserObject,
+  GRAVATAR_SOURCE,
+  type UserObjectConfig,
+  type UserRecord,
+} from './users.serializers.js';
 import {
   CREATE_USER,
   DEACTIVATE_USER,
@@ -162,7 +169,8 @@ export interface NewUserInput {
 
 /**
  * Creates a user and sends realm_user/add (spec management §11.1) to everyone who may access them:
- * with the real address to the roles that may see it, with delivery_email null to the others.
+ * with the real address to the roles that may see it, with delivery_email null to the others; in
+ * an organization that restricts guests, the guests get the inaccessible-user placeholder.
  * Refuses REFUSALS.emailInUse (any user of the organization, deactivated included, case-insensitively)
  * and then REFUSALS.weakPassword.
  */
@@ -190,11 +198,25 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   const seesAddress = maxRoleSeeingAddress(input.emailAddressVisibility);
   const person = (role: number) =>
     buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
-  const guests = guestsSeeing(context.realm, record);
+  // Zulip's notify_created_user: in an organization that restricts guests, the new user shares no
+  // channel with any guest yet, so every guest gets its placeholder (not the clients registered
+  // with user_list_incomplete) and the others the user object.
+  const restricted = guestsSeeing(context.realm, record) !== 'all';
+  const guests: GuestAudience = restricted ? 'none' : 'all';
   const events: AudienceEvent[] = [
     { event: { type: 'realm_user', op: 'add', person: person(ROLES.owner) }, lo: 0, hi: seesAddress, guests },
     { event: { type: 'realm_user', op: 'add', person: person(ROLES.guest) }, lo: seesAddress, hi: ROLES.guest, guests },
   ].filter((event) => event.lo < event.hi);
+  if (restricted) {
+    const placeholder = buildInaccessibleUserPlaceholder(viewerOfRole(context.realm, ROLES.guest), userId, context.config);
+    events.push({
+      event: { type: 'realm_user', op: 'add', person: placeholder },
+      lo: ROLES.member,
+      hi: ROLES.guest,
+      guests: 'all',
+      placeholder: true,
+    });
+  }
   await runManagementWrite(context, CREATE_USER, [
     ...commonValues(context, events, []),
     userId,
