@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { missingArgument, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
-import { activeChannelsOf, expectMembershipUnchanged, membershipState, subscribe } from './helpers/membership.js';
+import { activeChannelsOf, expectMembershipUnchanged, membershipState, streamObject, subscribe } from './helpers/membership.js';
 
 const { A, M, U, V, G, B, H, D, X, P, Q, S, Z, W } = ids;
 
@@ -12,23 +12,6 @@ const rejects = (form: Record<string, unknown>, msg: string, as: Parameters<type
   expectMembershipUnchanged(ctx, () => subscribe(ctx, form, as), msg);
 
 const channelRow = (name: string) => ctx.db.selectFrom('streams').selectAll().where('name', '=', name).executeTakeFirstOrThrow();
-
-/** The stream object of stream events for a channel row. */
-const streamObject = (row: Awaited<ReturnType<typeof channelRow>>) => ({
-  is_archived: row.deactivated,
-  creator_id: row.creator_id,
-  date_created: Math.floor(row.date_created.getTime() / 1000),
-  description: row.description,
-  first_message_id: null,
-  history_public_to_subscribers: row.history_public_to_subscribers,
-  invite_only: row.invite_only,
-  is_web_public: row.is_web_public,
-  message_retention_days: row.message_retention_days,
-  name: row.name,
-  rendered_description: row.rendered_description,
-  stream_id: row.id,
-  stream_weekly_traffic: null,
-});
 
 const subscriptionObject = (row: Awaited<ReturnType<typeof channelRow>>, color: string, subscribers: number[]) => ({
   is_archived: row.deactivated,

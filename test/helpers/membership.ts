@@ -1,4 +1,6 @@
 import type { LightMyRequestResponse } from 'fastify';
+import type { Selectable } from 'kysely';
+import type { Streams } from '../../src/db/types.js';
 import { expect } from 'vitest';
 import { api, type TestContext } from './app.js';
 import { expectError } from './envelope.js';
@@ -53,3 +55,20 @@ export async function activeChannelsOf(ctx: TestContext, userId: number): Promis
     .execute();
   return rows.map((row) => row.stream_id);
 }
+
+/** The stream object of stream events for a channel row. */
+export const streamObject = (row: Selectable<Streams>) => ({
+  is_archived: row.deactivated,
+  creator_id: row.creator_id,
+  date_created: Math.floor(row.date_created.getTime() / 1000),
+  description: row.description,
+  first_message_id: null,
+  history_public_to_subscribers: row.history_public_to_subscribers,
+  invite_only: row.invite_only,
+  is_web_public: row.is_web_public,
+  message_retention_days: row.message_retention_days,
+  name: row.name,
+  rendered_description: row.rendered_description,
+  stream_id: row.id,
+  stream_weekly_traffic: null,
+});

@@ -7,6 +7,7 @@ import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../../zulip.js';
+import type { ChannelRow } from '../subscriptions/membership.repository.js';
 import { findUserById } from './users.repository.js';
 import { type ApiUser, buildUserObject } from './users.serializers.js';
 import { REFUSALS } from './users.writes.js';
@@ -104,9 +105,37 @@ export interface ManagedUser {
   owner_is_active: boolean | null;
   active_human_owners: number;
   active_bot_ids: number[];
+  /** The channels whose sight a change to `newRole` gives or takes (empty without one): see roleChannelsSql. */
+  role_channels: RoleChannel[];
 }
 
-export async function findManagedUser(db: Database, realmId: number, userId: number): Promise<ManagedUser | undefined> {
+/** A channel the target starts or stops seeing with a new role, and its active subscribers that are active users. */
+export interface RoleChannel extends ChannelRow {
+  subscribers: number[];
+}
+
+/**
+ * The active channels the target sees with exactly one of its role and `newRole`, in id order, as
+ * Zulip's send_stream_events_for_role_update compares them (get_streams_for_user, archived left
+ * out): not web-public (everyone sees those), not subscribed to (subscribers keep theirs), public
+ * ones when only one role is a guest's, private ones the target did not create when only one is
+ * an administrator's.
+ */
+const roleChannelsSql = (newRole: number) => sql<RoleChannel[]>`(SELECT coalesce(json_agg(json_build_object(
+    'id', c.id, 'name', c.name, 'description', c.description, 'rendered_description', c.rendered_description,
+    'invite_only', c.invite_only, 'is_web_public', c.is_web_public, 'history_public_to_subscribers', c.history_public_to_subscribers,
+    'creator_id', c.creator_id, 'date_created', floor(extract(epoch FROM c.date_created))::bigint, 'deactivated', c.deactivated,
+    'message_retention_days', c.message_retention_days,
+    'subscribers', ARRAY(SELECT sub.user_id FROM subscriptions sub JOIN users u ON u.id = sub.user_id
+      WHERE sub.stream_id = c.id AND sub.active AND u.is_active ORDER BY sub.user_id)) ORDER BY c.id), '[]')
+  FROM streams c
+  WHERE c.realm_id = t.realm_id AND NOT c.deactivated AND NOT c.is_web_public
+    AND NOT EXISTS (SELECT 1 FROM subscriptions own WHERE own.stream_id = c.id AND own.user_id = t.id AND own.active)
+    AND CASE WHEN c.invite_only THEN c.creator_id IS DISTINCT FROM t.id AND (t.role <= ${ROLES.admin}) <> (${newRole}::smallint <= ${ROLES.admin})
+      ELSE (t.role = ${ROLES.guest}) <> (${newRole}::smallint = ${ROLES.guest}) END)`;
+
+/** The target of a management request; with `newRole` (a role change), the channels it changes the sight of. */
+export async function findManagedUser(db: Database, realmId: number, userId: number, newRole?: number): Promise<ManagedUser | undefined> {
   return db
     .selectFrom('users as t')
     .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name'])
@@ -116,6 +145,7 @@ export async function findManagedUser(db: Database, realmId: number, userId: num
         'active_human_owners',
       ),
       sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = t.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
+      (newRole === undefined ? sql<RoleChannel[]>`'[]'::json` : roleChannelsSql(newRole)).as('role_channels'),
     ])
     .where('t.id', '=', userId)
     .where('t.realm_id', '=', realmId)

@@ -1,11 +1,13 @@
 import { sql } from 'kysely';
+import type { ApiEvent } from '../events/events.repository.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { badRequest } from '../../http/errors.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableInJson } from '../../lib/text.js';
 import { isIdInRange, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
-import type { AudienceEvent } from '../events/realm-events.js';
+import { type AudienceEvent, EVERY_ROLE } from '../events/realm-events.js';
+import { streamDeletion, streamObject } from '../subscriptions/membership.events.js';
 import {
   adminRequired,
   apiErrorOfRefusal,
@@ -15,6 +17,8 @@ import {
   isLastOwner,
   noSuchUser,
   ownerRequired,
+  type ManagedUser,
+  type RoleChannel,
   type UserAdminDeps,
 } from './users-admin.service.js';
 import { updateUserWithEvents, userUpdateEvent } from './users-management.service.js';
@@ -119,7 +123,7 @@ export async function updateUserByApi(
   departure?: Departure,
 ): Promise<void> {
   const [target, fields] = await Promise.all([
-    userId === undefined ? undefined : findManagedUser(deps.db, caller.realmId, userId),
+    userId === undefined ? undefined : findManagedUser(deps.db, caller.realmId, userId, changes.role),
     changes.profile_data === undefined ? [] : profileFields(deps, caller.realmId, userId ?? 0, namedUserIds(changes.profile_data)),
   ]);
   if (!target) throw noSuchUser();
@@ -135,7 +139,7 @@ export async function updateUserByApi(
     if (target.role === ROLES.owner && isLastOwner(target))
       throw badRequest('The owner permission cannot be removed from the only organization owner.');
     role = changes.role;
-    events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { role }));
+    events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { role }), ...roleChannelEvents(target, role));
   }
   let fullName: string | null = null;
   if (changes.full_name !== undefined && changes.full_name !== target.full_name && changes.full_name.trim() !== '') {
@@ -171,6 +175,28 @@ export async function updateUserByApi(
   } catch (error) {
     throw apiErrorOfRefusal(error, 'update');
   }
+}
+
+/**
+ * The target's own events of a role change that gives or takes the sight of channels, after its
+ * realm_user/update (Zulip's send_stream_events_for_role_update): stream/create of the channels it
+ * now sees, a subscription/peer_add with each one's subscribers (the private channels first, as
+ * Zulip's bulk_get_subscriber_peer_info), then stream/delete of those it no longer sees.
+ */
+function roleChannelEvents(target: ManagedUser, role: number): AudienceEvent[] {
+  // Each channel read is seen with exactly one of the two roles (findManagedUser).
+  const seenNow = (channel: RoleChannel) => (channel.invite_only ? role <= ROLES.admin : role !== ROLES.guest);
+  const gained = target.role_channels.filter(seenNow);
+  const lost = target.role_channels.filter((channel) => !seenNow(channel));
+  const peerOrder = [...gained.filter((channel) => channel.invite_only), ...gained.filter((channel) => !channel.invite_only)];
+  const toTarget = (event: ApiEvent): AudienceEvent => ({ event, ...EVERY_ROLE, guests: 'all', users: [target.id] });
+  return [
+    ...(gained.length > 0 ? [toTarget({ type: 'stream', op: 'create', streams: gained.map(streamObject) })] : []),
+    ...peerOrder.map((channel) =>
+      toTarget({ type: 'subscription', op: 'peer_add', stream_ids: [channel.id], user_ids: channel.subscribers }),
+    ),
+    ...(lost.length > 0 ? [toTarget(streamDeletion(lost))] : []),
+  ];
 }
 
 function profileEvent(
