@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { PollWaiter } from '../src/modules/events/event-wakeups.js';
 import { HeartbeatBatches } from '../src/modules/events/poll-batches.js';
@@ -21,6 +21,8 @@ import { eventually } from './helpers/wait.js';
 
 let ctx: TestContext;
 afterEach(async () => {
+  // A test that fakes Date and fails before its own restore must not leave it faked.
+  vi.useRealTimers();
   await ctx?.close();
 });
 
@@ -263,6 +265,23 @@ describe("a waiting poll's wake-ups", () => {
     waiter.notify();
     expect(await waiter.wait(60_000)).toBe(true);
     expect(await waiter.wait(1)).toBe(false);
+  });
+});
+
+describe('a poll whose heartbeat falls due', () => {
+  it("answers with the heartbeat when its timer fires before Date.now() reaches the heartbeat time, without a woken poll's check", async () => {
+    ctx = await createTestContext({ env: FAST_HEARTBEATS });
+    const queueId = await registerQueue(ctx.app);
+    // Node's timers run on the event loop's own clock, and fire up to a millisecond early by
+    // Date.now(). Here Date.now() stands still (only Date is faked; timers and the database are
+    // real), so the poll's timer fires "early" by any amount: it must still be taken for the
+    // heartbeat, not for a wake-up that checks the queue and waits again.
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const before = ctx.database.statements.length;
+    const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
+    vi.useRealTimers();
+    expect(res.body).toBe(waited(queueId, [{ type: 'heartbeat', id: 0 }]));
+    expect(ctx.database.statements.slice(before).filter((text) => /poll_id IS DISTINCT FROM/.test(text))).toEqual([]);
   });
 });
 

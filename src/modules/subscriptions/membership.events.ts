@@ -241,12 +241,11 @@ export const inaccessibleUserRemoval = (userId: number): ApiEvent => ({
  */
 function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharing, recipients: Recipients): AddressedEvent[] {
   const events: AddressedEvent[] = [];
-  const remove = inaccessibleUserRemoval;
   for (const { userId, channelSubscribers } of changes) {
     const lost = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !after.shares(userId, id)).sort(ascending);
     const guests = lost.filter((id) => recipients.isGuest(id));
-    if (guests.length > 0) events.push({ users: guests, event: remove(userId) });
-    if (recipients.isGuest(userId)) for (const id of lost) events.push({ users: [userId], event: remove(id) });
+    if (guests.length > 0) events.push({ users: guests, event: inaccessibleUserRemoval(userId) });
+    if (recipients.isGuest(userId)) for (const id of lost) events.push({ users: [userId], event: inaccessibleUserRemoval(id) });
   }
   return events;
 }
