@@ -3,6 +3,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { PollWaiter } from '../src/modules/events/event-wakeups.js';
+import { heartbeatDelay } from '../src/modules/events/events.service.js';
 import { HeartbeatBatches } from '../src/modules/events/poll-batches.js';
 import { answerHeartbeats, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
@@ -282,6 +283,47 @@ describe('a poll whose heartbeat falls due', () => {
     vi.useRealTimers();
     expect(res.body).toBe(waited(queueId, [{ type: 'heartbeat', id: 0 }]));
     expect(ctx.database.statements.slice(before).filter((text) => /poll_id IS DISTINCT FROM/.test(text))).toEqual([]);
+  });
+});
+
+describe("a poll's heartbeat delay", () => {
+  it("falls on the heartbeat tick's grid, 45 to 55 s after the start with the tick, uniformly", () => {
+    const zulip = { heartbeatSeconds: 45, heartbeatJitterSeconds: 10 };
+    const tickMs = 250;
+    const delays = new Set<number>();
+    let draw = 0;
+    // Evenly spread draws in [0, 1): every value the jitter can take, each as often.
+    for (let i = 0; i < 4000; i++) delays.add(heartbeatDelay(zulip, tickMs, () => (draw++ % 4000) / 4000));
+    const expected = Array.from({ length: 40 }, (_, k) => 45_000 + k * tickMs);
+    expect([...delays].sort((a, b) => a - b)).toEqual(expected);
+    // The batch's tick comes on top of the largest: 55 s at most.
+    expect(heartbeatDelay(zulip, tickMs, () => 0.999_999) + tickMs).toBe(55_000);
+    expect(heartbeatDelay({ heartbeatSeconds: 1, heartbeatJitterSeconds: 0 }, tickMs, () => 0.999_999)).toBe(1000);
+  });
+
+  it('polls waiting at once share a few timer lists, not one each', async () => {
+    // Node keeps one list per distinct timer delay: a poll's wait must use the delay as drawn.
+    ctx = await createTestContext({
+      env: { HEARTBEAT_SECONDS: '1', HEARTBEAT_JITTER_SECONDS: '1', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '5' },
+    });
+    const queueIds = await Promise.all(Array.from({ length: 12 }, () => registerQueue(ctx.app)));
+    const delays: number[] = [];
+    const setTimeoutSpy = vi.spyOn(globalThis, 'setTimeout');
+    try {
+      const polls = queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }));
+      await eventually(async () => {
+        const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
+        return rows.every((row) => row!.poll_id !== null);
+      });
+      // The polls' waits (other timers, such as a request's body deadline, are longer).
+      for (const [, ms] of setTimeoutSpy.mock.calls) if (typeof ms === 'number' && ms >= 1000 && ms < 2000) delays.push(ms);
+      await Promise.all(polls);
+    } finally {
+      setTimeoutSpy.mockRestore();
+    }
+    expect(delays).toHaveLength(queueIds.length);
+    // 1 s plus 0, 250, 500 or 750 ms: whole ticks.
+    for (const ms of delays) expect([1000, 1250, 1500, 1750]).toContain(ms);
   });
 });
 

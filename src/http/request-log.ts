@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type pino from 'pino';
 import type { Bindings, ChildLoggerOptions } from 'pino';
@@ -10,6 +9,7 @@ import {
   type HookHandlerDoneFunction,
   LogController,
 } from 'fastify';
+import { uniqueId } from '../lib/unique-ids.js';
 import { CLIENT_LEFT, clientLeft } from './client-gone.js';
 
 /** What a load balancer may send as X-Request-Id; anything else (huge, odd bytes) gets a fresh id. */
@@ -17,12 +17,12 @@ const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * The request id: the load balancer's `X-Request-Id` when it sent a sane one (so one id follows the
- * request through the balancer and the app; deploy/haproxy.cfg checks the same rule), else a UUID,
- * unique across instances unlike Fastify's counter.
+ * request through the balancer and the app; deploy/haproxy.cfg checks the same rule), else a new
+ * UUID-shaped id, unique across instances unlike Fastify's counter.
  */
 export function requestId(raw: IncomingMessage): string {
   const header = raw.headers['x-request-id'];
-  return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : randomUUID();
+  return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : uniqueId();
 }
 
 /**

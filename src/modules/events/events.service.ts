@@ -1,7 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import type { Departure } from '../../lib/departure.js';
+import { uniqueId } from '../../lib/unique-ids.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { finishPoll, finishPollIfReady, type QueueOwner } from './event-polls.repository.js';
 import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
@@ -48,7 +48,7 @@ async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollReques
   const { wakeups } = deps;
   const { queueId, lastEventId } = request;
   if (!QUEUE_ID.test(queueId)) throw badEventQueueId(queueId);
-  const pollId = randomUUID();
+  const pollId = uniqueId();
   // Subscribed before the first look at the queue: no notification can fall in between.
   const waiter = wakeups.subscribe(queueId);
   try {
@@ -71,6 +71,23 @@ async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollReques
   }
 }
 
+/**
+ * How long a poll waits before its heartbeat: HEARTBEAT_SECONDS plus a random jitter, less the
+ * heartbeat batch's tick (HeartbeatBatches), so that it is answered 45 to 55 s after it started,
+ * as Zulip's. In whole ticks: Node keeps a timer list per distinct delay, and a delay drawn to the
+ * fraction of a millisecond made a list per poll, whose making and removal were most of what the
+ * timers cost (issue 27); on the grid the polls share about forty lists.
+ */
+export function heartbeatDelay(
+  config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>,
+  tickMs: number,
+  random: () => number = Math.random,
+): number {
+  const tick = Math.max(1, tickMs);
+  const jitterTicks = Math.floor(Math.max(0, config.heartbeatJitterSeconds * 1000 - tick) / tick);
+  return config.heartbeatSeconds * 1000 + Math.floor(random() * (jitterTicks + 1)) * tick;
+}
+
 async function waitForEvents(
   deps: EventsDeps,
   queueId: string,
@@ -79,9 +96,7 @@ async function waitForEvents(
   clientGone: Departure,
 ): Promise<PollAnswer> {
   const { db, config, wakeups, heartbeats } = deps;
-  // The heartbeat batch's tick comes off the jitter: answered 45 to 55 s after the start, as Zulip's.
-  const jitterMs = Math.max(0, config.heartbeatJitterSeconds * 1000 - heartbeats.tickMs);
-  const heartbeatDelayMs = config.heartbeatSeconds * 1000 + Math.random() * jitterMs;
+  const heartbeatDelayMs = heartbeatDelay(config, heartbeats.tickMs);
   const heartbeatAt = Date.now() + heartbeatDelayMs;
   // From now on the instance's periodic check (PollRechecks) renews this poll's lease and wakes it
   // if a notification was missed; the poll itself only looks again when woken.
@@ -90,8 +105,10 @@ async function waitForEvents(
   const stopListening = clientGone.onGone(onGone);
   if (clientGone.gone) waiter.notify();
   try {
-    for (;;) {
-      const notified = await waiter.wait(Math.max(0, heartbeatAt - Date.now()));
+    // The first wait takes the delay as drawn (the common case: nothing comes before the
+    // heartbeat); later ones what is left of it.
+    for (let waitMs = heartbeatDelayMs; ; waitMs = Math.max(0, heartbeatAt - Date.now())) {
+      const notified = await waiter.wait(waitMs);
       if (clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll.
         await finishPoll(db, queueId, pollId);
