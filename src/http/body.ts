@@ -212,23 +212,26 @@ function lazilyDecoded(body: UrlencodedBody, query: Map<string, string>): ParamS
   };
 }
 
+/** The fields of a request without a form body: one map for all (a waiting long poll kept its own). */
+const NO_FIELDS: ReadonlyMap<string, string> = new Map();
+
 /**
  * preValidation: collects the request's parameters for the decoder (src/http/params.ts). A callback hook
  * (see echoRequestId): only a multipart body needs to wait.
  */
 export function parameterCollector(bodyLimit: number, bodyTimeoutSeconds: number) {
   return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    const collect = (body: Map<string, string>) => {
+    const collect = (body: ReadonlyMap<string, string>) => {
       request.parameterSources = { body, query: lastValues(request.query) };
       done();
     };
-    if (!BODY_METHODS.has(request.method)) return collect(new Map());
+    if (!BODY_METHODS.has(request.method)) return collect(NO_FIELDS);
     if (request.body instanceof UrlencodedBody) {
       request.parameterSources = lazilyDecoded(request.body, lastValues(request.query));
       return done();
     }
     // Bodies of other types carry no parameters.
-    if (!request.isMultipart()) return collect(new Map());
+    if (!request.isMultipart()) return collect(NO_FIELDS);
     multipartFields(request, bodyLimit, bodyTimeoutSeconds * 1000).then(collect, done);
   };
 }

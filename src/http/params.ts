@@ -279,8 +279,8 @@ export type Values<S> = S extends { [DECLARATION]: { params: infer P; path: infe
 
 /** Raw parameter values as received: the body's form fields, then the query string. */
 export interface ParamSources {
-  body: Map<string, string>;
-  query: Map<string, string>;
+  body: ReadonlyMap<string, string>;
+  query: ReadonlyMap<string, string>;
 }
 
 const raw = (sources: ParamSources, name: string): string | undefined => sources.body.get(name) ?? sources.query.get(name);
