@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { PollWaiter } from '../src/modules/events/event-wakeups.js';
 import { heartbeatDelay } from '../src/modules/events/events.service.js';
-import { HeartbeatBatches } from '../src/modules/events/poll-batches.js';
+import { PollWaiter, QueueWakeups } from '../src/modules/events/event-wakeups.js';
+import { HeartbeatBatches, HeartbeatWheel } from '../src/modules/events/poll-batches.js';
 import { answerHeartbeats, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { expectError } from './helpers/envelope.js';
@@ -255,20 +255,6 @@ describe('heartbeats due together, one transaction', () => {
   });
 });
 
-describe("a waiting poll's wake-ups", () => {
-  it('tell a notification from the time running out', async () => {
-    const waiter = new PollWaiter();
-    expect(await waiter.wait(1)).toBe(false);
-    const woken = waiter.wait(60_000);
-    waiter.notify();
-    expect(await woken).toBe(true);
-    // A notification that came while the poll was not waiting is kept for its next wait.
-    waiter.notify();
-    expect(await waiter.wait(60_000)).toBe(true);
-    expect(await waiter.wait(1)).toBe(false);
-  });
-});
-
 describe('a poll whose heartbeat falls due', () => {
   it("answers with the heartbeat when its timer fires before Date.now() reaches the heartbeat time, without a woken poll's check", async () => {
     ctx = await createTestContext({ env: FAST_HEARTBEATS });
@@ -301,29 +287,124 @@ describe("a poll's heartbeat delay", () => {
     expect(heartbeatDelay({ heartbeatSeconds: 1, heartbeatJitterSeconds: 0 }, tickMs, () => 0.999_999)).toBe(1000);
   });
 
-  it('polls waiting at once share a few timer lists, not one each', async () => {
-    // Node keeps one list per distinct timer delay: a poll's wait must use the delay as drawn.
+  it('waiting polls hold no timer of their own, and each is answered within a tick of its delay', async () => {
+    // One wheel timer for all of them (HeartbeatWheel); a timer per poll was part of the memory
+    // each connected client held all day.
     ctx = await createTestContext({
       env: { HEARTBEAT_SECONDS: '1', HEARTBEAT_JITTER_SECONDS: '1', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '5' },
     });
     const queueIds = await Promise.all(Array.from({ length: 12 }, () => registerQueue(ctx.app)));
-    const delays: number[] = [];
+    const pollTimers: number[] = [];
     const setTimeoutSpy = vi.spyOn(globalThis, 'setTimeout');
+    let answers: { elapsed: number; body: string }[];
     try {
-      const polls = queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }));
+      const startedAt = performance.now();
+      const polls = queueIds.map(async (queueId) => {
+        const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
+        return { elapsed: performance.now() - startedAt, body: res.body };
+      });
       await eventually(async () => {
         const rows = await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)));
         return rows.every((row) => row!.poll_id !== null);
       });
-      // The polls' waits (other timers, such as a request's body deadline, are longer).
-      for (const [, ms] of setTimeoutSpy.mock.calls) if (typeof ms === 'number' && ms >= 1000 && ms < 2000) delays.push(ms);
-      await Promise.all(polls);
+      // A poll's own wait would be 1 to 2 s (other timers, such as a request's body deadline, are longer).
+      for (const [, ms] of setTimeoutSpy.mock.calls) if (typeof ms === 'number' && ms >= 1000 && ms < 2000) pollTimers.push(ms);
+      answers = await Promise.all(polls);
     } finally {
       setTimeoutSpy.mockRestore();
     }
-    expect(delays).toHaveLength(queueIds.length);
-    // 1 s plus 0, 250, 500 or 750 ms: whole ticks.
-    for (const ms of delays) expect([1000, 1250, 1500, 1750]).toContain(ms);
+    expect(pollTimers).toEqual([]);
+    answers.forEach(({ elapsed, body }, i) => {
+      expect(body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 0 }]));
+      expect(elapsed).toBeGreaterThanOrEqual(999);
+      expect(elapsed).toBeLessThan(2500);
+    });
+  });
+});
+
+describe('the heartbeat wheel', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('tells each poll at the first tick at least its delay away, once; a removed poll never; one onTick per tick', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    vi.advanceTimersByTime(1005);
+    const told: string[] = [];
+    const ticks: number[] = [];
+    const wheel = new HeartbeatWheel(100, () => ticks.push(performance.now()));
+    const poll = (name: string) => ({ heartbeatDue: () => told.push(`${name}@${performance.now()}`) });
+    const [a, b, c] = [poll('a'), poll('b'), poll('c')];
+    wheel.add(a, 250); // due 1255: the tick at 1300
+    const tickOfB = wheel.add(b, 250);
+    wheel.add(c, 495); // due 1500: that tick
+    expect(wheel.size).toBe(3);
+    wheel.remove(b, tickOfB);
+    expect(wheel.size).toBe(2);
+    vi.advanceTimersByTime(294); // 1299
+    expect(told).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(told).toEqual(['a@1300']);
+    vi.advanceTimersByTime(200);
+    expect(told).toEqual(['a@1300', 'c@1500']);
+    expect(ticks).toEqual([1300, 1500]);
+    // Empty: its timer stopped.
+    expect(wheel.size).toBe(0);
+    expect(vi.getTimerCount()).toBe(0);
+    vi.advanceTimersByTime(10_000);
+    expect(told).toHaveLength(2);
+  });
+
+  it('stop ends its timer', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    const told: number[] = [];
+    const wheel = new HeartbeatWheel(100, () => {});
+    wheel.add({ heartbeatDue: () => told.push(1) }, 50);
+    expect(vi.getTimerCount()).toBe(1);
+    wheel.stop();
+    expect(vi.getTimerCount()).toBe(0);
+    vi.advanceTimersByTime(1000);
+    expect(told).toEqual([]);
+  });
+});
+
+describe("a queue's waiters", () => {
+  it('one or several: each is told, but the one excepted; the last to leave removes the queue', () => {
+    const wakeups = new QueueWakeups();
+    const [first, second, third] = [new PollWaiter(), new PollWaiter(), new PollWaiter()];
+    wakeups.subscribe('q', first);
+    wakeups.wake('q');
+    expect(first.notified).toBe(true);
+    first.notified = false;
+    wakeups.subscribe('q', second);
+    wakeups.subscribe('q', third);
+    wakeups.wake('q', second);
+    expect([first.notified, second.notified, third.notified]).toEqual([true, false, true]);
+    for (const waiter of [first, second, third]) waiter.notified = false;
+    wakeups.unsubscribe('q', first);
+    wakeups.unsubscribe('q', third);
+    wakeups.notified('q', 7);
+    expect([first.notified, second.notified, third.notified]).toEqual([false, true, false]);
+    expect(second.notifiedAt).toBe(7);
+    wakeups.unsubscribe('q', second);
+    second.notified = false;
+    wakeups.wakeAll();
+    expect(second.notified).toBe(false);
+  });
+
+  it('close waits for every poll in flight, however many closes wait', async () => {
+    const wakeups = new QueueWakeups();
+    wakeups.begin();
+    wakeups.begin();
+    let closed = 0;
+    const closes = [wakeups.close(), wakeups.close()].map((closing) => closing.then(() => closed++));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(closed).toBe(0);
+    wakeups.end();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(closed).toBe(0);
+    wakeups.end();
+    await Promise.all(closes);
+    expect(closed).toBe(2);
+    expect(wakeups.closing).toBe(true);
   });
 });
 

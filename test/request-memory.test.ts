@@ -5,6 +5,7 @@ import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { OK, UNAVAILABLE } from './helpers/envelope.js';
 import { auth, ids } from './helpers/fixture.js';
 import { userLockWaiters } from './helpers/database.js';
+import { getEvents, registerQueue } from './helpers/events.js';
 import { bulk, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
 import { eventually } from './helpers/wait.js';
 
@@ -140,5 +141,27 @@ describe('a burst of large writes from one account', () => {
       clearInterval(sampler);
     }
     expect(peak - baseline).toBeLessThan(150 * 1024 * 1024);
+  });
+});
+
+describe("a request's raw parameters", () => {
+  it('are let go once decoded: a waiting long poll or a write waiting for its turn keeps only the decoded values', async () => {
+    const held: { url: string; query: number; body: number }[] = [];
+    ctx = await createTestContext({
+      beforeReady: (app) => {
+        // onSend: after the handler, while the answer is still to be written.
+        app.addHook('onSend', async (request) => {
+          const sources = request.parameterSources;
+          if (sources) held.push({ url: request.url.split('?')[0]!, query: sources.query.size, body: sources.body.size });
+        });
+      },
+    });
+    const queueId = await registerQueue(ctx.app, { event_types: '["subscription"]' });
+    const res = await getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1', dont_block: 'true' });
+    expect(res.json()).toEqual({ result: 'success', msg: '', events: [] });
+    expect(held).toEqual([
+      { url: '/api/v1/register', query: 0, body: 0 },
+      { url: '/api/v1/events', query: 0, body: 0 },
+    ]);
   });
 });

@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunc
 import { ClientGone } from '../db/user-transactions.js';
 import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
 import { decodeForm } from './form-decoding.js';
-import type { ParamSources } from './params.js';
+import { NO_FIELDS, type ParamSources } from './params.js';
 
 /** The methods whose bodies are parameter sources (spec §1.5). */
 export const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
@@ -211,9 +211,6 @@ function lazilyDecoded(body: UrlencodedBody, query: Map<string, string>): ParamS
     query,
   };
 }
-
-/** The fields of a request without a form body: one map for all (a waiting long poll kept its own). */
-const NO_FIELDS: ReadonlyMap<string, string> = new Map();
 
 /**
  * preValidation: collects the request's parameters for the decoder (src/http/params.ts). A callback hook

@@ -283,6 +283,12 @@ export interface ParamSources {
   query: ReadonlyMap<string, string>;
 }
 
+/** The fields of a request without a form body: one map for all (a waiting long poll kept its own). */
+export const NO_FIELDS: ReadonlyMap<string, string> = new Map();
+
+/** A request's sources once its parameters are decoded. */
+const NO_SOURCES: ParamSources = { body: NO_FIELDS, query: NO_FIELDS };
+
 const raw = (sources: ParamSources, name: string): string | undefined => sources.body.get(name) ?? sources.query.get(name);
 
 /**
@@ -357,6 +363,8 @@ export function decodeRequestParameters(request: FastifyRequest, _reply: Fastify
     );
     request.parameters = values;
     request.ignoredParameters = ignored;
+    // Read by nothing after this; a long poll holds its request for a minute (issue 27).
+    request.parameterSources = NO_SOURCES;
   } catch (error) {
     return done(error as Error);
   }

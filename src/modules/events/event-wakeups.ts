@@ -9,43 +9,28 @@ export class PollWaiter {
   pollId: string | undefined;
   /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.notified): the delivery latency's start. */
   notifiedAt: number | undefined;
-  private notified = false;
-  private release: (() => void) | undefined;
+  /** A notification came that the poll has not yet looked at (it clears this when it looks). */
+  notified = false;
 
+  /** Something about the queue changed; a waiting poll (events.service.ts) also starts its check. */
   notify(): void {
     this.notified = true;
-    this.release?.();
-  }
-
-  /**
-   * Resolves when notified (now, if a notification came since the last wait) or after `ms`: to
-   * true when notified, false when the time ran out. The caller goes by this, not by the clock:
-   * Node's timers run on the event loop's cached time and fire up to a millisecond early by
-   * Date.now(), and a poll that took that for a wake-up ran a needless check (issue 27).
-   */
-  wait(ms: number): Promise<boolean> {
-    if (this.notified) {
-      this.notified = false;
-      return Promise.resolve(true);
-    }
-    return new Promise((resolve) => {
-      const done = (notified: boolean): void => {
-        clearTimeout(timer);
-        this.release = undefined;
-        this.notified = false;
-        resolve(notified);
-      };
-      const timer = setTimeout(() => done(false), ms);
-      this.release = () => done(true);
-    });
   }
 }
 
+/**
+ * A queue's waiters: almost always one poll, kept as itself (a Set per queue was about 200 bytes of
+ * each waiting poll's memory, issue 27); a Set only while a queue has several.
+ */
+type Waiters = PollWaiter | Set<PollWaiter>;
+
 export class QueueWakeups {
-  private readonly waiters = new Map<string, Set<PollWaiter>>();
+  private readonly waiters = new Map<string, Waiters>();
   /** The polls that hold their queue and wait, by poll id, with their queue. */
   private readonly held = new Map<string, { queueId: string; waiter: PollWaiter }>();
-  private readonly polls = new Set<Promise<unknown>>();
+  private inFlight = 0;
+  /** While shutdown waits for the polls in flight: resolved when the last one has its answer. */
+  private drained: { promise: Promise<void>; resolve: () => void } | undefined;
   private closingFlag = false;
 
   /** True once the instance shuts down: polls answer at once with what is pending. */
@@ -53,19 +38,22 @@ export class QueueWakeups {
     return this.closingFlag;
   }
 
-  subscribe(queueId: string): PollWaiter {
-    const waiter = new PollWaiter();
-    let set = this.waiters.get(queueId);
-    if (!set) this.waiters.set(queueId, (set = new Set()));
-    set.add(waiter);
+  subscribe(queueId: string, waiter: PollWaiter = new PollWaiter()): PollWaiter {
+    const current = this.waiters.get(queueId);
+    if (current === undefined) this.waiters.set(queueId, waiter);
+    else if (current instanceof Set) current.add(waiter);
+    else this.waiters.set(queueId, new Set([current, waiter]));
     return waiter;
   }
 
   unsubscribe(queueId: string, waiter: PollWaiter): void {
     if (waiter.pollId !== undefined) this.held.delete(waiter.pollId);
-    const set = this.waiters.get(queueId);
-    set?.delete(waiter);
-    if (set?.size === 0) this.waiters.delete(queueId);
+    const current = this.waiters.get(queueId);
+    if (current === waiter) this.waiters.delete(queueId);
+    else if (current instanceof Set) {
+      current.delete(waiter);
+      if (current.size === 0) this.waiters.delete(queueId);
+    }
   }
 
   /** The poll now holds its queue and waits: the periodic check (PollRechecks) covers it. */
@@ -86,15 +74,17 @@ export class QueueWakeups {
 
   /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */
   wake(queueId: string, except?: PollWaiter): void {
-    for (const waiter of this.waiters.get(queueId) ?? []) if (waiter !== except) waiter.notify();
+    this.forEach(queueId, (waiter) => {
+      if (waiter !== except) waiter.notify();
+    });
   }
 
   /** A NOTIFY for the queue arrived at `at` (performance.now()): its polls re-check. */
   notified(queueId: string, at: number): void {
-    for (const waiter of this.waiters.get(queueId) ?? []) {
+    this.forEach(queueId, (waiter) => {
       waiter.notifiedAt ??= at;
       waiter.notify();
-    }
+    });
   }
 
   /** How many polls hold their queue and wait (the metrics' waiting polls). */
@@ -104,21 +94,43 @@ export class QueueWakeups {
 
   /** After notifications may have been missed (the listener reconnected): every poll re-checks. */
   wakeAll(): void {
-    for (const set of this.waiters.values()) for (const waiter of set) waiter.notify();
+    for (const waiters of [...this.waiters.values()]) {
+      if (waiters instanceof Set) for (const waiter of [...waiters]) waiter.notify();
+      else waiters.notify();
+    }
   }
 
-  /** Runs a poll, remembered until it settles so that shutdown can wait for it. */
-  track<T>(poll: Promise<T>): Promise<T> {
-    this.polls.add(poll);
-    const forget = () => this.polls.delete(poll);
-    poll.then(forget, forget);
-    return poll;
+  /**
+   * A poll begins; `end` when it has its answer. Counted, not kept: shutdown (close) waits until
+   * none is left.
+   */
+  begin(): void {
+    this.inFlight++;
+  }
+
+  end(): void {
+    this.inFlight--;
+    if (this.inFlight > 0 || !this.drained) return;
+    this.drained.resolve();
+    this.drained = undefined;
   }
 
   /** Ends every waiting poll (each answers with what is pending) and waits until all have answered. */
   async close(): Promise<void> {
     this.closingFlag = true;
     this.wakeAll();
-    await Promise.allSettled([...this.polls]);
+    if (this.inFlight === 0) return;
+    if (!this.drained) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((done) => (resolve = done));
+      this.drained = { promise, resolve };
+    }
+    await this.drained.promise;
+  }
+
+  private forEach(queueId: string, visit: (waiter: PollWaiter) => void): void {
+    const waiters = this.waiters.get(queueId);
+    if (waiters instanceof Set) for (const waiter of [...waiters]) visit(waiter);
+    else if (waiters) visit(waiters);
   }
 }

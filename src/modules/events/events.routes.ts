@@ -11,7 +11,7 @@ import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, type PollAnswer, pollEvents } from './events.service.js';
-import { HeartbeatBatches, PollGathering, PollStartBatches } from './poll-batches.js';
+import { HeartbeatBatches, HeartbeatWheel, PollGathering, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
@@ -29,6 +29,9 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   const wakeups = new QueueWakeups();
   const starts = new PollStartBatches(db);
   const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
+  // The heartbeats falling due in one tick go as one statement, sent at once.
+  const wheel = new HeartbeatWheel(HEARTBEAT_TICK_MS, () => heartbeats.flush());
+  const pollDeps = { db, config, wakeups, starts, heartbeats, wheel };
   const gathering = new PollGathering(POLL_GATHER_MS);
   metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
   const rechecks = new PollRechecks({
@@ -61,12 +64,14 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     // The polls answer first: a check in progress may wait on the database for seconds.
     rechecks.stop();
     gathering.release();
+    wheel.stop();
     heartbeats.flush();
     await wakeups.close();
     await rechecks.close();
   });
   app.addHook('onClose', async () => {
     rechecks.stop();
+    wheel.stop();
     await wakeups.close();
     await rechecks.close();
     await listener.close();
@@ -114,18 +119,22 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   const gather = async (request: FastifyRequest) => {
     if ((request.query as Record<string, unknown> | undefined)?.dont_block !== 'true') await gathering.wait();
   };
-  app.get('/api/v1/events', { schema: getEventsSchema, preValidation: gather }, async (request, reply) => {
+  // Not async: a waiting poll holds no suspended handler (LongPoll in events.service.ts); the
+  // answer is sent when it comes.
+  app.get('/api/v1/events', { schema: getEventsSchema, preValidation: gather }, (request, reply) => {
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
-
-    const answer = await pollEvents({ db, config, wakeups, starts, heartbeats }, callerOf(request), {
-      queueId,
-      lastEventId,
-      dontBlock,
-      clientGone: clientGone(reply),
+    const poll = { queueId, lastEventId, dontBlock, clientGone: clientGone(reply) };
+    pollEvents(pollDeps, callerOf(request), poll, (error, answer) => {
+      if (error) return void reply.send(error);
+      if (answer === null) return void reply.hijack();
+      try {
+        if (metrics) countAnswer(metrics, answer);
+        void reply.send(success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events }));
+      } catch (failure) {
+        // As a throwing async handler's: the error handler answers (a masked 500).
+        void reply.send(failure as Error);
+      }
     });
-    if (answer === null) return reply.hijack();
-    if (metrics) countAnswer(metrics, answer);
-    return success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events });
   });
 
   app.delete('/api/v1/events', { schema: deleteQueueSchema }, async (request) => {

@@ -4,9 +4,9 @@ import type { Departure } from '../../lib/departure.js';
 import { uniqueId } from '../../lib/unique-ids.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { finishPoll, finishPollIfReady, type QueueOwner } from './event-polls.repository.js';
-import type { PollWaiter, QueueWakeups } from './event-wakeups.js';
+import { PollWaiter, type QueueWakeups } from './event-wakeups.js';
 import { type ApiEvent, deleteEventQueue } from './events.repository.js';
-import type { HeartbeatBatches, PollStartBatches } from './poll-batches.js';
+import type { HeartbeatBatches, HeartbeatWheel, PollStartBatches } from './poll-batches.js';
 
 /** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
 
@@ -24,6 +24,8 @@ export interface EventsDeps {
   starts: PollStartBatches;
   /** Heartbeats due within one tick of each other, one transaction. */
   heartbeats: HeartbeatBatches;
+  /** When each waiting poll's heartbeat falls due. */
+  wheel: HeartbeatWheel;
 }
 
 export interface PollRequest {
@@ -40,43 +42,19 @@ export interface PollRequest {
  */
 export type PollAnswer = { events: ApiEvent[]; waited: boolean; notifiedAt?: number } | null;
 
-export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
-  return deps.wakeups.track(runPoll(deps, caller, request));
-}
+/** Called once with the poll's answer (error null), or with its error. */
+export type PollDone = (error: Error | null, answer: PollAnswer) => void;
 
-async function runPoll(deps: EventsDeps, caller: QueueOwner, request: PollRequest): Promise<PollAnswer> {
-  const { wakeups } = deps;
-  const { queueId, lastEventId } = request;
-  if (!QUEUE_ID.test(queueId)) throw badEventQueueId(queueId);
-  const pollId = uniqueId();
-  // Subscribed before the first look at the queue: no notification can fall in between.
-  const waiter = wakeups.subscribe(queueId);
-  try {
-    const start = await deps.starts.start({
-      owner: caller,
-      queueId,
-      lastEventId,
-      pollId,
-      answerNow: request.dontBlock || wakeups.closing,
-    });
-    if (start.outcome === 'missing') throw badEventQueueId(queueId);
-    if (start.outcome === 'pruned') throw badRequest(`An event newer than ${lastEventId} has already been pruned!`);
-    if (start.outcome === 'not_in_queue') throw badRequest(`Event ${lastEventId} was not in this queue`);
-    // A poll this one replaced on this instance answers now (others hear it through NOTIFY).
-    if (start.replacedPoll) wakeups.wake(queueId, waiter);
-    if (start.outcome === 'answered') return { events: start.events, waited: false };
-    return await waitForEvents(deps, queueId, pollId, waiter, request.clientGone);
-  } finally {
-    wakeups.unsubscribe(queueId, waiter);
-  }
+/** Runs a poll; `done` gets its answer. */
+export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRequest, done: PollDone): void {
+  if (!QUEUE_ID.test(request.queueId)) return done(badEventQueueId(request.queueId), null);
+  void new LongPoll(deps, request.queueId, request.clientGone, done).start(caller, request);
 }
 
 /**
  * How long a poll waits before its heartbeat: HEARTBEAT_SECONDS plus a random jitter, less the
- * heartbeat batch's tick (HeartbeatBatches), so that it is answered 45 to 55 s after it started,
- * as Zulip's. In whole ticks: Node keeps a timer list per distinct delay, and a delay drawn to the
- * fraction of a millisecond made a list per poll, whose making and removal were most of what the
- * timers cost (issue 27); on the grid the polls share about forty lists.
+ * heartbeat wheel's tick (HeartbeatWheel), so that it is answered 45 to 55 s after it started, as
+ * Zulip's. In whole ticks: the wheel answers on tick boundaries anyway.
  */
 export function heartbeatDelay(
   config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>,
@@ -88,52 +66,128 @@ export function heartbeatDelay(
   return config.heartbeatSeconds * 1000 + Math.floor(random() * (jitterTicks + 1)) * tick;
 }
 
-async function waitForEvents(
-  deps: EventsDeps,
-  queueId: string,
-  pollId: string,
-  waiter: PollWaiter,
-  clientGone: Departure,
-): Promise<PollAnswer> {
-  const { db, config, wakeups, heartbeats } = deps;
-  const heartbeatDelayMs = heartbeatDelay(config, heartbeats.tickMs);
-  const heartbeatAt = Date.now() + heartbeatDelayMs;
-  // From now on the instance's periodic check (PollRechecks) renews this poll's lease and wakes it
-  // if a notification was missed; the poll itself only looks again when woken.
-  wakeups.hold(queueId, waiter, pollId);
-  const onGone = () => waiter.notify();
-  const stopListening = clientGone.onGone(onGone);
-  if (clientGone.gone) waiter.notify();
-  try {
-    // The first wait takes the delay as drawn (the common case: nothing comes before the
-    // heartbeat); later ones what is left of it.
-    for (let waitMs = heartbeatDelayMs; ; waitMs = Math.max(0, heartbeatAt - Date.now())) {
-      const notified = await waiter.wait(waitMs);
-      if (clientGone.gone) {
+/**
+ * One long poll. While it waits it is only this object, in its queue's waiters and in the
+ * heartbeat wheel: no suspended async function, promise or timer of its own (those were about a
+ * third of a waiting poll's memory, which 10,000 connected clients hold all day and the garbage
+ * collector copies, issue 27). A notification, the instance's periodic check, the client leaving,
+ * shutdown or the heartbeat's tick wakes it; it then checks and answers, or waits again.
+ */
+class LongPoll extends PollWaiter {
+  private state: 'starting' | 'waiting' | 'checking' | 'answered' = 'starting';
+  /** The wheel's tick its heartbeat falls due in, while it is in the wheel. */
+  private tick: number | undefined;
+  private due = false;
+  private stopListening: (() => void) | undefined;
+
+  constructor(
+    private readonly deps: EventsDeps,
+    private readonly queueId: string,
+    private readonly clientGone: Departure,
+    private readonly done: PollDone,
+  ) {
+    super();
+  }
+
+  async start(caller: QueueOwner, request: PollRequest): Promise<void> {
+    const { wakeups, starts, wheel, config } = this.deps;
+    const { queueId } = this;
+    const { lastEventId } = request;
+    wakeups.begin();
+    // Subscribed before the first look at the queue: no notification can fall in between.
+    wakeups.subscribe(queueId, this);
+    try {
+      const pollId = uniqueId();
+      const start = await starts.start({
+        owner: caller,
+        queueId,
+        lastEventId,
+        pollId,
+        answerNow: request.dontBlock || wakeups.closing,
+      });
+      if (start.outcome === 'missing') throw badEventQueueId(queueId);
+      if (start.outcome === 'pruned') throw badRequest(`An event newer than ${lastEventId} has already been pruned!`);
+      if (start.outcome === 'not_in_queue') throw badRequest(`Event ${lastEventId} was not in this queue`);
+      // A poll this one replaced on this instance answers now (others hear it through NOTIFY).
+      if (start.replacedPoll) wakeups.wake(queueId, this);
+      if (start.outcome === 'answered') return this.answer(null, { events: start.events, waited: false });
+      // From now on the instance's periodic check (PollRechecks) renews this poll's lease and wakes
+      // it if a notification was missed; the poll itself only looks again when woken.
+      wakeups.hold(queueId, this, pollId);
+      this.stopListening = this.clientGone.onGone(() => this.notify());
+      this.tick = wheel.add(this, heartbeatDelay(config, wheel.tickMs));
+      this.state = 'waiting';
+      if (this.notified || this.clientGone.gone) this.check();
+    } catch (error) {
+      this.answer(asError(error), null);
+    }
+  }
+
+  override notify(): void {
+    super.notify();
+    if (this.state === 'waiting') this.check();
+  }
+
+  heartbeatDue(): void {
+    this.tick = undefined;
+    this.due = true;
+    if (this.state === 'waiting') this.check();
+  }
+
+  private check(): void {
+    this.state = 'checking';
+    this.look().catch((error: unknown) => this.answer(asError(error), null));
+  }
+
+  /** Answers, or goes back to waiting when nothing is to be sent and nothing came meanwhile. */
+  private async look(): Promise<void> {
+    const { db, wakeups, heartbeats } = this.deps;
+    const { queueId } = this;
+    const pollId = this.pollId!;
+    for (;;) {
+      this.notified = false;
+      if (this.clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll.
         await finishPoll(db, queueId, pollId);
-        return null;
+        return this.answer(null, null);
       }
-      if (wakeups.closing) break;
-      if (!notified || Date.now() >= heartbeatAt) {
+      if (wakeups.closing) {
+        const events = await finishPoll(db, queueId, pollId);
+        if (events === undefined) throw badEventQueueId(queueId);
+        return this.answer(null, { events, waited: true });
+      }
+      if (this.due) {
         // Appended only while this poll holds the queue; the poll ends with every pending event.
         const events = await heartbeats.answer(queueId, pollId);
         if (events === null) throw badEventQueueId(queueId);
-        return { events, waited: true };
+        return this.answer(null, { events, waited: true });
       }
       // Woken by a notification or by the instance's periodic check.
       const outcome = await finishPollIfReady(db, queueId, pollId);
       if (outcome === undefined) throw badEventQueueId(queueId);
       if (outcome !== 'waiting')
-        return { events: outcome, waited: true, ...(waiter.notifiedAt !== undefined && { notifiedAt: waiter.notifiedAt }) };
+        return this.answer(null, { events: outcome, waited: true, ...(this.notifiedAt !== undefined && { notifiedAt: this.notifiedAt }) });
+      if (!this.notified && !this.due) {
+        this.state = 'waiting';
+        return;
+      }
     }
-  } finally {
-    stopListening();
   }
-  const events = await finishPoll(db, queueId, pollId);
-  if (events === undefined) throw badEventQueueId(queueId);
-  return { events, waited: true };
+
+  private answer(error: Error | null, answer: PollAnswer): void {
+    if (this.state === 'answered') return;
+    this.state = 'answered';
+    const { wakeups, wheel } = this.deps;
+    if (this.tick !== undefined) wheel.remove(this, this.tick);
+    this.tick = undefined;
+    this.stopListening?.();
+    wakeups.unsubscribe(this.queueId, this);
+    wakeups.end();
+    this.done(error, answer);
+  }
 }
+
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
 
 export async function deleteQueue(deps: Pick<EventsDeps, 'db' | 'wakeups'>, caller: QueueOwner, queueId: string): Promise<void> {
   if (!QUEUE_ID.test(queueId) || !(await deleteEventQueue(deps.db, caller, queueId))) throw badEventQueueId(queueId);

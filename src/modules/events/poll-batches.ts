@@ -172,3 +172,77 @@ export class HeartbeatBatches {
     );
   }
 }
+
+/** A waiting poll, told by the wheel when its heartbeat falls due. */
+export interface HeartbeatDue {
+  heartbeatDue(): void;
+}
+
+/**
+ * The waiting polls by the tick (of `tickMs`, on performance.now()) their heartbeat falls due in:
+ * one timer for all of them, firing each tick while any waits, instead of a timer per poll (with
+ * its closures, the part of a waiting poll's memory that was ours, issue 27). A poll is told at the
+ * first tick boundary at least its delay after it was added; `onTick` then runs once (the
+ * heartbeats of that tick go as one statement). It reads the global performance.now(), which tests
+ * can fake.
+ */
+export class HeartbeatWheel {
+  private readonly slots = new Map<number, Set<HeartbeatDue>>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly tickMs: number,
+    private readonly onTick: () => void,
+  ) {}
+
+  /** Tells `poll` in `delayMs` (up to a tick more); returns its tick, for `remove`. */
+  add(poll: HeartbeatDue, delayMs: number): number {
+    const tick = Math.ceil((performance.now() + delayMs) / this.tickMs);
+    let slot = this.slots.get(tick);
+    if (!slot) this.slots.set(tick, (slot = new Set()));
+    slot.add(poll);
+    if (!this.timer) this.schedule();
+    return tick;
+  }
+
+  /** The poll answered before its heartbeat. */
+  remove(poll: HeartbeatDue, tick: number): void {
+    const slot = this.slots.get(tick);
+    slot?.delete(poll);
+    if (slot?.size === 0) this.slots.delete(tick);
+  }
+
+  /** How many polls wait for their heartbeat. */
+  get size(): number {
+    let size = 0;
+    for (const slot of this.slots.values()) size += slot.size;
+    return size;
+  }
+
+  /** Stops the timer (shutdown; the polls left are answered by other means). */
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private schedule(): void {
+    const next = Math.floor(performance.now() / this.tickMs) + 1;
+    this.timer = setTimeout(() => this.fire(next), next * this.tickMs - performance.now());
+  }
+
+  private fire(target: number): void {
+    this.timer = undefined;
+    // Node may run a timer a fraction of a millisecond before its time: the target tick counts as
+    // reached. Later ones too, when the event loop was held up.
+    const reached = Math.max(target, Math.floor(performance.now() / this.tickMs));
+    const due: HeartbeatDue[] = [];
+    for (const [tick, slot] of this.slots) {
+      if (tick > reached) continue;
+      this.slots.delete(tick);
+      for (const poll of slot) due.push(poll);
+    }
+    for (const poll of due) poll.heartbeatDue();
+    if (due.length > 0) this.onTick();
+    if (this.slots.size > 0) this.schedule();
+  }
+}
