@@ -132,7 +132,7 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
         void reply.send(success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events }));
       } catch (failure) {
         // As a throwing async handler's: the error handler answers (a masked 500).
-        void reply.send(failure as Error);
+        void reply.send(failure);
       }
     });
   });
