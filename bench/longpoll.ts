@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { sql } from 'kysely';
@@ -54,6 +55,8 @@ export interface SteadyFigures {
   /** The machine's load average (1 min) at the start and the end of the window. */
   loadBefore: number;
   loadAfter: number;
+  /** The same cycle against bare node:http (measureCycleFloor), when measured. */
+  floor?: CycleFloor;
 }
 
 /** A connected client: it polls again after every answer, as the official clients do. */
@@ -342,6 +345,83 @@ async function deliver(a: RunningProcess, account: Account, client: PollingClien
  * official clients do. Measured once the first heartbeats have come, for `steadySeconds`, with a
  * delivery every few seconds (its write's transactions count in the window too: about 1 % of it).
  */
+/**
+ * One polling client per account on `server`, opened evenly over the heartbeat interval plus half
+ * its jitter (50 s at Zulip's 45 + 0..10 s), so that their heartbeats spread as a long-running
+ * instance's do. BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a kept-alive connection, as the
+ * official clients' HTTP libraries do; by default each poll opens a connection of its own.
+ */
+async function openClients(
+  server: RunningProcess,
+  accounts: readonly Account[],
+  queueIds: readonly string[],
+  heartbeat: { seconds: number; jitterSeconds: number },
+  log: (line: string) => void,
+): Promise<{ clients: PollingClient[]; agent: Agent; opened: number }> {
+  const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
+  const clients: PollingClient[] = [];
+  const spreadMs = heartbeat.seconds * 1000 + heartbeat.jitterSeconds * 500;
+  const opened = Date.now();
+  log(`long polls, steady state: opening ${accounts.length} polls on ${server.name} over ${spreadMs / 1000} s`);
+  for (let i = 0; i < accounts.length; i++) {
+    const due = opened + (i * spreadMs) / accounts.length;
+    if (due > Date.now()) await sleep(due - Date.now());
+    clients.push(connectClient(server, agent, accounts[i]!, queueIds[i]!));
+  }
+  return { clients, agent, opened };
+}
+
+/** Samples a process's RSS every second, keeping the largest. */
+function rssPeak(pid: number): { peakMb: () => number; stop: () => void } {
+  let peak = rssMb(pid);
+  const sampler = setInterval(() => {
+    try {
+      peak = Math.max(peak, rssMb(pid));
+    } catch {
+      // The process has exited: the run is failing anyway.
+    }
+  }, 1000);
+  return { peakMb: () => peak, stop: () => clearInterval(sampler) };
+}
+
+export interface CycleFloor {
+  seconds: number;
+  heartbeats: number;
+  cpuPercent: number;
+  rssMaxMb: number;
+}
+
+/**
+ * The steady state's floor: the same clients and heartbeat cycle (one client per account, kept
+ * alive or not as for B, opened over the same spread, measured as long from the same point) against
+ * bench/longpoll-floor.ts, a bare node:http server: what Node's HTTP alone costs for the cycle.
+ */
+export async function measureCycleFloor(options: {
+  floor: RunningProcess;
+  accounts: readonly Account[];
+  steadySeconds: number;
+  heartbeat: { seconds: number; jitterSeconds: number };
+  log: (line: string) => void;
+}): Promise<CycleFloor> {
+  const { floor, accounts, heartbeat, log } = options;
+  const queueIds = accounts.map(() => randomUUID());
+  const { clients, agent, opened } = await openClients(floor, accounts, queueIds, heartbeat, log);
+  await sleep(Math.max(0, opened + (heartbeat.seconds + heartbeat.jitterSeconds) * 1000 - Date.now()));
+  const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
+  const cpuBefore = cpuSeconds(floor.pid)!;
+  const started = Date.now();
+  log(`long polls, steady state: measuring the floor ${options.steadySeconds} s`);
+  const rss = rssPeak(floor.pid);
+  await sleep(options.steadySeconds * 1000);
+  const seconds = (Date.now() - started) / 1000;
+  const cpuAfter = cpuSeconds(floor.pid)!;
+  rss.stop();
+  const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
+  for (const client of clients) client.stop();
+  agent.destroy();
+  return { seconds, heartbeats, cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds, rssMaxMb: Math.max(rss.peakMb(), rssMb(floor.pid)) };
+}
+
 async function measureSteadyState(options: {
   db: Database;
   a: RunningProcess;
@@ -360,22 +440,9 @@ async function measureSteadyState(options: {
     if (Date.now() > deadline) throw new Error('the stopped polls still hold their queues');
     await sleep(500);
   }
-  // BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a kept-alive connection, as the official
-  // clients' HTTP libraries do; by default each poll opens a connection of its own.
-  const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
-  const clients: PollingClient[] = [];
-  const { seconds: heartbeatSeconds, jitterSeconds } = options.heartbeat;
-  // 50 s at Zulip's 45 + 0..10 s.
-  const spreadMs = heartbeatSeconds * 1000 + jitterSeconds * 500;
-  const opened = Date.now();
-  log(`long polls, steady state: opening ${accounts.length} polls again over ${spreadMs / 1000} s`);
-  for (let i = 0; i < accounts.length; i++) {
-    const due = opened + (i * spreadMs) / accounts.length;
-    if (due > Date.now()) await sleep(due - Date.now());
-    clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
-  }
+  const { clients, agent, opened } = await openClients(b, accounts, queueIds, options.heartbeat, log);
   // The first heartbeats come 45 s after the first polls: from 55 s on, every part of the cycle runs.
-  await sleep(Math.max(0, opened + (heartbeatSeconds + jitterSeconds) * 1000 - Date.now()));
+  await sleep(Math.max(0, opened + (options.heartbeat.seconds + options.heartbeat.jitterSeconds) * 1000 - Date.now()));
   const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
   const errorsBefore = clients.reduce((sum, client) => sum + client.serverErrors(), 0);
   const transactionsBefore = await transactions(db);
@@ -383,14 +450,7 @@ async function measureSteadyState(options: {
   const loadBefore = loadAverage();
   const started = Date.now();
   log(`long polls, steady state: measuring ${options.steadySeconds} s (load ${loadBefore})`);
-  let rssMaxMb = rssMb(b.pid);
-  const rssSampler = setInterval(() => {
-    try {
-      rssMaxMb = Math.max(rssMaxMb, rssMb(b.pid));
-    } catch {
-      // B has exited: the run is failing anyway.
-    }
-  }, 1000);
+  const rss = rssPeak(b.pid);
   const latencies: number[] = [];
   const gapMs = (options.steadySeconds * 1000) / (options.deliveries + 1);
   try {
@@ -401,7 +461,7 @@ async function measureSteadyState(options: {
       await sleep(Math.max(0, turn + gapMs - Date.now()));
     }
   } catch (error) {
-    clearInterval(rssSampler);
+    rss.stop();
     throw error;
   }
   await sleep(Math.max(0, started + options.steadySeconds * 1000 - Date.now()));
@@ -410,7 +470,7 @@ async function measureSteadyState(options: {
   const cpuAfter = cpuSeconds(b.pid)!;
   const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
   const serverErrors = clients.reduce((sum, client) => sum + client.serverErrors(), 0) - errorsBefore;
-  clearInterval(rssSampler);
+  rss.stop();
   const rssEndMb = rssMb(b.pid);
   const loadAfter = loadAverage();
   log(
@@ -427,7 +487,7 @@ async function measureSteadyState(options: {
     heartbeats,
     transactions: transactionsAfter - transactionsBefore,
     cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds,
-    rssMaxMb: Math.max(rssMaxMb, rssEndMb),
+    rssMaxMb: Math.max(rss.peakMb(), rssEndMb),
     rssEndMb,
     deliveries: latencies.length,
     deliveryP50Ms: percentile(latencies, 50),
@@ -466,5 +526,10 @@ function formatSteady(s: SteadyFigures): string[] {
     `  instance B CPU: ${s.cpuPercent.toFixed(1)} % of a core (target ≤ 5: ${s.cpuPercent <= 5 ? 'met' : 'MISSED'})`,
     `  instance B RSS: ${s.rssEndMb.toFixed(0)} MB at the end, ${s.rssMaxMb.toFixed(0)} MB at most (target ≤ 300: ${s.rssMaxMb <= 300 ? 'met' : 'MISSED'})`,
     `  delivery A → B, ${s.deliveries} writes: p50 ${s.deliveryP50Ms.toFixed(1)} ms, p99 ${s.deliveryP99Ms.toFixed(1)} ms, ${s.lateDeliveries} not within 10 s (target p99 ≤ 50: ${s.deliveryP99Ms <= 50 ? 'met' : 'MISSED'})`,
+    ...(s.floor
+      ? [
+          `  floor, the same clients and cycle against bare node:http (bench/longpoll-floor.ts), ${s.floor.seconds.toFixed(0)} s: ${(s.floor.heartbeats / s.floor.seconds).toFixed(1)} heartbeats/s, ${s.floor.cpuPercent.toFixed(1)} % of a core, ${s.floor.rssMaxMb.toFixed(0)} MB at most; B/floor: CPU ${(s.cpuPercent / s.floor.cpuPercent).toFixed(2)}, RSS ${(s.rssMaxMb / s.floor.rssMaxMb).toFixed(2)}`,
+        ]
+      : []),
   ];
 }

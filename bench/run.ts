@@ -6,7 +6,7 @@ import { type Database } from '../src/db/database.js';
 import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { LARGE_ORGANIZATIONS, measureLargeOrganizations } from './large-org.js';
-import { formatLongPolls, type LongPollFigures, measureLongPolls } from './longpoll.js';
+import { formatLongPolls, type LongPollFigures, measureCycleFloor, measureLongPolls } from './longpoll.js';
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import {
   formatNeighbours,
@@ -462,8 +462,9 @@ async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: 
   };
   const a = await instance('long-poll-a');
   const b = await instance('long-poll-b');
+  let figures: LongPollFigures;
   try {
-    return await measureLongPolls({
+    figures = await measureLongPolls({
       db,
       a,
       b,
@@ -478,6 +479,28 @@ async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: 
     await a.stop();
     await b.stop();
   }
+  if (!figures.steady) return figures;
+  const floor = await startServer({
+    name: 'long-poll floor',
+    args: ['--import', 'tsx', 'bench/longpoll-floor.ts'],
+    env: { HEARTBEAT_SECONDS: String(LONG_POLL_HEARTBEAT.seconds), HEARTBEAT_JITTER_SECONDS: String(LONG_POLL_HEARTBEAT.jitterSeconds) },
+    port: await freePort(),
+    readyPath: '/ready',
+  });
+  cleanups.push(() => floor.stop());
+  try {
+    const accounts = seeded.rotating.slice(0, LONG_POLL_COUNT);
+    figures.steady.floor = await measureCycleFloor({
+      floor,
+      accounts,
+      steadySeconds: LONG_POLL_STEADY_SECONDS,
+      heartbeat: LONG_POLL_HEARTBEAT,
+      log,
+    });
+  } finally {
+    await floor.stop();
+  }
+  return figures;
 }
 
 let exitCode = 1;
