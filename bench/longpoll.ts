@@ -339,17 +339,12 @@ async function deliver(a: RunningProcess, account: Account, client: PollingClien
 }
 
 /**
- * The steady state (issue 27): the polls are opened again, evenly over one heartbeat interval
- * (50 s), so that their heartbeats come as they do all day (N / 50 per second) rather than all
- * at once; each client polls again at once after every answer, with the new last_event_id, as the
- * official clients do. Measured once the first heartbeats have come, for `steadySeconds`, with a
- * delivery every few seconds (its write's transactions count in the window too: about 1 % of it).
- */
-/**
  * One polling client per account on `server`, opened evenly over the heartbeat interval plus half
  * its jitter (50 s at Zulip's 45 + 0..10 s), so that their heartbeats spread as a long-running
- * instance's do. BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a kept-alive connection, as the
- * official clients' HTTP libraries do; by default each poll opens a connection of its own.
+ * instance's do; returns once the first heartbeats have come (55 s after the first poll at Zulip's
+ * interval), when every part of the cycle runs. BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a
+ * kept-alive connection, as the official clients' HTTP libraries do; by default each poll opens a
+ * connection of its own.
  */
 async function openClients(
   server: RunningProcess,
@@ -357,7 +352,7 @@ async function openClients(
   queueIds: readonly string[],
   heartbeat: { seconds: number; jitterSeconds: number },
   log: (line: string) => void,
-): Promise<{ clients: PollingClient[]; agent: Agent; opened: number }> {
+): Promise<{ clients: PollingClient[]; agent: Agent }> {
   const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
   const clients: PollingClient[] = [];
   const spreadMs = heartbeat.seconds * 1000 + heartbeat.jitterSeconds * 500;
@@ -368,7 +363,8 @@ async function openClients(
     if (due > Date.now()) await sleep(due - Date.now());
     clients.push(connectClient(server, agent, accounts[i]!, queueIds[i]!));
   }
-  return { clients, agent, opened };
+  await sleep(Math.max(0, opened + (heartbeat.seconds + heartbeat.jitterSeconds) * 1000 - Date.now()));
+  return { clients, agent };
 }
 
 /** Samples a process's RSS every second, keeping the largest. */
@@ -405,8 +401,7 @@ export async function measureCycleFloor(options: {
 }): Promise<CycleFloor> {
   const { floor, accounts, heartbeat, log } = options;
   const queueIds = accounts.map(() => randomUUID());
-  const { clients, agent, opened } = await openClients(floor, accounts, queueIds, heartbeat, log);
-  await sleep(Math.max(0, opened + (heartbeat.seconds + heartbeat.jitterSeconds) * 1000 - Date.now()));
+  const { clients, agent } = await openClients(floor, accounts, queueIds, heartbeat, log);
   const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
   const cpuBefore = cpuSeconds(floor.pid)!;
   const started = Date.now();
@@ -422,6 +417,13 @@ export async function measureCycleFloor(options: {
   return { seconds, heartbeats, cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds, rssMaxMb: Math.max(rss.peakMb(), rssMb(floor.pid)) };
 }
 
+/**
+ * The steady state (issue 27): the polls are opened again, evenly over one heartbeat interval
+ * (50 s), so that their heartbeats come as they do all day (N / 50 per second) rather than all
+ * at once; each client polls again at once after every answer, with the new last_event_id, as the
+ * official clients do. Measured once the first heartbeats have come, for `steadySeconds`, with a
+ * delivery every few seconds (its write's transactions count in the window too: about 1 % of it).
+ */
 async function measureSteadyState(options: {
   db: Database;
   a: RunningProcess;
@@ -440,9 +442,7 @@ async function measureSteadyState(options: {
     if (Date.now() > deadline) throw new Error('the stopped polls still hold their queues');
     await sleep(500);
   }
-  const { clients, agent, opened } = await openClients(b, accounts, queueIds, options.heartbeat, log);
-  // The first heartbeats come 45 s after the first polls: from 55 s on, every part of the cycle runs.
-  await sleep(Math.max(0, opened + (options.heartbeat.seconds + options.heartbeat.jitterSeconds) * 1000 - Date.now()));
+  const { clients, agent } = await openClients(b, accounts, queueIds, options.heartbeat, log);
   const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
   const errorsBefore = clients.reduce((sum, client) => sum + client.serverErrors(), 0);
   const transactionsBefore = await transactions(db);

@@ -256,7 +256,7 @@ describe('heartbeats due together, one transaction', () => {
 });
 
 describe('a poll whose heartbeat falls due', () => {
-  it("answers with the heartbeat when its timer fires before Date.now() reaches the heartbeat time, without a woken poll's check", async () => {
+  it("answers with the heartbeat when its tick comes before Date.now() reaches the heartbeat time, without a woken poll's check", async () => {
     ctx = await createTestContext({ env: FAST_HEARTBEATS });
     const queueId = await registerQueue(ctx.app);
     // Node's timers run on the event loop's own clock, and fire up to a millisecond early by

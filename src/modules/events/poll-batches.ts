@@ -113,9 +113,9 @@ interface DueHeartbeat {
 
 /**
  * The heartbeats due on an instance within `tickMs` of each other go as one transaction
- * (answerHeartbeats): the first one due starts the tick, so none waits longer than that; the poll
- * takes the tick off its jitter (events.service.ts), so heartbeats still come 45 to 55 s after the
- * poll started. At 200 heartbeats a second, a 250 ms tick answers about 50 at a time.
+ * (answerHeartbeats): the heartbeat wheel flushes those of each tick at once; one due otherwise (a
+ * poll that was checking its queue at its tick) starts a tick of its own, so none waits longer than
+ * that. At 200 heartbeats a second, a 250 ms tick answers about 50 at a time.
  */
 export class HeartbeatBatches {
   private due: DueHeartbeat[] = [];
