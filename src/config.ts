@@ -65,9 +65,10 @@ const EnvSchema = Type.Object({
   AUDIT_LOG_RETENTION_DAYS: Type.Integer({ minimum: 1, default: 365 }),
   TRUST_PROXY: Type.Boolean({ default: false }),
   // How far V8 lets the heap grow past what its last full collection kept, in percent (0: V8's own
-  // choice, up to 300). With V8's choice an instance holding 10,000 long polls kept about twice what
-  // lives in its heap; 30 cut that by a quarter for more CPU and later deliveries (bench/RESULTS.md).
-  HEAP_GROWING_PERCENT: Type.Integer({ minimum: 0, maximum: 300, default: 0 }),
+  // choice, up to 300). V8's own let an instance holding 10,000 long polls grow its old generation
+  // to 2–2.6 times what lives in it (304–392 MB on Node 20); 40 kept it at 1.4 times (272 MB) for
+  // CPU within the runs' spread (bench/RESULTS.md, thirteenth session).
+  HEAP_GROWING_PERCENT: Type.Integer({ minimum: 0, maximum: 300, default: 40 }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
   // Pipelined connections for short single statements: authentication with its rate-limit upsert,
   // one user by id, cancels (src/db/pipelined-connections.ts). Named before they carried writes.

@@ -51,7 +51,7 @@ describe('configuration from the environment', () => {
       metricsPort: undefined,
       metricsHost: '127.0.0.1',
       compressionThresholdBytes: 4096,
-      heapGrowingPercent: 0,
+      heapGrowingPercent: 40,
     });
   });
 
@@ -108,6 +108,10 @@ describe('configuration from the environment', () => {
   ])('a bad value fails naming the variable: %o', (env, message) => {
     expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(ConfigError);
     expect(() => loadConfig({ DATA_DIR: tempDir(), ...env })).toThrow(message);
+  });
+
+  it('HEAP_GROWING_PERCENT=0 leaves the heap growth to V8 (the default is 40)', () => {
+    expect(loadConfig({ DATA_DIR: tempDir(), HEAP_GROWING_PERCENT: '0' }).heapGrowingPercent).toBe(0);
   });
 
   it('requires AVATAR_SALT with DATABASE_URL', () => {
