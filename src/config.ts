@@ -66,7 +66,7 @@ const EnvSchema = Type.Object({
   TRUST_PROXY: Type.Boolean({ default: false }),
   // How far V8 lets the heap grow past what its last full collection kept, in percent (0: V8's own
   // choice, up to 300). V8's own let an instance holding 10,000 long polls grow its old generation
-  // to 2–2.6 times what lives in it (304–392 MB on Node 20); 40 kept it at 1.4 times (272 MB) for
+  // to 1.8–2.6 times what lives in it (304–392 MB on Node 20); 40 kept it at 1.4 times (272 MB) for
   // CPU within the runs' spread (bench/RESULTS.md, thirteenth session).
   HEAP_GROWING_PERCENT: Type.Integer({ minimum: 0, maximum: 300, default: 40 }),
   DB_POOL_MAX: Type.Integer({ minimum: 1, default: 20 }),
