@@ -69,8 +69,9 @@ const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND
   ? positiveInteger('BENCH_NEIGHBOUR_LARGE_PER_SECOND', 1)
   : 0;
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
-// The image's command line (Dockerfile), so that a run on Node 24 measures the image's young generation.
-const SERVER_ARGS = (process.env.BENCH_SERVER ?? '--max-semi-space-size=16 dist/server.js').split(' ');
+// The image's node flags (Dockerfile), so that a run on Node 24 measures the image's young generation.
+const IMAGE_NODE_FLAGS = ['--max-semi-space-size=16'];
+const SERVER_ARGS = process.env.BENCH_SERVER?.split(' ') ?? [...IMAGE_NODE_FLAGS, 'dist/server.js'];
 const LONG_POLLS = 'long polls';
 const LARGE_ORG_REQUESTS = positiveInteger('BENCH_LARGE_ORG_REQUESTS', 3);
 const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
@@ -483,7 +484,8 @@ async function runLongPolls(url: string, db: Database, seeded: Seeded, workDir: 
   if (!figures.steady) return figures;
   const floor = await startServer({
     name: 'long-poll floor',
-    args: ['--import', 'tsx', 'bench/longpoll-floor.ts'],
+    // The same young generation as B's: the floor is Node's HTTP cost for the cycle, B's RSS is compared to it.
+    args: [...IMAGE_NODE_FLAGS, '--import', 'tsx', 'bench/longpoll-floor.ts'],
     env: { HEARTBEAT_SECONDS: String(LONG_POLL_HEARTBEAT.seconds), HEARTBEAT_JITTER_SECONDS: String(LONG_POLL_HEARTBEAT.jitterSeconds) },
     port: await freePort(),
     readyPath: '/ready',
