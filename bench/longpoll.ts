@@ -1,11 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { fork } from 'node:child_process';
+import { Agent } from 'node:http';
 import { sql } from 'kysely';
 import type { Database } from '../src/db/database.js';
 import { cpuSeconds } from './cpu.js';
 import { basicAuth, FORM, formBody } from './load.js';
 import type { RunningProcess } from '../scripts/lib/processes.js';
+import type { ClientsMessage, ClientsReply, ClientTotals } from './longpoll-clients.js';
+import { connectClient, type PollingClient } from './polling-client.js';
 import type { Account } from './seed.js';
 
 /**
@@ -59,17 +62,6 @@ export interface SteadyFigures {
   floor?: CycleFloor;
 }
 
-/** A connected client: it polls again after every answer, as the official clients do. */
-interface PollingClient {
-  /** Resolves with the next answer that carries something other than heartbeats. */
-  nextDelivery(): Promise<void>;
-  /** Heartbeats received so far. */
-  heartbeats(): number;
-  /** Polls answered with a 5xx so far (each waited out and sent again). */
-  serverErrors(): number;
-  stop(): void;
-}
-
 const STEP = 500;
 const STEP_TIMEOUT_MS = 60_000;
 // PostgreSQL (15+) publishes an idle backend's statistics up to 10 s late: the window starts this
@@ -100,75 +92,6 @@ async function registerQueue(server: RunningProcess, account: Account): Promise<
   const body = (await response.json()) as { queue_id?: string };
   if (response.status !== 200 || !body.queue_id) throw new Error(`register answered ${response.status}: ${JSON.stringify(body)}`);
   return body.queue_id;
-}
-
-function getEvents(server: RunningProcess, agent: Agent, account: Account, queueId: string, lastEventId: number) {
-  const url = new URL(`${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=${lastEventId}`);
-  let cancel = () => {};
-  const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request(url, { agent, headers: { authorization: basicAuth(account.email, account.apiKey) } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
-    cancel = () => req.destroy();
-  });
-  return { answer, cancel: () => cancel() };
-}
-
-/** A blocking GET /events loop on its own connection (one socket per poll, as separate clients have). */
-function connectClient(server: RunningProcess, agent: Agent, account: Account, queueId: string): PollingClient {
-  let heartbeats = 0;
-  let retried = 0;
-  let stopped = false;
-  let cancelCurrent = () => {};
-  let delivered: (() => void) | undefined;
-  let failed: ((error: Error) => void) | undefined;
-  void (async () => {
-    let lastEventId = -1;
-    while (!stopped) {
-      const current = getEvents(server, agent, account, queueId, lastEventId);
-      cancelCurrent = current.cancel;
-      let answer: { status: number; body: string };
-      try {
-        answer = await current.answer;
-      } catch (error) {
-        if (!stopped) failed?.(error as Error);
-        return;
-      }
-      if (answer.status >= 500 && !stopped) {
-        // As the official clients do: a server error is waited out and the same poll sent again.
-        retried++;
-        await sleep(1000);
-        continue;
-      }
-      if (answer.status !== 200) {
-        failed?.(new Error(`GET /events answered ${answer.status}: ${answer.body}`));
-        return;
-      }
-      const events = (JSON.parse(answer.body) as { events: { id: number; type: string }[] }).events;
-      heartbeats += events.filter((event) => event.type === 'heartbeat').length;
-      if (events.length > 0) lastEventId = events.at(-1)!.id;
-      if (events.some((event) => event.type !== 'heartbeat')) delivered?.();
-    }
-  })();
-  return {
-    nextDelivery: () =>
-      new Promise<void>((resolve, reject) => {
-        delivered = resolve;
-        failed = reject;
-      }),
-    heartbeats: () => heartbeats,
-    serverErrors: () => retried,
-    stop: () => {
-      stopped = true;
-      cancelCurrent();
-    },
-  };
 }
 
 async function mapConcurrently<T, R>(items: readonly T[], concurrency: number, task: (item: T) => Promise<R>): Promise<R[]> {
@@ -236,7 +159,7 @@ export async function measureLongPolls(options: {
   const openingStarted = Date.now();
   for (let start = 0; start < accounts.length; start += STEP) {
     const end = Math.min(start + STEP, accounts.length);
-    for (let i = start; i < end; i++) clients.push(connectClient(b, agent, accounts[i]!, queueIds[i]!));
+    for (let i = start; i < end; i++) clients.push(connectClient(b.url, agent, accounts[i]!, queueIds[i]!));
     const deadline = Date.now() + STEP_TIMEOUT_MS;
     // Only this step's queues: counting all of them each time slowed the opening down. On a slow
     // machine the first polls' heartbeats come before the last steps: a client that has had its
@@ -338,13 +261,23 @@ async function deliver(a: RunningProcess, account: Account, client: PollingClien
   return answered ? performance.now() - started : Number.POSITIVE_INFINITY;
 }
 
+/** The steady state's clients: most in a process of their own (bench/longpoll-clients.ts), the probes here. */
+interface ConnectedClients {
+  /** The clients of the accounts at these indices, in this process: the deliveries' polls. */
+  probes: Map<number, PollingClient>;
+  /** Heartbeats and 5xx answers received so far by all of them. */
+  totals(): Promise<ClientTotals>;
+  stop(): Promise<void>;
+}
+
 /**
  * One polling client per account on `server`, opened evenly over the heartbeat interval plus half
  * its jitter (50 s at Zulip's 45 + 0..10 s), so that their heartbeats spread as a long-running
  * instance's do; returns once the first heartbeats have come (55 s after the first poll at Zulip's
  * interval), when every part of the cycle runs. BENCH_LONG_POLL_KEEP_ALIVE=1: each poll goes on a
  * kept-alive connection, as the official clients' HTTP libraries do; by default each poll opens a
- * connection of its own.
+ * connection of its own. The clients at `probeIndices` are opened in this process, the others in
+ * bench/longpoll-clients.ts, so that their load does not pause the process that times deliveries.
  */
 async function openClients(
   server: RunningProcess,
@@ -352,19 +285,62 @@ async function openClients(
   queueIds: readonly string[],
   heartbeat: { seconds: number; jitterSeconds: number },
   log: (line: string) => void,
-): Promise<{ clients: PollingClient[]; agent: Agent }> {
-  const agent = new Agent({ keepAlive: process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1', maxSockets: Number.POSITIVE_INFINITY });
-  const clients: PollingClient[] = [];
+  probeIndices: ReadonlySet<number> = new Set(),
+): Promise<ConnectedClients> {
+  const keepAlive = process.env.BENCH_LONG_POLL_KEEP_ALIVE === '1';
+  const child = fork('bench/longpoll-clients.ts', [], { execArgv: ['--import', 'tsx'] });
+  const ask = (message: ClientsMessage | null, answer: ClientsReply['type']) =>
+    new Promise<ClientsReply>((resolve, reject) => {
+      const onMessage = (reply: ClientsReply) => {
+        if (reply.type !== answer) return;
+        child.off('exit', onExit);
+        child.off('message', onMessage);
+        resolve(reply);
+      };
+      const onExit = (code: number | null) => reject(new Error(`bench/longpoll-clients.ts exited (${code}) before its ${answer}`));
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+      if (message) child.send(message);
+    });
+  await ask(null, 'ready');
+  const agent = new Agent({ keepAlive, maxSockets: Number.POSITIVE_INFINITY });
+  const probes = new Map<number, PollingClient>();
   const spreadMs = heartbeat.seconds * 1000 + heartbeat.jitterSeconds * 500;
-  const opened = Date.now();
+  const openedAt = Date.now();
   log(`long polls, steady state: opening ${accounts.length} polls on ${server.name} over ${spreadMs / 1000} s`);
-  for (let i = 0; i < accounts.length; i++) {
-    const due = opened + (i * spreadMs) / accounts.length;
+  child.send({
+    type: 'open',
+    url: server.url,
+    keepAlive,
+    openedAt,
+    spreadMs,
+    total: accounts.length,
+    clients: accounts.flatMap(({ email, apiKey }, index) =>
+      probeIndices.has(index) ? [] : [{ email, apiKey, index, queueId: queueIds[index]! }],
+    ),
+  } satisfies ClientsMessage);
+  for (const index of [...probeIndices].sort((x, y) => x - y)) {
+    const due = openedAt + (index * spreadMs) / accounts.length;
     if (due > Date.now()) await sleep(due - Date.now());
-    clients.push(connectClient(server, agent, accounts[i]!, queueIds[i]!));
+    probes.set(index, connectClient(server.url, agent, accounts[index]!, queueIds[index]!));
   }
-  await sleep(Math.max(0, opened + (heartbeat.seconds + heartbeat.jitterSeconds) * 1000 - Date.now()));
-  return { clients, agent };
+  await sleep(Math.max(0, openedAt + (heartbeat.seconds + heartbeat.jitterSeconds) * 1000 - Date.now()));
+  const own = () => [...probes.values()];
+  return {
+    probes,
+    totals: async () => {
+      const theirs = (await ask({ type: 'totals' }, 'totals')) as ClientTotals;
+      return {
+        heartbeats: theirs.heartbeats + own().reduce((sum, client) => sum + client.heartbeats(), 0),
+        serverErrors: theirs.serverErrors + own().reduce((sum, client) => sum + client.serverErrors(), 0),
+      };
+    },
+    stop: async () => {
+      for (const client of own()) client.stop();
+      agent.destroy();
+      await ask({ type: 'stop' }, 'stopped');
+    },
+  };
 }
 
 /** Samples a process's RSS every second, keeping the largest. */
@@ -401,8 +377,8 @@ export async function measureCycleFloor(options: {
 }): Promise<CycleFloor> {
   const { floor, accounts, heartbeat, log } = options;
   const queueIds = accounts.map(() => randomUUID());
-  const { clients, agent } = await openClients(floor, accounts, queueIds, heartbeat, log);
-  const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
+  const clients = await openClients(floor, accounts, queueIds, heartbeat, log);
+  const heartbeatsBefore = (await clients.totals()).heartbeats;
   const cpuBefore = cpuSeconds(floor.pid)!;
   const started = Date.now();
   log(`long polls, steady state: measuring the floor ${options.steadySeconds} s`);
@@ -411,9 +387,8 @@ export async function measureCycleFloor(options: {
   const seconds = (Date.now() - started) / 1000;
   const cpuAfter = cpuSeconds(floor.pid)!;
   rss.stop();
-  const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
-  for (const client of clients) client.stop();
-  agent.destroy();
+  const heartbeats = (await clients.totals()).heartbeats - heartbeatsBefore;
+  await clients.stop();
   return { seconds, heartbeats, cpuPercent: (100 * (cpuAfter - cpuBefore)) / seconds, rssMaxMb: Math.max(rss.peakMb(), rssMb(floor.pid)) };
 }
 
@@ -442,9 +417,11 @@ async function measureSteadyState(options: {
     if (Date.now() > deadline) throw new Error('the stopped polls still hold their queues');
     await sleep(500);
   }
-  const { clients, agent } = await openClients(b, accounts, queueIds, options.heartbeat, log);
-  const heartbeatsBefore = clients.reduce((sum, client) => sum + client.heartbeats(), 0);
-  const errorsBefore = clients.reduce((sum, client) => sum + client.serverErrors(), 0);
+  // The deliveries' polls, one account each.
+  const probeOf = (n: number) => (n * 7919) % accounts.length;
+  const probes = new Set(Array.from({ length: options.deliveries + 1 }, (_, n) => probeOf(n)));
+  const clients = await openClients(b, accounts, queueIds, options.heartbeat, log, probes);
+  const before = await clients.totals();
   const transactionsBefore = await transactions(db);
   const cpuBefore = cpuSeconds(b.pid)!;
   const loadBefore = loadAverage();
@@ -455,9 +432,9 @@ async function measureSteadyState(options: {
   const gapMs = (options.steadySeconds * 1000) / (options.deliveries + 1);
   try {
     for (let n = 0; n <= options.deliveries && Date.now() - started < options.steadySeconds * 1000 - gapMs; n++) {
-      const index = (n * 7919) % accounts.length;
+      const index = probeOf(n);
       const turn = Date.now();
-      latencies.push(await deliver(a, accounts[index]!, clients[index]!, n));
+      latencies.push(await deliver(a, accounts[index]!, clients.probes.get(index)!, n));
       await sleep(Math.max(0, turn + gapMs - Date.now()));
     }
   } catch (error) {
@@ -468,16 +445,16 @@ async function measureSteadyState(options: {
   const seconds = (Date.now() - started) / 1000;
   const transactionsAfter = await transactions(db);
   const cpuAfter = cpuSeconds(b.pid)!;
-  const heartbeats = clients.reduce((sum, client) => sum + client.heartbeats(), 0) - heartbeatsBefore;
-  const serverErrors = clients.reduce((sum, client) => sum + client.serverErrors(), 0) - errorsBefore;
+  const after = await clients.totals();
+  const heartbeats = after.heartbeats - before.heartbeats;
+  const serverErrors = after.serverErrors - before.serverErrors;
   rss.stop();
   const rssEndMb = rssMb(b.pid);
   const loadAfter = loadAverage();
   log(
     `long polls, steady state: delivery latencies in order (the first one a warm-up): ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`,
   );
-  for (const client of clients) client.stop();
-  agent.destroy();
+  await clients.stop();
   latencies.shift();
   latencies.sort((x, y) => x - y);
   return {
