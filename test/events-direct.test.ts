@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { gunzipSync } from 'node:zlib';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { type Config, loadConfig } from '../src/config.js';
@@ -12,7 +13,7 @@ import { hashApiKey } from '../src/lib/api-keys.js';
 import { plainPollQuery } from '../src/modules/events/direct-polls.js';
 import { FIXTURE_ENV } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
-import { badQueueBody, errorBody, success } from './helpers/envelope.js';
+import { badQueueBody, errorBody, INTERNAL_ERROR, success } from './helpers/envelope.js';
 import { auth, basicAuth, emails, type FixtureUser, ids } from './helpers/fixture.js';
 import { pinEvent, queueRow, registerQueue, setPinToTop, waited } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
@@ -148,7 +149,8 @@ async function expectSameAnswer(path: string, sent: Sent = {}): Promise<Answer> 
   const routeBody = route.headers['content-encoding'] === 'gzip' ? gunzipSync(route.rawPayload).toString('utf8') : route.body;
   expect(direct.body).toBe(routeBody);
   expect(comparable(direct.headers)).toEqual(comparable(route.headers));
-  expect(direct.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  expect(direct.headers['x-request-id']).toBe(sent.headers?.['x-request-id'] ?? direct.headers['x-request-id']);
+  expect(direct.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$|^direct-/);
   return direct;
 }
 
@@ -262,6 +264,26 @@ describe('a plain poll is answered around Fastify, exactly as the route answers 
       expect(plain.headers['content-encoding']).toBeUndefined();
       expect(plain.body).toBe(success({ events }));
     }
+  });
+});
+
+describe('a plain poll that fails unexpectedly', () => {
+  it("gets the route's masked 500, and its error is logged under its request id", async () => {
+    await listening();
+    const queueId = await registerQueue(ctx!.app);
+    // The poll's start reads the queue's events: a failure of no client's making.
+    await sql`DROP TABLE events CASCADE`.execute(ctx!.database.db);
+    const failed = await expectSameAnswer(poll(queueId, -1), { headers: { 'x-request-id': 'direct-fault' } });
+    expect([failed.statusCode, failed.body]).toEqual([500, INTERNAL_ERROR]);
+    // The direct poll's two lines, then the route's (the same request id was sent to both).
+    const lines = ctx!.lines.filter((line) => line.reqId === 'direct-fault');
+    expect(lines.map((line) => line.msg)).toEqual(['unhandled error', 'request completed', 'unhandled error', 'request completed']);
+    expect(lines[0]).toMatchObject({ level: 50, err: { message: expect.stringContaining('events') } });
+    expect(Object.keys(lines[0]!)).toEqual(Object.keys(lines[2]!));
+    expect(lines[1]).toMatchObject({ statusCode: 500, userId: ids.U });
+    expect(Object.keys(lines[1]!)).toEqual(Object.keys(lines[3]!));
+    // The instance still serves: another request of any kind is answered.
+    expect((await overSocket('/api/v1/users/me')).statusCode).toBe(200);
   });
 });
 

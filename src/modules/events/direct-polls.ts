@@ -11,10 +11,10 @@ import type { AccountBatches } from '../../http/auth.repository.js';
 import { CLIENT_LEFT } from '../../http/client-gone.js';
 import { errorAnswer } from '../../http/error-answers.js';
 import { toApiError } from '../../http/errors.js';
-import { enforceRateLimit, rateLimitHeaders, rateLimitRule, type RateLimitRule } from '../../http/rate-limit.js';
+import { enforceRateLimit, type RateLimitDecision, rateLimitHeaders, rateLimitRule, type RateLimitRule } from '../../http/rate-limit.js';
 import { REQUEST_COMPLETED, requestId } from '../../http/request-log.js';
 import type { Metrics } from '../../metrics/metrics.js';
-import { type PollAnswer, pollEvents } from './events.service.js';
+import { asError, type PollAnswer, pollEvents } from './events.service.js';
 import type { LongPolling } from './long-polling.js';
 
 /**
@@ -118,7 +118,8 @@ class DirectPoll implements Departure {
   private readonly startedAt = performance.now();
   private readonly id: string;
   private userId: number | undefined;
-  private limitHeaders: Record<string, string> | undefined;
+  /** The rate limit's decision, whose headers every answer carries (when rate limiting is on). */
+  private rateLimit: RateLimitDecision | undefined;
   private onGoneListeners: (() => void)[] | undefined;
 
   constructor(
@@ -129,7 +130,8 @@ class DirectPoll implements Departure {
   ) {
     this.id = requestId(request);
     polls.options.metrics?.responseOpened(response);
-    response.once('close', this.closed);
+    // `on`, not `once` (its wrapper is two more objects per waiting poll): a response closes once.
+    response.on('close', this.closed);
   }
 
   async run(credentials: BasicCredentials, lastEventId: number): Promise<void> {
@@ -145,13 +147,13 @@ class DirectPoll implements Departure {
         rule,
       );
       this.userId = caller.id;
-      if (rule && rateLimit) {
-        this.limitHeaders = rateLimitHeaders(rule, rateLimit);
+      if (rateLimit) {
+        this.rateLimit = rateLimit;
         enforceRateLimit(rateLimit);
       }
       pollEvents(polling.deps, caller, { queueId: this.queueId, lastEventId, dontBlock: false, clientGone: this }, this.answered);
     } catch (error) {
-      this.failed(error instanceof Error ? error : new Error(String(error)));
+      this.failed(error);
     }
   }
 
@@ -174,30 +176,38 @@ class DirectPoll implements Departure {
         : { result: 'success', msg: '', events: answer.events };
       this.send(200, JSON.stringify(body), undefined);
     } catch (failure) {
-      this.failed(failure instanceof Error ? failure : new Error(String(failure)));
+      this.failed(failure);
     }
   };
 
-  private failed(error: Error): void {
+  /** Answers a failure as the app's error handler would; never throws (nothing above it would catch it). */
+  private failed(thrown: unknown): void {
     const { config, metrics } = this.polls.options;
-    if (this.response.headersSent) return this.log().error({ err: error }, 'direct poll failed after its answer began');
-    if (this.clientLeft()) {
-      // As the app's error handler: whatever failed, nobody is there to read it; a failure of our own is still logged.
-      if (!toApiError(error, config.retryAfterSeconds) && !(error instanceof ClientGone)) {
-        this.log().error({ err: error }, 'unhandled error (its client had left)');
+    const error = asError(thrown);
+    try {
+      if (this.response.headersSent) throw error;
+      if (this.clientLeft()) {
+        // As the app's error handler: whatever failed, nobody is there to read it; a failure of our own is still logged.
+        if (!toApiError(error, config.retryAfterSeconds) && !(error instanceof ClientGone)) {
+          this.log().error({ err: error }, 'unhandled error (its client had left)');
+        }
+        return;
       }
-      return;
+      const answer = errorAnswer(error, config.retryAfterSeconds, this.log(), metrics);
+      this.send(answer.statusCode, JSON.stringify(answer.body), answer.headers);
+    } catch (failure) {
+      this.log().error({ err: failure }, 'a direct poll could not be answered');
+      this.response.destroy();
     }
-    const answer = errorAnswer(error, config.retryAfterSeconds, this.log(), metrics);
-    this.send(answer.statusCode, JSON.stringify(answer.body), answer.headers);
   }
 
   /** Writes the answer with the headers the route's would have, gzipped as @fastify/compress would. */
   private send(statusCode: number, body: string, errorHeaders: Record<string, string> | undefined): void {
     const { config } = this.polls.options;
+    const { rule } = this.polls;
     const headers: Record<string, string> = {
       'x-request-id': this.id,
-      ...this.limitHeaders,
+      ...(rule && this.rateLimit && rateLimitHeaders(rule, this.rateLimit)),
       ...errorHeaders,
       'content-type': JSON_TYPE,
     };
@@ -213,7 +223,11 @@ class DirectPoll implements Departure {
       headers.vary = 'accept-encoding';
       headers['content-encoding'] = encoding;
       headers['content-length'] = String(compressed.length);
-      this.write(statusCode, headers, compressed);
+      try {
+        this.write(statusCode, headers, compressed);
+      } catch (failure) {
+        this.failed(failure);
+      }
     });
   }
 
