@@ -38,7 +38,8 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 9991) + '/ready', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM: /ready answers 503 for SHUTDOWN_DRAIN_SECONDS (5 s) while requests are still served, then
 # stop accepting, finish requests, answer waiting long polls, close the pool, exit 0.
-# Node 24 sizes the young generation by the machine (two 64 MB semi-spaces on 24 GiB): up to 96 MB
-# more heap than Node 20 for a busy instance. 16 MB is Node 20's size, the one the benchmarks
-# measure (bench/RESULTS.md, thirteenth session).
-CMD ["node", "--max-semi-space-size=16", "dist/server.js"]
+# Node 24 sizes the young generation by the machine (two 64 MB semi-spaces on 24 GiB): up to 112 MB
+# more heap than this for a busy instance. 8 MB semi-spaces, which the benchmarks measure, keep an
+# instance holding 10,000 long polls at 293-295 MB on Node 24 (16 MB: 307-313) for no CPU that
+# the runs could tell apart (bench/RESULTS.md, fifteenth session).
+CMD ["node", "--max-semi-space-size=8", "dist/server.js"]

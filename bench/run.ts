@@ -34,7 +34,7 @@ import { countStatements } from './statements.js';
  * BENCH_ROUNDS (5: floor/ours alternations for GET /users/{id}, alone/attacked ones of the large-reads scenario; the ratio is their median), BENCH_ONLY (a regular expression:
  * the scenarios whose names match), BENCH_CPU_PROF_DIR (run our servers and the floors under
  * --cpu-prof, profiles there; the floor's in floor/, the production-default processes' in
- * production/ and production-floor/), BENCH_SERVER (node arguments of our server, default the image's `--max-semi-space-size=16 dist/server.js`: to compare builds),
+ * production/ and production-floor/), BENCH_SERVER (node arguments of our server, default the image's `--max-semi-space-size=8 dist/server.js`: to compare builds),
  * BENCH_LOG_LEVEL (our server's LOG_LEVEL, default silent: to see what request logging costs),
  * BENCH_NEIGHBOUR_ROUNDS (3: rounds of the noisy-neighbour scenario, bench/neighbour.ts),
  * BENCH_NEIGHBOUR_LARGE_PER_SECOND (unset: its large writes unpaced).
@@ -70,7 +70,7 @@ const NEIGHBOUR_LARGE_PER_SECOND = process.env.BENCH_NEIGHBOUR_LARGE_PER_SECOND
   : 0;
 const CPU_PROF_DIR = process.env.BENCH_CPU_PROF_DIR;
 // The image's node flags (Dockerfile), so that a run on Node 24 measures the image's young generation.
-const IMAGE_NODE_FLAGS = ['--max-semi-space-size=16'];
+const IMAGE_NODE_FLAGS = ['--max-semi-space-size=8'];
 const SERVER_ARGS = process.env.BENCH_SERVER?.split(' ') ?? [...IMAGE_NODE_FLAGS, 'dist/server.js'];
 const LONG_POLLS = 'long polls';
 const LARGE_ORG_REQUESTS = positiveInteger('BENCH_LARGE_ORG_REQUESTS', 3);

@@ -83,7 +83,8 @@ export function logClientLeaving(request: FastifyRequest, reply: FastifyReply, d
   done();
 }
 
-const REQUEST_COMPLETED = 'request completed';
+/** The message of every request's line. */
+export const REQUEST_COMPLETED = 'request completed';
 
 function infoLine(log: FastifyBaseLogger, line: object): void {
   if (log instanceof RequestLogger) log.completed(line);

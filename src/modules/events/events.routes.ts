@@ -1,81 +1,27 @@
-import { performance } from 'node:perf_hooks';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../../deps.js';
-import type { Metrics } from '../../metrics/metrics.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
 import { parametersOf } from '../../http/params.js';
 import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
-import { EventListener } from './event-listener.js';
-import { QueueWakeups } from './event-wakeups.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
-import { deleteQueue, type PollAnswer, pollEvents } from './events.service.js';
-import { HeartbeatBatches, HeartbeatWheel, PollGathering, PollStartBatches } from './poll-batches.js';
-import { PollRechecks } from './poll-rechecks.js';
+import { deleteQueue, pollEvents } from './events.service.js';
+import type { LongPolling } from './long-polling.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
-/** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
-const HEARTBEAT_TICK_MS = 250;
-/** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
-const POLL_GATHER_MS = 50;
-
 /**
- * Register and the event queue endpoints (spec §3.12–§3.14), plus what keeps long polls working
- * across instances: the LISTEN connection and answering every waiting poll on shutdown.
+ * Register and the event queue endpoints (spec §3.12–§3.14). The instance's long polls
+ * (`polling`) are started when the app is ready and answered before its server closes.
  */
-export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
+export const eventRoutes: FastifyPluginAsync<AppDeps & { polling: LongPolling }> = async (app, { db, transactions, config, polling }) => {
   const { metrics } = app;
-  const wakeups = new QueueWakeups();
-  const starts = new PollStartBatches(db);
-  const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
-  // The heartbeats falling due in one tick go as one statement, sent at once.
-  const wheel = new HeartbeatWheel(HEARTBEAT_TICK_MS, () => heartbeats.flush());
-  const pollDeps = { db, config, wakeups, starts, heartbeats, wheel };
-  const gathering = new PollGathering(POLL_GATHER_MS);
-  metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
-  const rechecks = new PollRechecks({
-    db,
-    wakeups,
-    intervalMs: config.pollRecheckSeconds * 1000,
-    log: app.log,
-    ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
-  });
-  const listener = new EventListener({
-    connectionString: config.databaseUrl,
-    connectTimeoutMs: config.dbConnectTimeoutMs,
-    log: app.log,
-    onQueueNotified: metrics
-      ? (queueId) => {
-          metrics.notificationReceived();
-          wakeups.notified(queueId, performance.now());
-        }
-      : (queueId) => wakeups.wake(queueId),
-    onGap: () => rechecks.request(),
-    ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
-  });
+  const { wakeups, gathering } = polling;
 
-  app.addHook('onReady', async () => {
-    await listener.start();
-    rechecks.start();
-  });
+  app.addHook('onReady', () => polling.start());
   // preClose runs before the HTTP server waits for in-flight requests: waiting polls answer now.
-  app.addHook('preClose', async () => {
-    // The polls answer first: a check in progress may wait on the database for seconds.
-    rechecks.stop();
-    gathering.release();
-    wheel.stop();
-    heartbeats.flush();
-    await wakeups.close();
-    await rechecks.close();
-  });
-  app.addHook('onClose', async () => {
-    rechecks.stop();
-    wheel.stop();
-    await wakeups.close();
-    await rechecks.close();
-    await listener.close();
-  });
+  app.addHook('preClose', () => polling.answerAll());
+  app.addHook('onClose', () => polling.close());
 
   const registerConfig = { authLookup: () => notificationDefaultsLookup };
   app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
@@ -124,11 +70,11 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
   app.get('/api/v1/events', { schema: getEventsSchema, preValidation: gather }, (request, reply) => {
     const { queue_id: queueId, last_event_id: lastEventId, dont_block: dontBlock } = parametersOf(request, getEventsSchema);
     const poll = { queueId, lastEventId, dontBlock, clientGone: clientGone(reply) };
-    pollEvents(pollDeps, callerOf(request), poll, (error, answer) => {
+    pollEvents(polling.deps, callerOf(request), poll, (error, answer) => {
       if (error) return void reply.send(error);
       if (answer === null) return void reply.hijack();
       try {
-        if (metrics) countAnswer(metrics, answer);
+        polling.countAnswer(answer);
         void reply.send(success(request, answer.waited ? { events: answer.events, queue_id: queueId } : { events: answer.events }));
       } catch (failure) {
         // As a throwing async handler's: the error handler answers (a masked 500).
@@ -142,10 +88,3 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
     return success(request);
   });
 };
-
-/** A poll's answer in the metrics: a heartbeat, or a delivery woken by a NOTIFY. */
-function countAnswer(metrics: Metrics, answer: NonNullable<PollAnswer>): void {
-  const { events, notifiedAt } = answer;
-  if (events.at(-1)?.type === 'heartbeat') metrics.heartbeatSent();
-  else if (notifiedAt !== undefined && events.length > 0) metrics.delivered((performance.now() - notifiedAt) / 1000);
-}

@@ -187,7 +187,8 @@ class LongPoll extends PollWaiter {
   }
 }
 
-const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+/** What was thrown, as an Error. */
+export const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
 
 export async function deleteQueue(deps: Pick<EventsDeps, 'db' | 'wakeups'>, caller: QueueOwner, queueId: string): Promise<void> {
   if (!QUEUE_ID.test(queueId) || !(await deleteEventQueue(deps.db, caller, queueId))) throw badEventQueueId(queueId);

@@ -1,0 +1,103 @@
+import { performance } from 'node:perf_hooks';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from '../../config.js';
+import type { Database } from '../../db/database.js';
+import type { Metrics } from '../../metrics/metrics.js';
+import { EventListener } from './event-listener.js';
+import { QueueWakeups } from './event-wakeups.js';
+import type { EventsDeps, PollAnswer } from './events.service.js';
+import { HeartbeatBatches, HeartbeatWheel, PollGathering, PollStartBatches } from './poll-batches.js';
+import { PollRechecks } from './poll-rechecks.js';
+
+/** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
+const HEARTBEAT_TICK_MS = 250;
+/** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
+const POLL_GATHER_MS = 50;
+
+export interface LongPollingOptions {
+  db: Database;
+  config: Config;
+  log: FastifyBaseLogger;
+  metrics: Metrics | undefined;
+}
+
+/**
+ * An instance's long polls (spec §3.13): what they wait on and how they are answered, shared by
+ * the GET /events route and the direct polls (direct-polls.ts): the wake-ups, the batches of poll
+ * starts and heartbeats, the heartbeat wheel, the gathering of blocking polls, the LISTEN
+ * connection and the periodic check. The app starts it when ready, answers every waiting poll
+ * before the server closes, and closes it last.
+ */
+export class LongPolling {
+  readonly wakeups = new QueueWakeups();
+  /** What a poll needs (pollEvents). */
+  readonly deps: EventsDeps;
+  readonly gathering = new PollGathering(POLL_GATHER_MS);
+  private readonly rechecks: PollRechecks;
+  private readonly listener: EventListener;
+  private readonly metrics: Metrics | undefined;
+
+  constructor({ db, config, log, metrics }: LongPollingOptions) {
+    const { wakeups } = this;
+    this.metrics = metrics;
+    const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
+    // The heartbeats falling due in one tick go as one statement, sent at once.
+    const wheel = new HeartbeatWheel(HEARTBEAT_TICK_MS, () => heartbeats.flush());
+    this.deps = { db, config, wakeups, starts: new PollStartBatches(db), heartbeats, wheel };
+    metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
+    const rechecks = (this.rechecks = new PollRechecks({
+      db,
+      wakeups,
+      intervalMs: config.pollRecheckSeconds * 1000,
+      log,
+      ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
+    }));
+    this.listener = new EventListener({
+      connectionString: config.databaseUrl,
+      connectTimeoutMs: config.dbConnectTimeoutMs,
+      log,
+      onQueueNotified: metrics
+        ? (queueId) => {
+            metrics.notificationReceived();
+            wakeups.notified(queueId, performance.now());
+          }
+        : (queueId) => wakeups.wake(queueId),
+      onGap: () => rechecks.request(),
+      ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
+    });
+  }
+
+  /** The app is ready: LISTEN, and the periodic check. */
+  async start(): Promise<void> {
+    await this.listener.start();
+    this.rechecks.start();
+  }
+
+  /** Before the HTTP server waits for the requests in flight: every waiting poll answers now. */
+  async answerAll(): Promise<void> {
+    // The polls answer first: a check in progress may wait on the database for seconds.
+    this.rechecks.stop();
+    this.gathering.release();
+    this.deps.wheel.stop();
+    this.deps.heartbeats.flush();
+    await this.wakeups.close();
+    await this.rechecks.close();
+  }
+
+  async close(): Promise<void> {
+    this.rechecks.stop();
+    this.deps.wheel.stop();
+    await this.wakeups.close();
+    await this.rechecks.close();
+    await this.listener.close();
+  }
+
+  /** A poll's answer in the metrics: a heartbeat, or a delivery woken by a NOTIFY. */
+  countAnswer(answer: NonNullable<PollAnswer>): void {
+    const { metrics } = this;
+    if (!metrics) return;
+    const { events, notifiedAt } = answer;
+    if (events.at(-1)?.type === 'heartbeat') metrics.heartbeatSent();
+    else if (notifiedAt !== undefined && events.length > 0) metrics.delivered((performance.now() - notifiedAt) / 1000);
+  }
+}
