@@ -80,13 +80,17 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     // that resolves to several, such as localhost.)
     serverFactory: (handler) => {
       const server = createServer(
-        { headersTimeout: config.requestTimeoutSeconds * 1000, connectionsCheckingInterval: 1000 },
+        {
+          // Both here: Node checks headersTimeout against requestTimeout (300 s by default) when the server is made.
+          headersTimeout: config.requestTimeoutSeconds * 1000,
+          requestTimeout: config.requestTimeoutSeconds * 1000,
+          connectionsCheckingInterval: 1000,
+        },
         (request, response) => {
           // directPolls is made below, before the app can listen.
           if (!directPolls.take(request, response)) handler(request, response);
         },
       );
-      server.requestTimeout = config.requestTimeoutSeconds * 1000;
       server.keepAliveTimeout = config.keepAliveTimeoutSeconds * 1000;
       server.setTimeout(config.connectionTimeoutSeconds * 1000);
       return server;
@@ -124,9 +128,17 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   // than they save. gzip only: brotli at the plugin's quality 4 saved little for much more CPU on a
   // large register (bench/RESULTS.md). Request bodies are never decompressed: the body
   // limit counts what arrives. HEAD gets the uncompressed representation's headers (nothing is
-  // compressed only to be dropped). Registered before every route: it adds its hooks to the
-  // routes declared after it.
-  await app.register(compress, { encodings: ['gzip'], threshold: config.compressionThresholdBytes, globalDecompression: false });
+  // compressed only to be dropped). Every answer is compressed as a stream through zlib's thread
+  // pool, off the event loop (syncThreshold 0; by default the plugin compresses up to 4–64 KB on
+  // the loop, by the machine's cores): the same framing whatever the machine, chunked, which the
+  // direct polls send too. Registered before every route: it adds its hooks to the routes declared
+  // after it.
+  await app.register(compress, {
+    encodings: ['gzip'],
+    threshold: config.compressionThresholdBytes,
+    syncThreshold: 0,
+    globalDecompression: false,
+  });
   const closing = closeConnectionsOnShutdown(app, config.retryAfterSeconds);
   await registerOpenApi(app, config);
   await registerBodyParsers(app, config.bodyLimitBytes);

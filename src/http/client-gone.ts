@@ -2,10 +2,13 @@ import type { FastifyReply } from 'fastify';
 import type { Departure } from '../lib/departure.js';
 
 class ClientDeparture implements Departure {
-  gone = false;
+  gone: boolean;
   private listeners: (() => void)[] = [];
 
   constructor(reply: FastifyReply) {
+    // Made in a handler: the client may have left already (a blocking poll waits up to 50 ms
+    // before its handler runs), and its response's close will not come again.
+    this.gone = clientLeft(reply);
     reply.raw.once('close', () => {
       if (reply.raw.writableFinished) return;
       this.gone = true;

@@ -121,6 +121,8 @@ class DirectPoll implements Departure {
   /** The rate limit's decision, whose headers every answer carries (when rate limiting is on). */
   private rateLimit: RateLimitDecision | undefined;
   private onGoneListeners: (() => void)[] | undefined;
+  /** Set when the poll itself cut its connection (an answer that could not be sent). */
+  private cut = false;
 
   constructor(
     private readonly polls: DirectPolls,
@@ -197,6 +199,8 @@ class DirectPoll implements Departure {
       this.send(answer.statusCode, JSON.stringify(answer.body), answer.headers);
     } catch (failure) {
       this.log().error({ err: failure }, 'a direct poll could not be answered');
+      // Its connection is cut: the line above says why, not a 499 of a client that left.
+      this.cut = true;
       this.response.destroy();
     }
   }
@@ -218,11 +222,11 @@ class DirectPoll implements Departure {
       headers['content-length'] = String(bytes);
       return this.write(statusCode, headers, body);
     }
+    // Off the event loop, and chunked (no content-length), as the app's compression sends every answer.
     gzip(body, (error, compressed) => {
       if (error) return this.failed(error);
       headers.vary = 'accept-encoding';
       headers['content-encoding'] = encoding;
-      headers['content-length'] = String(compressed.length);
       try {
         this.write(statusCode, headers, compressed);
       } catch (failure) {
@@ -240,12 +244,15 @@ class DirectPoll implements Departure {
   }
 
   private write(statusCode: number, headers: Record<string, string>, body: string | Buffer): void {
-    if (this.response.destroyed) return;
-    this.response.writeHead(statusCode, headers).end(body);
-    const elapsedMs = performance.now() - this.startedAt;
-    const { logging, log, metrics } = this.polls.options;
-    metrics?.answered(PATH, 'GET', statusCode, elapsedMs);
-    if (logging) log.info(this.line(statusCode, elapsedMs), REQUEST_COMPLETED);
+    if (this.response.destroyed || this.clientLeft()) return;
+    // Counted and logged once the answer is sent whole, as the route's (Fastify's onResponse); a
+    // client that leaves before gets the 499 line instead (closed).
+    this.response.writeHead(statusCode, headers).end(body, () => {
+      const elapsedMs = performance.now() - this.startedAt;
+      const { logging, log, metrics } = this.polls.options;
+      metrics?.answered(PATH, 'GET', statusCode, elapsedMs);
+      if (logging) log.info(this.line(statusCode, elapsedMs), REQUEST_COMPLETED);
+    });
   }
 
   /** The request's line, as the app's RequestLog writes it for the route. */
@@ -274,6 +281,6 @@ class DirectPoll implements Departure {
     this.gone = true;
     for (const listener of this.onGoneListeners?.splice(0) ?? []) listener();
     const { logging, log } = this.polls.options;
-    if (logging && this.clientLeft()) log.info(this.line(CLIENT_LEFT, performance.now() - this.startedAt), REQUEST_COMPLETED);
+    if (logging && !this.cut && this.clientLeft()) log.info(this.line(CLIENT_LEFT, performance.now() - this.startedAt), REQUEST_COMPLETED);
   };
 }
