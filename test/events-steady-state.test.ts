@@ -1,14 +1,16 @@
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { heartbeatDelay } from '../src/modules/events/events.service.js';
 import { PollWaiter, QueueWakeups } from '../src/modules/events/event-wakeups.js';
-import { HeartbeatBatches, HeartbeatWheel } from '../src/modules/events/poll-batches.js';
-import { answerHeartbeats, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
+import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches } from '../src/modules/events/poll-batches.js';
+import { answerHeartbeats, endLeftPolls, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { expectError } from './helpers/envelope.js';
-import { createQueue, ids } from './helpers/fixture.js';
+import { auth, createQueue, ids } from './helpers/fixture.js';
 import { getEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
 
@@ -140,28 +142,56 @@ describe('poll starts of one turn, one statement', () => {
   });
 });
 
+/** Another connection's transaction holding the queue's row: it appended `written` and has not committed. */
+async function writeInProgress(queueId: string): Promise<pg.Client> {
+  const writer = await otherConnection();
+  await writer.query('BEGIN');
+  await appendEvent(writer, queueId, { type: 'written' });
+  return writer;
+}
+
+/** A queue of U held by a waiting poll (lease a minute ahead). */
+async function heldQueue(): Promise<{ queueId: string; pollId: string }> {
+  const queueId = await createQueue(ctx.db, 'U');
+  const pollId = randomUUID();
+  await ctx.db
+    .updateTable('event_queues')
+    .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000) })
+    .where('id', '=', queueId)
+    .execute();
+  return { queueId, pollId };
+}
+
+/**
+ * Three queues of U whose polls end together: `mine` held by its poll with an event pending,
+ * `replaced` held by a newer poll than the one ending, `gone` deleted; idle clocks long past.
+ */
+async function queuesToEnd() {
+  const [mine, replaced, gone] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')];
+  const [minePoll, oldPoll, newPoll, gonePoll] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  const hold = (queueId: string, pollId: string) =>
+    ctx.db
+      .updateTable('event_queues')
+      .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000), last_active_at: new Date('2020-01-01') })
+      .where('id', '=', queueId)
+      .execute();
+  await hold(mine, minePoll);
+  await hold(replaced, newPoll);
+  await appendEvent(undefined, mine, { type: 'a' });
+  await ctx.db.deleteFrom('event_queues').where('id', '=', gone).execute();
+  const polls = [
+    { queueId: mine, pollId: minePoll },
+    { queueId: replaced, pollId: oldPoll },
+    { queueId: gone, pollId: gonePoll },
+  ];
+  return { mine, replaced, minePoll, oldPoll, newPoll, gonePoll, polls };
+}
+
 describe('heartbeats due together, one transaction', () => {
   it('appends the heartbeat only while the poll holds its queue, releases it and restarts its idle clock', async () => {
     ctx = await createTestContext();
-    const [mine, replaced, gone] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'U')];
-    const [minePoll, oldPoll, newPoll, gonePoll] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
-    const hold = (queueId: string, pollId: string) =>
-      ctx.db
-        .updateTable('event_queues')
-        .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000), last_active_at: new Date('2020-01-01') })
-        .where('id', '=', queueId)
-        .execute();
-    await hold(mine, minePoll);
-    await hold(replaced, newPoll);
-    await appendEvent(undefined, mine, { type: 'a' });
+    const { mine, replaced, minePoll, oldPoll, newPoll, gonePoll, polls } = await queuesToEnd();
     await appendEvent(undefined, replaced, { type: 'b' });
-    await ctx.db.deleteFrom('event_queues').where('id', '=', gone).execute();
-
-    const polls = [
-      { queueId: mine, pollId: minePoll },
-      { queueId: replaced, pollId: oldPoll },
-      { queueId: gone, pollId: gonePoll },
-    ];
     const skipping = await answerHeartbeats(ctx.db, polls, true);
     expect(Object.fromEntries(skipping)).toEqual({
       [minePoll]: [
@@ -184,17 +214,9 @@ describe('heartbeats due together, one transaction', () => {
 
   it('no gap: a write holding the queue when the heartbeat falls due is answered before the heartbeat', async () => {
     ctx = await createTestContext();
-    const queueId = await createQueue(ctx.db, 'U');
-    const pollId = randomUUID();
-    await ctx.db
-      .updateTable('event_queues')
-      .set({ poll_id: pollId, poll_lease_until: new Date(Date.now() + 60_000) })
-      .where('id', '=', queueId)
-      .execute();
-    const writer = await otherConnection();
+    const { queueId, pollId } = await heldQueue();
+    const writer = await writeInProgress(queueId);
     try {
-      await writer.query('BEGIN');
-      await appendEvent(writer, queueId, { type: 'written' });
       // The batch skips the held row; alone, the heartbeat waits for it.
       expect((await answerHeartbeats(ctx.db, [{ queueId, pollId }], true)).size).toBe(0);
       const alone = answerHeartbeats(ctx.db, [{ queueId, pollId }], false);
@@ -252,6 +274,72 @@ describe('heartbeats due together, one transaction', () => {
     // The heartbeats of the second round acknowledge nothing they did not deliver.
     const second = await Promise.all(polls);
     second.forEach((res, i) => expect(res.body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 2 }])));
+  });
+});
+
+describe('polls whose clients left, ended together', () => {
+  it('restart each idle clock and release a queue only while the poll holds it; nothing is appended', async () => {
+    ctx = await createTestContext();
+    const { mine, replaced, minePoll, oldPoll, newPoll, gonePoll, polls } = await queuesToEnd();
+    expect(Object.fromEntries(await endLeftPolls(ctx.db, polls, true))).toEqual({ [minePoll]: true, [oldPoll]: true });
+    // Alone (no skipping), a queue gone is null.
+    expect(Object.fromEntries(await endLeftPolls(ctx.db, [polls[2]!], false))).toEqual({ [gonePoll]: null });
+
+    const row = (await queueRow(ctx.db, mine))!;
+    expect([row.poll_id, row.poll_lease_until, row.next_event_id]).toEqual([null, null, 1]);
+    expect(Date.now() - row.last_active_at.getTime()).toBeLessThan(60_000);
+    // Its pending event stays for the next poll.
+    expect(await storedEventIds(ctx.db, mine)).toEqual([0]);
+    const newer = (await queueRow(ctx.db, replaced))!;
+    expect(newer.poll_id).toBe(newPoll);
+    expect(newer.poll_lease_until).not.toBeNull();
+    expect(Date.now() - newer.last_active_at.getTime()).toBeLessThan(60_000);
+  });
+
+  it('a row a write holds is skipped by the batch and ended alone once the write commits', async () => {
+    ctx = await createTestContext();
+    const { queueId, pollId } = await heldQueue();
+    const writer = await writeInProgress(queueId);
+    try {
+      const batches = new LeftPollBatches(ctx.db, 10);
+      const ended = batches.answer(queueId, pollId);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect((await queueRow(ctx.db, queueId))!.poll_id).toBe(pollId);
+      await writer.query('COMMIT');
+      expect(await ended).toBe(true);
+      expect((await queueRow(ctx.db, queueId))!.poll_id).toBeNull();
+    } finally {
+      await writer.end();
+    }
+  });
+
+  it('through the app: clients leaving together cost one statement, and each queue is free again', async () => {
+    ctx = await createTestContext();
+    const queueIds = await Promise.all([registerQueue(ctx.app), registerQueue(ctx.app), registerQueue(ctx.app)]);
+    await ctx.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = ctx.app.server.address() as AddressInfo;
+    const requests = queueIds.map((queueId) =>
+      http.get({
+        host: '127.0.0.1',
+        port,
+        path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`,
+        headers: { host: 'chat.example.com', authorization: auth('U') },
+        agent: false,
+      }),
+    );
+    for (const request of requests) request.on('error', () => undefined);
+    await eventually(async () =>
+      (await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)))).every((row) => row!.poll_id !== null),
+    );
+    const before = ctx.database.statements.length;
+    for (const request of requests) request.destroy();
+    await eventually(async () =>
+      (await Promise.all(queueIds.map((queueId) => queueRow(ctx.db, queueId)))).every((row) => row!.poll_id === null),
+    );
+    const statements = ctx.database.statements.slice(before);
+    expect(statements.filter((text) => /SELECT ended_poll::text AS poll_id FROM q\s*$/.test(text))).toHaveLength(1);
+    // No poll ended alone (finishPoll's statement).
+    expect(statements.filter((text) => /SELECT ready FROM q/.test(text))).toEqual([]);
   });
 });
 

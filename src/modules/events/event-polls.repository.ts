@@ -40,6 +40,13 @@ export interface WaitingPoll {
 export const leaseRenewalSeconds = (checkIntervalSeconds: number): number => Math.max(35, 3 * checkIntervalSeconds + 5);
 
 /**
+ * The array literal of UUIDs (`{a,b,…}`), sent as one text value: pg's own serialization of a
+ * JavaScript array escapes and quotes each element, 20,000 of them every POLL_RECHECK_SECONDS at
+ * 10,000 waiting polls (issue 27). UUIDs need neither.
+ */
+const uuidArray = (ids: readonly string[]): string => `{${ids.join(',')}}`;
+
+/**
  * One statement for all the waiting polls of an instance: renews the leases about to run out of
  * those that still hold their queue, and returns the polls that should answer now (events are
  * pending, or the queue is gone or held by a newer poll), by poll id: what a missed notification
@@ -48,7 +55,7 @@ export const leaseRenewalSeconds = (checkIntervalSeconds: number): number => Mat
 export async function recheckWaitingPolls(db: Database, polls: readonly WaitingPoll[], renewBelowSeconds: number): Promise<string[]> {
   const { rows } = await sql<{ poll_id: string }>`
     WITH waiting AS (
-      SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS w (queue_id, poll_id)
+      SELECT * FROM unnest(${uuidArray(polls.map((poll) => poll.queueId))}::uuid[], ${uuidArray(polls.map((poll) => poll.pollId))}::uuid[]) AS w (queue_id, poll_id)
     ), held AS (
       SELECT w.queue_id, w.poll_id FROM waiting w JOIN event_queues q ON q.id = w.queue_id AND q.poll_id = w.poll_id
     ), renewable AS (

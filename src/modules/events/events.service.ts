@@ -6,7 +6,7 @@ import { ApiError, badRequest } from '../../http/errors.js';
 import { finishPoll, finishPollIfReady, type QueueOwner } from './event-polls.repository.js';
 import { PollWaiter, type QueueWakeups } from './event-wakeups.js';
 import { type ApiEvent, deleteEventQueue } from './events.repository.js';
-import type { HeartbeatBatches, HeartbeatWheel, PollStartBatches } from './poll-batches.js';
+import type { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollStartBatches } from './poll-batches.js';
 
 /** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
 
@@ -24,6 +24,8 @@ export interface EventsDeps {
   starts: PollStartBatches;
   /** Heartbeats due within one tick of each other, one transaction. */
   heartbeats: HeartbeatBatches;
+  /** Ends of polls whose clients left within one tick of each other, one statement. */
+  leftPolls: LeftPollBatches;
   /** When each waiting poll's heartbeat falls due. */
   wheel: HeartbeatWheel;
 }
@@ -147,8 +149,8 @@ class LongPoll extends PollWaiter {
     for (;;) {
       this.notified = false;
       if (this.clientGone.gone) {
-        // Nothing is sent; the pending events stay for the next poll.
-        await finishPoll(db, queueId, pollId);
+        // Nothing is sent; the pending events stay for the next poll. Ended with the others that left meanwhile.
+        await this.deps.leftPolls.answer(queueId, pollId);
         return this.answer(null, null);
       }
       if (wakeups.closing) {

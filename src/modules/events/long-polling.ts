@@ -6,7 +6,7 @@ import type { Metrics } from '../../metrics/metrics.js';
 import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
 import type { EventsDeps, PollAnswer } from './events.service.js';
-import { HeartbeatBatches, HeartbeatWheel, PollGathering, PollStartBatches } from './poll-batches.js';
+import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollGathering, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';
 
 /** Heartbeats due within this long of each other are answered together (HeartbeatBatches). */
@@ -43,7 +43,8 @@ export class LongPolling {
     const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
     // The heartbeats falling due in one tick go as one statement, sent at once.
     const wheel = new HeartbeatWheel(HEARTBEAT_TICK_MS, () => heartbeats.flush());
-    this.deps = { db, config, wakeups, starts: new PollStartBatches(db), heartbeats, wheel };
+    const leftPolls = new LeftPollBatches(db, HEARTBEAT_TICK_MS);
+    this.deps = { db, config, wakeups, starts: new PollStartBatches(db), heartbeats, leftPolls, wheel };
     metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
     const rechecks = (this.rechecks = new PollRechecks({
       db,
@@ -80,6 +81,7 @@ export class LongPolling {
     this.gathering.release();
     this.deps.wheel.stop();
     this.deps.heartbeats.flush();
+    this.deps.leftPolls.flush();
     await this.wakeups.close();
     await this.rechecks.close();
   }

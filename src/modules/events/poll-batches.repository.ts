@@ -172,3 +172,38 @@ export async function answerHeartbeats(
     return answers;
   });
 }
+
+/**
+ * The end of polls whose clients left (nothing to answer): for each, its queue's idle clock
+ * restarts and, when the poll still holds it, the queue is released, as finishPoll does for one.
+ * Rows are locked in id order, skipping those another transaction holds when `skipLocked` (absent
+ * from the result: the caller ends those again alone). By poll id: true, or null when the queue no
+ * longer exists.
+ */
+export async function endLeftPolls(
+  db: Database,
+  polls: readonly HeartbeatRequest[],
+  skipLocked: boolean,
+): Promise<Map<string, true | null>> {
+  const { rows } = await sql<{ poll_id: string }>`
+    WITH input AS (
+      SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
+    ), q AS (
+      SELECT eq.id, eq.poll_id IS NOT DISTINCT FROM i.poll_id AS holds, i.poll_id AS ended_poll
+      FROM input i JOIN event_queues eq ON eq.id = i.queue_id
+      ORDER BY eq.id
+      FOR NO KEY UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
+    ), ended AS (
+      UPDATE event_queues eq SET
+        last_active_at = now(),
+        poll_id = CASE WHEN q.holds THEN NULL ELSE eq.poll_id END,
+        poll_lease_until = CASE WHEN q.holds THEN NULL ELSE eq.poll_lease_until END
+      FROM q WHERE eq.id = q.id
+    )
+    SELECT ended_poll::text AS poll_id FROM q
+  `.execute(db);
+  const ended = new Map<string, true | null>(rows.map((row) => [row.poll_id, true]));
+  // Not found and not skipped: the queue is gone.
+  if (!skipLocked) for (const poll of polls) if (!ended.has(poll.pollId)) ended.set(poll.pollId, null);
+  return ended;
+}
