@@ -73,7 +73,8 @@ describe("an organization's membership changes wait their turn without holding p
     // Meanwhile R's requests still wait, one of them on a connection, the others in memory.
     expect(await realmLockWaiters(ids.R)).toBe(1);
     expect(ctx.database.transactions.activeRealms).toBe(1);
-    expect(ctx.database.pool.totalCount - ctx.database.pool.idleCount).toBe(1);
+    // The other organization's connection returns to the pool just after its answer (a loaded CI saw it a moment later).
+    await eventually(() => ctx.database.pool.totalCount - ctx.database.pool.idleCount === 1);
     expect([...subscribes, ...registers, renamed].filter((request) => request.settled)).toEqual([]);
 
     await lockHolder.query('SELECT pg_advisory_unlock($1, $2)', [REALM_MEMBERSHIP_LOCK_NAMESPACE, ids.R]);
