@@ -15,7 +15,7 @@ import { FIXTURE_ENV } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { badQueueBody, errorBody, INTERNAL_ERROR, success } from './helpers/envelope.js';
 import { auth, basicAuth, emails, type FixtureUser, ids } from './helpers/fixture.js';
-import { pinEvent, queueRow, registerQueue, setPinToTop, waited } from './helpers/events.js';
+import { pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
 
 /**
@@ -220,17 +220,30 @@ describe('a plain poll is answered around Fastify, exactly as the route answers 
     expect((await overSocket(poll(queueId, 0).replace('last_event_id=0', 'last_event_id=0&dont_block=true'))).statusCode).toBe(200);
     expect((await expectSameAnswer(poll(queueId, -1))).body).toBe(errorBody('An event newer than -1 has already been pruned!'));
 
-    const wrongKey = { headers: { authorization: basicAuth(emails.U, 'wrong'.padEnd(32, '0')) } };
-    expect((await expectSameAnswer(poll(queueId, 0), wrongKey)).body).toBe(errorBody('Invalid API key', 'UNAUTHORIZED'));
+    const wrongKey = await expectSameAnswer(poll(queueId, 0), { headers: { authorization: basicAuth(emails.U, 'wrong'.padEnd(32, '0')) } });
+    expect([wrongKey.statusCode, wrongKey.body]).toEqual([401, errorBody('Invalid API key', 'UNAUTHORIZED')]);
+    expect(wrongKey.headers['www-authenticate']).toBe('Basic realm="zulip"');
     const otherOrganization = { headers: { host: 'other.chat.example.com' } };
     expect((await expectSameAnswer(poll(queueId, 0), otherOrganization)).body).toBe(
       errorBody('Account is not associated with this subdomain', 'UNAUTHORIZED'),
     );
-    const refused = await expectSameAnswer(poll(queueId, 0), wrongKey);
-    expect(refused.statusCode).toBe(401);
-    expect(refused.headers['www-authenticate']).toBe('Basic realm="zulip"');
-    // Nothing of the refused or failed polls holds the queue.
-    expect((await queueRow(ctx!.database.db, queueId))!.poll_id).toBeNull();
+    // The refused and failed polls changed nothing: no poll holds the queue, nothing more was acknowledged.
+    const row = (await queueRow(ctx!.database.db, queueId))!;
+    expect([row.poll_id, row.last_acked_id]).toEqual([null, 0]);
+    expect(await storedEventIds(ctx!.database.db, queueId)).toEqual([]);
+  });
+
+  it('behind a trusted proxy, the organization is the one X-Forwarded-Host names, as for the route', async () => {
+    await listening({ TRUST_PROXY: 'true' });
+    const queueId = await registerQueue(ctx!.app);
+    // An event pending: the polls answer at once.
+    expect((await setPinToTop(ctx!.app, true)).statusCode).toBe(200);
+    const forwarded = (host: string) => ({ headers: { host: 'internal:9991', 'x-forwarded-host': host } });
+    const ours = await expectSameAnswer(poll(queueId, -1), forwarded('chat.example.com'));
+    expect([ours.statusCode, ours.body]).toEqual([200, success({ events: [pinEvent(true, 0)] })]);
+    expect((await expectSameAnswer(poll(queueId, -1), forwarded('other.chat.example.com'))).body).toBe(
+      errorBody('Account is not associated with this subdomain', 'UNAUTHORIZED'),
+    );
   });
 
   it('a waiting poll: answered by a write with queue_id, then by its heartbeat, as the route', async () => {

@@ -133,18 +133,9 @@ export async function answerHeartbeats(
   polls: readonly HeartbeatRequest[],
   skipLocked: boolean,
 ): Promise<Map<string, ApiEvent[] | null>> {
-  const queueIds = polls.map((poll) => poll.queueId);
-  const pollIds = polls.map((poll) => poll.pollId);
   return db.transaction().execute(async (trx) => {
     const { rows: ended } = await sql<{ queue_id: string; poll_id: string }>`
-      WITH input AS (
-        SELECT * FROM unnest(${queueIds}::uuid[], ${pollIds}::uuid[]) AS i (queue_id, poll_id)
-      ), q AS (
-        SELECT eq.id, eq.realm_id, eq.next_event_id, eq.poll_id IS NOT DISTINCT FROM i.poll_id AS holds, i.poll_id AS ended_poll
-        FROM input i JOIN event_queues eq ON eq.id = i.queue_id
-        ORDER BY eq.id
-        FOR NO KEY UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
-      ), finished AS (
+      WITH ${lockedPollEnds(polls, skipLocked)}, finished AS (
         UPDATE event_queues eq SET
           next_event_id = CASE WHEN q.holds THEN eq.next_event_id + 1 ELSE eq.next_event_id END,
           last_active_at = now(),
@@ -157,10 +148,7 @@ export async function answerHeartbeats(
       )
       SELECT id::text AS queue_id, ended_poll::text AS poll_id FROM q
     `.execute(trx);
-    const answers = new Map<string, ApiEvent[] | null>();
-    const endedIds = new Set(ended.map((row) => row.poll_id));
-    // Not found and not skipped: the queue is gone.
-    if (!skipLocked) for (const poll of polls) if (!endedIds.has(poll.pollId)) answers.set(poll.pollId, null);
+    const answers = goneUnlessSkipped<ApiEvent[]>(polls, ended, skipLocked);
     if (ended.length === 0) return answers;
     const { rows } = await sql<{ queue_id: string; events: StoredEvent[] }>`
       SELECT e.queue_id::text AS queue_id, json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id) AS events
@@ -174,11 +162,35 @@ export async function answerHeartbeats(
 }
 
 /**
+ * The CTEs `input` (the polls ending) and `q` (their queues' rows, locked in id order, skipping
+ * those another transaction holds when `skipLocked`, so that many users' rows in one statement
+ * never wait in a lock cycle with a write; `holds`: the ending poll still holds its queue).
+ */
+function lockedPollEnds(polls: readonly HeartbeatRequest[], skipLocked: boolean) {
+  return sql`input AS (
+      SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
+    ), q AS (
+      SELECT eq.id, eq.realm_id, eq.next_event_id, eq.poll_id IS NOT DISTINCT FROM i.poll_id AS holds, i.poll_id AS ended_poll
+      FROM input i JOIN event_queues eq ON eq.id = i.queue_id
+      ORDER BY eq.id
+      FOR NO KEY UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
+    )`;
+}
+
+/** The results of polls ended alone whose queue was not found: null (gone); skipped ones stay absent. */
+function goneUnlessSkipped<R>(polls: readonly HeartbeatRequest[], ended: readonly { poll_id: string }[], skipLocked: boolean) {
+  const results = new Map<string, R | null>();
+  if (skipLocked) return results;
+  const endedIds = new Set(ended.map((row) => row.poll_id));
+  for (const poll of polls) if (!endedIds.has(poll.pollId)) results.set(poll.pollId, null);
+  return results;
+}
+
+/**
  * The end of polls whose clients left (nothing to answer): for each, its queue's idle clock
  * restarts and, when the poll still holds it, the queue is released, as finishPoll does for one.
- * Rows are locked in id order, skipping those another transaction holds when `skipLocked` (absent
- * from the result: the caller ends those again alone). By poll id: true, or null when the queue no
- * longer exists.
+ * By poll id: true, or null when the queue no longer exists; absent when its row was held by
+ * another transaction and skipped (`skipLocked`: the caller ends that one again alone).
  */
 export async function endLeftPolls(
   db: Database,
@@ -186,14 +198,7 @@ export async function endLeftPolls(
   skipLocked: boolean,
 ): Promise<Map<string, true | null>> {
   const { rows } = await sql<{ poll_id: string }>`
-    WITH input AS (
-      SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
-    ), q AS (
-      SELECT eq.id, eq.poll_id IS NOT DISTINCT FROM i.poll_id AS holds, i.poll_id AS ended_poll
-      FROM input i JOIN event_queues eq ON eq.id = i.queue_id
-      ORDER BY eq.id
-      FOR NO KEY UPDATE OF eq ${skipLocked ? sql`SKIP LOCKED` : sql``}
-    ), ended AS (
+    WITH ${lockedPollEnds(polls, skipLocked)}, ended AS (
       UPDATE event_queues eq SET
         last_active_at = now(),
         poll_id = CASE WHEN q.holds THEN NULL ELSE eq.poll_id END,
@@ -202,8 +207,7 @@ export async function endLeftPolls(
     )
     SELECT ended_poll::text AS poll_id FROM q
   `.execute(db);
-  const ended = new Map<string, true | null>(rows.map((row) => [row.poll_id, true]));
-  // Not found and not skipped: the queue is gone.
-  if (!skipLocked) for (const poll of polls) if (!ended.has(poll.pollId)) ended.set(poll.pollId, null);
+  const ended = goneUnlessSkipped<true>(polls, rows, skipLocked);
+  for (const row of rows) ended.set(row.poll_id, true);
   return ended;
 }
