@@ -254,8 +254,13 @@ describe('heartbeats due together, one transaction', () => {
     const answers = await Promise.all(queueIds.map((queueId) => getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' })));
     answers.forEach((res, i) => expect(res.body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 0 }])));
     const statements = ctx.database.statements.slice(statementsBefore);
-    expect(statements.filter((text) => /INSERT INTO events/.test(text))).toHaveLength(1);
-    expect(statements.filter((text) => /^begin/i.test(text))).toHaveLength(1);
+    // One transaction per tick the heartbeats fell due in: one here, two when the polls' starts
+    // straddled a tick boundary or two 50 ms gatherings (a loaded CI run saw two); one per poll
+    // (five) was the cost before.
+    const heartbeatStatements = statements.filter((text) => /INSERT INTO events/.test(text)).length;
+    expect(heartbeatStatements).toBeGreaterThanOrEqual(1);
+    expect(heartbeatStatements).toBeLessThanOrEqual(2);
+    expect(statements.filter((text) => /^begin/i.test(text))).toHaveLength(heartbeatStatements);
     // A poll whose heartbeat falls due answers with it, without first checking its queue as a woken
     // poll does (timers fire up to a millisecond early by Date.now(): that check ran in most cycles).
     expect(statements.filter((text) => /poll_id IS DISTINCT FROM/.test(text))).toEqual([]);
