@@ -180,6 +180,20 @@ export async function deleteOldAuditRows(db: Database, days: number, limit: numb
   return Number(result.numDeletedRows);
 }
 
+/** The channel's columns of the subscription object and the channel object (ChannelColumns), from `streams as s`. */
+export const CHANNEL_COLUMNS = [
+  's.id as stream_id',
+  's.name',
+  's.description',
+  's.rendered_description',
+  's.creator_id',
+  's.date_created',
+  's.invite_only',
+  's.is_web_public',
+  's.history_public_to_subscribers',
+  's.message_retention_days',
+] as const;
+
 /**
  * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
  * optionally with each channel's active subscribers (active users), all in one query.
@@ -188,19 +202,7 @@ export function selectActiveSubscriptions(db: Database, user: { id: number; real
   return db
     .selectFrom('subscriptions as sub')
     .innerJoin('streams as s', 's.id', 'sub.stream_id')
-    .select([
-      's.id as stream_id',
-      's.name',
-      's.description',
-      's.rendered_description',
-      's.creator_id',
-      's.date_created',
-      's.invite_only',
-      's.is_web_public',
-      's.history_public_to_subscribers',
-      's.message_retention_days',
-      ...SELECTED_SETTINGS,
-    ])
+    .select([...CHANNEL_COLUMNS, ...SELECTED_SETTINGS])
     .select(
       (includeSubscribers
         ? sql<number[]>`ARRAY(
