@@ -20,7 +20,6 @@ import { echoRequestId, logClientLeaving, RequestLog, RequestLogger, requestId }
 import { RequestMemory } from './http/request-memory.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
 import { Metrics } from './metrics/metrics.js';
-import { channelRoutes } from './modules/channels/channels.routes.js';
 import { DirectPolls } from './modules/events/direct-polls.js';
 import { eventRoutes } from './modules/events/events.routes.js';
 import { LongPolling } from './modules/events/long-polling.js';
@@ -46,13 +45,7 @@ const REDACTED_PATHS = [
 ];
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [
-  channelRoutes,
-  navigationViewRoutes,
-  subscriptionRoutes,
-  userRoutes,
-  userAdminRoutes,
-];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [navigationViewRoutes, subscriptionRoutes, userRoutes, userAdminRoutes];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db, shortStatements } = deps;

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { createStream } from '../src/cli/operations.js';
 import { declaredParameters } from '../src/http/params.js';
-import { listChannelsSchema } from '../src/modules/channels/channels.schemas.js';
+import { listChannelsSchema } from '../src/modules/subscriptions/channels.schemas.js';
 import { describe, expect, it } from 'vitest';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { expectError, missingArgument, success } from './helpers/envelope.js';

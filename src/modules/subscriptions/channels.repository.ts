@@ -2,16 +2,17 @@ import { type ExpressionBuilder, sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { DB } from '../../db/types.js';
 import type { Caller } from '../../http/auth.js';
-import { ROLES } from '../../zulip.js';
-import { CHANNEL_COLUMNS } from '../subscriptions/subscriptions.repository.js';
-import { CHANNEL_KEYS, type ChannelColumns, objectBuilder } from '../subscriptions/subscriptions.serializers.js';
+import { isIdInRange, ROLES } from '../../zulip.js';
+import { ACTIVE_SUBSCRIBERS, CHANNEL_COLUMNS } from './subscriptions.repository.js';
+import { CHANNEL_KEYS, type ChannelColumns, objectBuilder } from './subscriptions.serializers.js';
 
 /**
- * The channel reads (GET /streams, GET /streams/{id}, GET /get_stream_id): Zulip's
- * get_streams_for_user and access_stream_by_id / access_stream_by_name, one query each.
+ * The channel reads (GET /streams, GET /streams/{id}, GET /get_stream_id, and the channel of the
+ * membership reads): Zulip's get_streams_for_user and access_stream_by_id / access_stream_by_name,
+ * one query each.
  */
 
-export type ChannelCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'botType'>;
+export type ChannelCaller = Pick<Caller, 'id' | 'realmId' | 'role'>;
 
 /**
  * Where listed channels come from (Zulip's get_streams_for_user): those the caller has metadata or
@@ -19,9 +20,26 @@ export type ChannelCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'botType'>;
  */
 export type ChannelSource = 'metadata' | 'content' | 'subscribed' | 'public' | 'webPublic' | 'ownerSubscribed';
 
+/** Zulip's get_streams_for_user: include_all and include_can_access_content replace the sources they cover. */
+export function channelSources(flags: Record<`include_${string}`, boolean>, caller: ChannelCaller): ChannelSource[] {
+  if (flags.include_all || flags.include_all_active) return ['metadata'];
+  const content = flags.include_can_access_content;
+  const sources: [boolean | undefined, ChannelSource][] = [
+    [content, 'content'],
+    [!content && flags.include_subscribed, 'subscribed'],
+    // Guests cannot access public channels as such (Zulip's can_access_public_streams).
+    [!content && flags.include_public && caller.role !== ROLES.guest, 'public'],
+    [!content && flags.include_web_public, 'webPublic'],
+    // Bots only: a human has no owner.
+    [flags.include_owner_subscribed, 'ownerSubscribed'],
+  ];
+  return sources.filter(([wanted]) => wanted).map(([, from]) => from);
+}
+
 export interface ChannelQuery {
   sources: readonly ChannelSource[];
   excludeArchived: boolean;
+  /** Beyond the id range: no channel. */
   streamId?: number;
   /** Compared ignoring case (Zulip's name__iexact); already stripped. */
   name?: string;
@@ -85,12 +103,11 @@ export function selectChannels(db: Database, caller: ChannelCaller, query: Chann
       's.deactivated',
       // Zulip's average weekly traffic, unknown before 7 days; no messages here, so 0 afterwards.
       sql<number | null>`CASE WHEN s.date_created <= now() - interval '7 days' THEN 0 END`.as('stream_weekly_traffic'),
-      sql<number>`(SELECT count(*)::integer FROM subscriptions sub JOIN users u ON u.id = sub.user_id
-        WHERE sub.stream_id = s.id AND sub.active AND u.is_active)`.as('subscriber_count'),
+      sql<number>`(SELECT count(*)::integer ${ACTIVE_SUBSCRIBERS})`.as('subscriber_count'),
     ])
     .where('s.realm_id', '=', caller.realmId)
     .$if(query.excludeArchived, (qb) => qb.where('s.deactivated', '=', false))
-    .$if(query.streamId !== undefined, (qb) => qb.where('s.id', '=', query.streamId!))
+    .$if(query.streamId !== undefined, (qb) => qb.where('s.id', '=', isIdInRange(query.streamId!) ? query.streamId! : 0))
     .$if(query.name !== undefined, (qb) => qb.where(sql`lower(s.name)`, '=', sql`lower(${query.name!})`))
     .where((eb) => eb.or(query.sources.map((from) => source(eb, caller, from))))
     .orderBy(sql`s.name COLLATE "C"`);
