@@ -1,11 +1,12 @@
 import { sql } from 'kysely';
+import { createDemoOrganization } from '../src/cli/demo.js';
 import { createStream } from '../src/cli/operations.js';
 import { declaredParameters } from '../src/http/params.js';
 import { listChannelsSchema } from '../src/modules/subscriptions/channels.schemas.js';
 import { describe, expect, it } from 'vitest';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { expectError, missingArgument, success } from './helpers/envelope.js';
-import { type FixtureUser, ids } from './helpers/fixture.js';
+import { basicAuth, type FixtureUser, ids } from './helpers/fixture.js';
 import { streamObject, subscribe, unsubscribe } from './helpers/membership.js';
 
 // GET /streams, GET /streams/{stream_id} and GET /get_stream_id against Zulip's behaviour at
@@ -377,5 +378,46 @@ describe('channels of the admin command line', () => {
       history_public_to_subscribers: false,
       creator_id: null,
     });
+  });
+});
+
+describe('cost', () => {
+  it('one query per request whatever the number of channels (none without a source), besides authentication', async () => {
+    const count = async (url: string) => {
+      ctx.database.statements.length = 0;
+      expect((await api(ctx.app, { url, as: 'A' })).statusCode).toBe(200);
+      return ctx.database.statements.length;
+    };
+    const before = [
+      await count('/api/v1/streams?include_all=true'),
+      await count(`/api/v1/streams/${S}`),
+      await count('/api/v1/get_stream_id?stream=P'),
+    ];
+    await ctx.db
+      .insertInto('streams')
+      .values(Array.from({ length: 200 }, (_, i) => ({ realm_id: 1, name: `many ${i}` })))
+      .execute();
+    expect((await streams('?include_all=true', 'A')).json().streams).toHaveLength(204);
+    expect([
+      await count('/api/v1/streams?include_all=true'),
+      await count(`/api/v1/streams/${S}`),
+      await count('/api/v1/get_stream_id?stream=P'),
+    ]).toEqual(before);
+    expect(before).toEqual([2, 2, 2]);
+    expect(await count('/api/v1/streams?include_public=false&include_subscribed=false')).toBe(1);
+  });
+});
+
+describe('the demo organization (npm start)', () => {
+  const demo = useTestContext(() => createTestContext({ fixture: false }));
+  it('answers get_stream_id?stream=general with its id, and lists its channels', async () => {
+    const accounts = (await createDemoOrganization(demo.database, demo.config))!;
+    const member = accounts.find((account) => account.role === 'member')!;
+    const headers = { authorization: basicAuth(member.email, member.api_key) };
+    const general = await demo.db.selectFrom('streams').select('id').where('name', '=', 'general').executeTakeFirstOrThrow();
+    expect((await api(demo.app, { url: '/api/v1/get_stream_id?stream=general', headers })).body).toBe(success({ stream_id: general.id }));
+    const listed = await api(demo.app, { url: '/api/v1/streams', headers });
+    expect(listed.json().streams.map((stream: { name: string }) => stream.name)).toEqual(['general', 'random']);
+    expectError(await api(demo.app, { url: '/api/v1/get_stream_id?stream=staff', headers }), "Invalid channel name 'staff'");
   });
 });
