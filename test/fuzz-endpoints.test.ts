@@ -418,6 +418,34 @@ const ROUTES: RouteShape[] = [
     params: [],
   },
   {
+    label: '/streams',
+    methods: ['GET'],
+    path: pick('/api/v1/streams'),
+    params: [
+      'include_public',
+      'include_subscribed',
+      'include_all',
+      'include_owner_subscribed',
+      'include_can_access_content',
+      'exclude_archived',
+    ],
+  },
+  {
+    label: '/streams/{stream_id}',
+    methods: ['GET'],
+    path: fc
+      .oneof({ arbitrary: pick(...STREAM_IDS.map(String), '0', '99999999999999999999'), weight: 3 }, { arbitrary: segment, weight: 1 })
+      .map((stream) => `/api/v1/streams/${stream}`),
+    params: [],
+  },
+  {
+    label: '/get_stream_id',
+    methods: ['GET'],
+    path: pick('/api/v1/get_stream_id'),
+    params: ['stream'],
+    valid: fc.tuple(field('stream', fc.constantFrom('P', ' q ', 'S', 'Z', 'C2', "P' OR '1'='1", '%', '_'))),
+  },
+  {
     label: '/users',
     methods: ['GET'],
     path: pick('/api/v1/users'),

@@ -121,6 +121,22 @@ const EXPECTED: Record<string, ParameterLists> = {
   'DELETE /api/v1/users/me/subscriptions': { body: ['subscriptions', 'principals'], required: ['subscriptions'] },
   'GET /api/v1/users/{user_id}/subscriptions/{stream_id}': { path: ['user_id', 'stream_id'] },
   'GET /api/v1/streams/{stream_id}/members': { path: ['stream_id'] },
+  // Channels (docs/management-api.md, "Channels").
+  'GET /api/v1/streams': {
+    query: [
+      'include_public',
+      'include_web_public',
+      'include_subscribed',
+      'exclude_archived',
+      'include_all',
+      'include_all_active',
+      'include_default',
+      'include_owner_subscribed',
+      'include_can_access_content',
+    ],
+  },
+  'GET /api/v1/streams/{stream_id}': { path: ['stream_id'] },
+  'GET /api/v1/get_stream_id': { query: ['stream'], required: ['stream'] },
 };
 
 describe('GET /api/openapi.json', () => {
@@ -299,6 +315,18 @@ describe('GET /api/openapi.json', () => {
       ],
       ['GET /api/v1/users/{user_id}/subscriptions/{stream_id}', { url: '/api/v1/users/13/subscriptions/100', as: 'U' }],
       ['GET /api/v1/streams/{stream_id}/members', { url: '/api/v1/streams/100/members', as: 'U' }],
+      // Channels.
+      [
+        'GET /api/v1/streams',
+        {
+          url:
+            '/api/v1/streams?include_public=true&include_web_public=true&include_subscribed=true&exclude_archived=false&include_all=false' +
+            '&include_all_active=false&include_default=true&include_owner_subscribed=true&include_can_access_content=false',
+          as: 'U',
+        },
+      ],
+      ['GET /api/v1/streams/{stream_id}', { url: '/api/v1/streams/100', as: 'U' }],
+      ['GET /api/v1/get_stream_id', { url: '/api/v1/get_stream_id?stream=P', as: 'U' }],
     ];
     const refusedAsDocumented: Record<string, string> = { 'PATCH /api/v1/users/{user}': 'User not authorized to change user emails' };
     await ctx.db.updateTable('users').set({ can_create_users: true }).where('id', '=', 11).execute();

@@ -302,6 +302,8 @@ export async function createStream(
         description,
         rendered_description: renderMarkdown(description),
         invite_only: options.private ?? false,
+        // As Zulip's make_stream: a private channel's history is not public to its subscribers.
+        history_public_to_subscribers: !(options.private ?? false),
         is_web_public: options.webPublic ?? false,
       })
       .returning('id')

@@ -163,6 +163,7 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
       tags: [
         { name: 'server', description: 'Server and organization discovery' },
         { name: 'users', description: 'Users of the organization' },
+        { name: 'channels', description: 'Channels the caller may see' },
         { name: 'subscriptions', description: "The caller's channel subscription settings" },
         { name: 'navigation_views', description: "The caller's navigation views" },
         { name: 'events', description: 'Event queues: register, long-poll, delete' },

@@ -2,73 +2,29 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { Caller } from '../../http/auth.js';
 import { badRequest } from '../../http/errors.js';
-import { isIdInRange, ROLES } from '../../zulip.js';
+import { isIdInRange } from '../../zulip.js';
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
+import { selectChannels } from './channels.repository.js';
+import { SUBSCRIBER_IDS } from './subscriptions.repository.js';
 
 /**
  * GET /users/{user_id}/subscriptions/{stream_id} and GET /streams/{stream_id}/members
  * (docs/management-api.md, "Subscriptions"): Zulip's access_user_by_id and access_stream_by_id
- * (require_content_access=False), one statement each.
+ * (require_content_access=False, require_active_channel=False), one query each.
  */
 
 type ReadCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'realmSubdomain' | 'realmCanAccessAllUsersGroup'>;
 
 const invalidChannel = () => badRequest('Invalid channel ID');
 
-/** The channel with what its access check needs, its active subscribers (active users, ascending) and whether `userId` is one. */
-function selectChannel(db: Database, caller: ReadCaller, streamId: number, userId: number) {
-  return db
-    .selectFrom('streams as s')
-    .select((eb) => [
-      's.invite_only',
-      's.is_web_public',
-      's.creator_id',
-      eb
-        .exists(
-          eb
-            .selectFrom('subscriptions')
-            .select('user_id')
-            .whereRef('stream_id', '=', 's.id')
-            .where('user_id', '=', caller.id)
-            .where('active', '=', true),
-        )
-        .as('caller_subscribed'),
-      eb
-        .exists(
-          eb
-            .selectFrom('subscriptions')
-            .select('user_id')
-            .whereRef('stream_id', '=', 's.id')
-            .where('user_id', '=', userId)
-            .where('active', '=', true),
-        )
-        .as('user_subscribed'),
-      sql<number[]>`ARRAY(SELECT sub.user_id FROM subscriptions sub JOIN users u ON u.id = sub.user_id
-        WHERE sub.stream_id = s.id AND sub.active AND u.is_active ORDER BY sub.user_id)`.as('subscribers'),
-    ])
-    .where('s.realm_id', '=', caller.realmId)
-    .where('s.id', '=', isIdInRange(streamId) ? streamId : 0);
-}
-
-type ChannelAccessRow = Awaited<ReturnType<ReturnType<typeof selectChannel>['executeTakeFirst']>>;
-
-/**
- * Zulip's access_stream_by_id without content access: the caller needs content or metadata
- * access: web-public, subscribed, public for a non-guest, or private for an administrator or the
- * channel's creator (its default can_administer_channel_group). Archived channels are served
- * (feature level 480).
- */
-function checkChannelAccess(caller: ReadCaller, channel: ChannelAccessRow) {
-  if (!channel) throw invalidChannel();
-  if (channel.is_web_public || channel.caller_subscribed) return channel;
-  if (caller.role === ROLES.guest) throw invalidChannel();
-  if (!channel.invite_only || caller.role <= ROLES.admin || channel.creator_id === caller.id) return channel;
-  throw invalidChannel();
-}
+/** The channel if the caller has metadata access to it; archived channels are served (feature level 480). */
+const accessibleChannel = (db: Database, caller: ReadCaller, streamId: number) =>
+  selectChannels(db, caller, { sources: ['metadata'], excludeArchived: false, streamId });
 
 /** GET /streams/{stream_id}/members: the active subscribers' ids, ascending. */
 export async function channelMembers(db: Database, caller: ReadCaller, streamId: number): Promise<number[]> {
-  const channel = checkChannelAccess(caller, await selectChannel(db, caller, streamId, 0).executeTakeFirst());
+  const channel = await accessibleChannel(db, caller, streamId).select(SUBSCRIBER_IDS.as('subscribers')).executeTakeFirst();
+  if (!channel) throw invalidChannel();
   return channel.subscribers;
 }
 
@@ -105,7 +61,20 @@ export async function isSubscribed(db: Database, caller: ReadCaller, userId: num
       .where('u.realm_id', '=', caller.realmId)
       .where('u.id', '=', isIdInRange(userId) ? userId : 0)
       .executeTakeFirst(),
-    selectChannel(db, caller, streamId, isIdInRange(userId) ? userId : 0).executeTakeFirst(),
+    accessibleChannel(db, caller, streamId)
+      .select((eb) =>
+        eb
+          .exists(
+            eb
+              .selectFrom('subscriptions')
+              .select('user_id')
+              .whereRef('stream_id', '=', 's.id')
+              .where('user_id', '=', isIdInRange(userId) ? userId : 0)
+              .where('active', '=', true),
+          )
+          .as('user_subscribed'),
+      )
+      .executeTakeFirst(),
   ]);
   if (!user) throw badRequest('No such user');
   if (!user.is_active) throw badRequest('User is deactivated');
@@ -117,5 +86,6 @@ export async function isSubscribed(db: Database, caller: ReadCaller, userId: num
     sharesActiveChannelWithViewer: user.shares_channel === true,
   };
   if (!canAccessUser(caller, target)) throw badRequest('Insufficient permission');
-  return checkChannelAccess(caller, channel).user_subscribed === true;
+  if (!channel) throw invalidChannel();
+  return channel.user_subscribed === true;
 }

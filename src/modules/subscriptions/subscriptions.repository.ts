@@ -180,6 +180,26 @@ export async function deleteOldAuditRows(db: Database, days: number, limit: numb
   return Number(result.numDeletedRows);
 }
 
+/** The channel's columns of the subscription object and the channel object (ChannelColumns), from `streams as s`. */
+export const CHANNEL_COLUMNS = [
+  's.id as stream_id',
+  's.name',
+  's.description',
+  's.rendered_description',
+  's.creator_id',
+  's.date_created',
+  's.invite_only',
+  's.is_web_public',
+  's.history_public_to_subscribers',
+  's.message_retention_days',
+] as const;
+
+/** The active users with an active subscription to channel `s` (as `sub` and `u`, which shadow any outer ones). */
+export const ACTIVE_SUBSCRIBERS = sql`FROM subscriptions sub JOIN users u ON u.id = sub.user_id WHERE sub.stream_id = s.id AND sub.active AND u.is_active`;
+
+/** Their ids, ascending. */
+export const SUBSCRIBER_IDS = sql<number[]>`ARRAY(SELECT sub.user_id ${ACTIVE_SUBSCRIBERS} ORDER BY sub.user_id)`;
+
 /**
  * The user's active subscriptions to non-archived channels, sorted by name in code-point order,
  * optionally with each channel's active subscribers (active users), all in one query.
@@ -188,27 +208,8 @@ export function selectActiveSubscriptions(db: Database, user: { id: number; real
   return db
     .selectFrom('subscriptions as sub')
     .innerJoin('streams as s', 's.id', 'sub.stream_id')
-    .select([
-      's.id as stream_id',
-      's.name',
-      's.description',
-      's.rendered_description',
-      's.creator_id',
-      's.date_created',
-      's.invite_only',
-      's.is_web_public',
-      's.history_public_to_subscribers',
-      's.message_retention_days',
-      ...SELECTED_SETTINGS,
-    ])
-    .select(
-      (includeSubscribers
-        ? sql<number[]>`ARRAY(
-            SELECT other.user_id FROM subscriptions other JOIN users u ON u.id = other.user_id
-            WHERE other.stream_id = s.id AND other.active AND u.is_active ORDER BY other.user_id)`
-        : sql<number[] | null>`NULL`
-      ).as('subscribers'),
-    )
+    .select([...CHANNEL_COLUMNS, ...SELECTED_SETTINGS])
+    .select((includeSubscribers ? SUBSCRIBER_IDS : sql<number[] | null>`NULL`).as('subscribers'))
     .where('sub.user_id', '=', user.id)
     .where('sub.realm_id', '=', user.realmId)
     .where('sub.active', '=', true)
