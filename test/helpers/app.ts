@@ -75,6 +75,58 @@ export function useTestContext<C extends { close(): Promise<void> }>(create: () 
   });
 }
 
+/** A statement that writes rows (Kysely's and the repositories' raw SQL alike). */
+const WRITING = /\b(insert\s+into|update\s+"?\w+"?\s+set|delete\s+from|truncate)\b/i;
+
+export interface SharedTestContext extends TestContext {
+  /** This test writes: a context of its own (made as the shared one is) stands for it until the test ends. */
+  ownDatabase(): Promise<void>;
+}
+
+/**
+ * One context for the file or `describe` block (as `useTestContext(create, 'all')`), shared by
+ * the tests that only read: after each, no statement may have written to it (a write would make
+ * the others depend on the order they run in). A test that writes calls `ownDatabase()` first.
+ */
+export function useSharedTestContext(create: () => Promise<TestContext> = () => createTestContext()): SharedTestContext {
+  let shared: TestContext | undefined;
+  let own: TestContext | undefined;
+  // Seen as they are recorded: a test may empty `statements` to count its own.
+  const writes: string[] = [];
+  beforeAll(async () => {
+    shared = await create();
+    const { statements } = shared.database;
+    const record = statements.push.bind(statements);
+    statements.push = (...texts: string[]) => {
+      writes.push(...texts.filter((text) => WRITING.test(text)));
+      return record(...texts);
+    };
+  });
+  afterAll(async () => {
+    await shared?.close();
+    shared = undefined;
+  });
+  beforeEach(() => {
+    writes.length = 0;
+  });
+  afterEach(async () => {
+    await own?.close();
+    own = undefined;
+    if (writes.length > 0) throw new Error(`a test sharing its context wrote (it needs ownDatabase()):\n${writes.join('\n')}`);
+  });
+  const ownDatabase = async () => {
+    own = await create();
+  };
+  return new Proxy({} as SharedTestContext, {
+    get(_target, name) {
+      if (name === 'ownDatabase') return ownDatabase;
+      const current = own ?? shared;
+      if (!current) throw new Error('the test context is used outside a test (or its creation failed)');
+      return current[name as keyof TestContext];
+    },
+  });
+}
+
 export interface ApiRequest {
   method?: InjectOptions['method'];
   url: string;
