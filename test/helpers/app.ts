@@ -96,10 +96,10 @@ export function useSharedTestContext(create: () => Promise<TestContext> = () => 
   beforeAll(async () => {
     shared = await create();
     const { statements } = shared.database;
-    const record = statements.push.bind(statements);
     statements.push = (...texts: string[]) => {
       writes.push(...texts.filter((text) => WRITING.test(text)));
-      return record(...texts);
+      statements.splice(statements.length, 0, ...texts);
+      return statements.length;
     };
   });
   afterAll(async () => {
