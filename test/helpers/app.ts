@@ -122,7 +122,7 @@ export function useSharedTestContext(create: () => Promise<TestContext> = () => 
       if (name === 'ownDatabase') return ownDatabase;
       const current = own ?? shared;
       if (!current) throw new Error('the test context is used outside a test (or its creation failed)');
-      return current[name as keyof TestContext];
+      return Reflect.get(current, name);
     },
   });
 }
