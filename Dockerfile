@@ -4,12 +4,13 @@
 
 ARG NODE_IMAGE=node:24-slim
 
-# --- build: every dependency (TypeScript), compile src/ to dist/ ---
+# --- build: every dependency (esbuild among them), src/ to dist/ ---
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json ./
+COPY scripts/build.mjs ./scripts/
 COPY src ./src
 RUN npm run build
 

@@ -37,7 +37,7 @@ let app: string;
 let adminUrl: URL;
 beforeAll(async () => {
   app = mkdtempSync(join(tmpdir(), 'zulip-image-'));
-  await run('npm', ['run', 'build', '--', '--outDir', join(app, 'dist')], { cwd: REPO_ROOT });
+  await run('npm', ['run', 'build', '--', '--outdir', join(app, 'dist')], { cwd: REPO_ROOT });
   cpSync(join(REPO_ROOT, 'package.json'), join(app, 'package.json'));
   cpSync(join(REPO_ROOT, 'migrations'), join(app, 'migrations'), { recursive: true });
   for (const name of productionPackages()) {
@@ -84,8 +84,8 @@ describe('the production build (npm run build → dist/)', () => {
     );
     for (const file of files) {
       const source = readFileSync(join(app, 'dist', file), 'utf8');
-      const staticImports = [...source.matchAll(/^(?:import|export)\s[^;]*?from\s+'([^']+)'/gm)].map((match) => match[1]!);
-      const dynamicImports = [...source.matchAll(/\bimport\('([^']+)'\)/g)].map((match) => match[1]!);
+      const staticImports = [...source.matchAll(/^(?:import|export)\s[^;]*?from\s+["']([^"']+)["']/gm)].map((match) => match[1]!);
+      const dynamicImports = [...source.matchAll(/\bimport\(["']([^"']+)["']\)/g)].map((match) => match[1]!);
       for (const specifier of staticImports) {
         if (specifier.startsWith('.') || specifier.startsWith('node:')) continue;
         const name = specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!;

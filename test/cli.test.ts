@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { runAdmin } from '../src/cli/admin.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { createEventQueue, listQueueEvents } from '../src/modules/events/events.repository.js';
@@ -12,10 +13,9 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { basicAuth } from './helpers/fixture.js';
 
 const run = promisify(execFile);
-// Each command is a real Node process; give slow, loaded machines room.
-vi.setConfig({ testTimeout: 300_000 });
 
-const ctx = useTestContext(() => createTestContext({ fixture: false }), 'all');
+// Each test writes: a database of its own.
+const ctx = useTestContext(() => createTestContext({ fixture: false }));
 
 interface Outcome {
   code: number;
@@ -23,23 +23,24 @@ interface Outcome {
   stderr: string;
 }
 
-/** Runs the admin command line as a real process, against the test database unless env says otherwise. */
+/**
+ * Runs an admin command in this process (runAdmin: the command line's parsing, configuration,
+ * connection and output), against the test database unless env says otherwise.
+ */
 async function admin(args: string[], env: Record<string, string | undefined> = {}): Promise<Outcome> {
   const environment: Record<string, string | undefined> = {
-    ...process.env,
     DATABASE_URL: ctx.database.url,
     EXTERNAL_HOST: 'chat.example.com',
     AVATAR_SALT: 'test-salt',
     ...env,
   };
   for (const [name, value] of Object.entries(environment)) if (value === undefined) delete environment[name];
-  try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'src/cli/admin.ts', ...args], { env: environment });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code: number; stdout: string; stderr: string };
-    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
-  }
+  const outcome = { stdout: '', stderr: '' };
+  const code = await runAdmin(args, environment, {
+    stdout: { write: (text: string) => (outcome.stdout += text) },
+    stderr: { write: (text: string) => (outcome.stderr += text) },
+  });
+  return { code, ...outcome };
 }
 
 async function ok(args: string[]): Promise<Record<string, unknown>> {
@@ -58,7 +59,7 @@ async function fails(args: string[], message: string | RegExp): Promise<void> {
   expect(outcome.stderr.trim()).toMatch(message);
 }
 
-describe('admin command line (real processes)', () => {
+describe('admin command line', () => {
   it('creates and manages an organization end to end', async () => {
     const realm = await ok(['realm', 'create', '--subdomain', '', '--name', 'Acme', '--restrict-guest-access']);
     expect(realm).toEqual({ realm_id: expect.any(Number) });
@@ -294,7 +295,7 @@ describe('admin command line (real processes)', () => {
 
   it('refuses bad input with one line on stderr and changes nothing', async () => {
     await ok(['realm', 'create', '--subdomain', 'team', '--name', 'Team']);
-    const before = await ctx.db.selectFrom('users').select('id').execute();
+    const before = await ctx.db.selectFrom('users').select('id').orderBy('id').execute();
     await fails(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A', '--role', 'king'], 'Unknown role "king"');
     await fails(
       ['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A', '--timezone', 'Mars/Base'],
@@ -313,7 +314,7 @@ describe('admin command line (real processes)', () => {
     await fails(['profile-field', 'create', '--realm', 'team', '--name', 'X', '--type', 'color'], /^Unknown field type "color"/);
     await fails(['frobnicate'], 'Unknown command "frobnicate" (see --help)');
     await fails(['realm', 'create', '--bogus'], /Unknown option '--bogus'/);
-    expect(await ctx.db.selectFrom('users').select('id').execute()).toEqual(before);
+    expect(await ctx.db.selectFrom('users').select('id').orderBy('id').execute()).toEqual(before);
     await ok(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A']);
     await fails(
       ['user', 'create', '--realm', 'team', '--email', 'A@B.C', '--full-name', 'A'],
@@ -327,12 +328,25 @@ describe('admin command line (real processes)', () => {
     expect(outcome.stderr).toMatch(/^Invalid environment variable EXTERNAL_URI_SCHEME="ftp:\/\/"/);
   });
 
-  it('works through npm run --silent admin, printing exactly one JSON object', async () => {
-    const { stdout } = await run('npm', ['run', '--silent', 'admin', '--', 'realm', 'create', '--subdomain', 'npm', '--name', 'Via npm'], {
-      env: { ...process.env, DATABASE_URL: ctx.database.url, AVATAR_SALT: 'test-salt' },
-    });
-    expect(stdout).toMatch(/^\{"realm_id":\d+\}\n$/);
+  it('prints its usage for --help and for no command, without a database', async () => {
+    const help = await admin(['--help'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+    expect(help).toEqual({ code: 0, stdout: expect.stringMatching(/^usage: admin <command> \[options\]\n(.+\n)+$/), stderr: '' });
+    expect(await admin([])).toEqual(help);
   });
+
+  // The one real process: the README's command, built on first use (scripts/build.mjs --if-stale).
+  it('works through npm run --silent admin, printing exactly one JSON object', async () => {
+    const { stdout, stderr } = await run(
+      'npm',
+      ['run', '--silent', 'admin', '--', 'realm', 'create', '--subdomain', 'npm', '--name', 'Via npm'],
+      { env: { ...process.env, DATABASE_URL: ctx.database.url, AVATAR_SALT: 'test-salt' } },
+    );
+    expect({ stdout, stderr }).toEqual({ stdout: expect.stringMatching(/^\{"realm_id":\d+\}\n$/), stderr: '' });
+    const realm = JSON.parse(stdout) as { realm_id: number };
+    expect(await ctx.db.selectFrom('realms').select(['id', 'subdomain', 'name']).execute()).toEqual([
+      { id: realm.realm_id, subdomain: 'npm', name: 'Via npm' },
+    ]);
+  }, 180_000);
 
   it('without DATABASE_URL uses the embedded database, and says so when it is in use', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'cli-embedded-'));

@@ -89,9 +89,8 @@ describe('graceful shutdown', () => {
     const polls = queues.map((queueId) => getEvents(other.app, { queue_id: queueId, last_event_id: '-1' }));
     for (const queueId of queues) await waitUntilPolling(queueId);
 
-    const closingAt = Date.now();
+    // Closing answers them at once: a close that waited for them would see their heartbeats.
     await other.close();
-    expect(Date.now() - closingAt).toBeLessThan(2000);
     const answers = await Promise.all(polls);
     answers.forEach((res, index) => expect(res.body).toBe(waited(queues[index]!, [])));
     for (const queueId of queues) expect(await queueRow(ctx.db, queueId)).toMatchObject({ poll_id: null, poll_lease_until: null });
@@ -126,9 +125,7 @@ describe('graceful shutdown', () => {
         .on('error', reject);
     });
     await waitUntilPolling(queueId);
-    const closingAt = Date.now();
     await server.close();
-    expect(Date.now() - closingAt).toBeLessThan(2000);
     const { status, body } = await response;
     expect(status).toBe(200);
     expect(JSON.parse(body)).toEqual(JSON.parse(waited(queueId, [])));
@@ -138,15 +135,14 @@ describe('graceful shutdown', () => {
 describe('expiry', () => {
   it('case 172: an idle queue is deleted after its lifespan plus one sweep', async () => {
     ctx = await createTestContext({ env: { QUEUE_SWEEP_INTERVAL_SECONDS: '1' } });
-    const registeredAt = Date.now();
-    const shortLived = await registerQueue(ctx.app, { queue_lifespan_secs: '2' });
     const longLived = await registerQueue(ctx.app);
+    const registeredAt = Date.now();
+    const shortLived = await registerQueue(ctx.app, { queue_lifespan_secs: '3' });
     await setPinToTop(ctx.app, true);
-    await sleep(1000);
-    expect(await queueRow(ctx.db, shortLived)).toBeDefined();
     expect(await storedEventIds(ctx.db, shortLived)).toEqual([0]);
-    await eventually(async () => (await queueRow(ctx.db, shortLived)) === undefined, 5000);
-    expect(Date.now() - registeredAt).toBeGreaterThanOrEqual(2000);
+    await eventually(async () => (await queueRow(ctx.db, shortLived)) === undefined);
+    // Not before its lifespan (a slower machine only sweeps later).
+    expect(Date.now() - registeredAt).toBeGreaterThanOrEqual(3000);
     const res = await getEvents(ctx.app, { queue_id: shortLived, last_event_id: '-1', dont_block: 'true' });
     expect(res.statusCode).toBe(400);
     expect(res.body).toBe(badQueueBody(shortLived));
@@ -166,9 +162,9 @@ describe('expiry', () => {
     await setPinToTop(ctx.app, true);
     expect((await poll).body).toBe(waited(queueId, [pinEvent(true, 0)]));
     const endedAt = Date.now();
-    await eventually(async () => (await queueRow(ctx.db, queueId)) === undefined, 5000);
+    await eventually(async () => (await queueRow(ctx.db, queueId)) === undefined);
     expect(Date.now() - endedAt).toBeGreaterThanOrEqual(900);
-  }, 15_000);
+  });
 
   it('a lease left by a crashed instance runs out; a live lease protects an idle queue', async () => {
     ctx = await createTestContext({ env: { QUEUE_SWEEP_INTERVAL_SECONDS: '1' } });
@@ -189,7 +185,7 @@ describe('expiry', () => {
       .set({ last_active_at: new Date(Date.now() - 300_000) })
       .where('id', '=', recent)
       .execute();
-    await eventually(async () => (await queueRow(ctx.db, crashed)) === undefined, 4000);
+    await eventually(async () => (await queueRow(ctx.db, crashed)) === undefined);
     expect(await queueRow(ctx.db, live)).toBeDefined();
     expect(await queueRow(ctx.db, recent)).toBeDefined();
   });
@@ -255,11 +251,11 @@ describe("the official Python client's event loop", () => {
     await waitUntilPolling(firstQueue);
     await setPinToTop(ctx.app, true);
     await eventually(() => received.length === 1);
-    await eventually(() => received.some(({ event }) => event.type === 'heartbeat'), 4000);
+    await eventually(() => received.some(({ event }) => event.type === 'heartbeat'));
 
     // deregister, as client.deregister(queue_id) sends it.
     expect(await call(baseUrl, 'DELETE', 'events', { queue_id: firstQueue })).toEqual({ result: 'success', msg: '' });
-    await eventually(() => registered.length === 2, 4000);
+    await eventually(() => registered.length === 2);
     await waitUntilPolling(registered[1]!);
     await setPinToTop(ctx.app, false);
     await eventually(() => received.some(({ queue }) => queue === registered[1]));
@@ -270,5 +266,5 @@ describe("the official Python client's event loop", () => {
     expect(received[0]).toEqual({ queue: firstQueue, event: pinEvent(true, 0) });
     expect(received[1]).toEqual({ queue: firstQueue, event: { type: 'heartbeat', id: 1 } });
     expect(received.find(({ queue }) => queue === registered[1])).toEqual({ queue: registered[1], event: pinEvent(false, 0) });
-  }, 20_000);
+  });
 });

@@ -6,12 +6,12 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { heartbeatDelay } from '../src/modules/events/events.service.js';
 import { PollWaiter, QueueWakeups } from '../src/modules/events/event-wakeups.js';
-import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches } from '../src/modules/events/poll-batches.js';
+import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollGathering } from '../src/modules/events/poll-batches.js';
 import { answerHeartbeats, endLeftPolls, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { expectError } from './helpers/envelope.js';
 import { auth, createQueue, ids } from './helpers/fixture.js';
-import { getEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
+import { getEvents, originalMethod, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds, waited } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
 
 /**
@@ -24,8 +24,9 @@ import { eventually } from './helpers/wait.js';
 
 let ctx: TestContext;
 afterEach(async () => {
-  // A test that fakes Date and fails before its own restore must not leave it faked.
+  // A test that fakes Date or spies and fails before its own restore must not leave them so.
   vi.useRealTimers();
+  vi.restoreAllMocks();
   await ctx?.close();
 });
 
@@ -94,7 +95,9 @@ describe('poll starts of one turn, one statement', () => {
       request(held, -1),
       request(dontBlock, -1, true),
     ];
+    const startedAt = Date.now();
     const starts = await startPolls(ctx.db, requests, true);
+    const answeredAt = Date.now();
     expect(starts).toEqual([
       { outcome: 'waiting', events: [], replacedPoll: false },
       // Event 0 acknowledged (deleted), event 1 answered at once.
@@ -114,9 +117,10 @@ describe('poll starts of one turn, one statement', () => {
 
     const waiting = (await queueRow(ctx.db, fresh))!;
     expect(waiting.poll_id).toBe(requests[0]!.pollId);
-    const leaseSeconds = (waiting.poll_lease_until!.getTime() - Date.now()) / 1000;
-    expect(leaseSeconds).toBeGreaterThan(55);
-    expect(leaseSeconds).toBeLessThanOrEqual(61);
+    // A minute from the statement, whenever it ran (the database's clock is this machine's).
+    const lease = waiting.poll_lease_until!.getTime();
+    expect(lease).toBeGreaterThanOrEqual(startedAt + 60_000 - 1000);
+    expect(lease).toBeLessThanOrEqual(answeredAt + 60_000 + 1000);
     expect((await queueRow(ctx.db, held))!.poll_id).toBe(requests[6]!.pollId);
     const answered = (await queueRow(ctx.db, pending))!;
     expect([answered.poll_id, answered.poll_lease_until, answered.last_acked_id]).toEqual([null, null, 0]);
@@ -380,7 +384,7 @@ describe("a poll's heartbeat delay", () => {
     expect(heartbeatDelay({ heartbeatSeconds: 1, heartbeatJitterSeconds: 0 }, tickMs, () => 0.999_999)).toBe(1000);
   });
 
-  it('waiting polls hold no timer of their own, and each is answered within a tick of its delay', async () => {
+  it('waiting polls hold no timer of their own, and each is answered at the first tick at least its delay away', async () => {
     // One wheel timer for all of them (HeartbeatWheel); a timer per poll was part of the memory
     // each connected client held all day.
     ctx = await createTestContext({
@@ -388,6 +392,29 @@ describe("a poll's heartbeat delay", () => {
     });
     const queueIds = await Promise.all(Array.from({ length: 12 }, () => registerQueue(ctx.app)));
     const pollTimers: number[] = [];
+    // Counted in the wheel's ticks, not in milliseconds: a loaded machine runs a tick late, and a
+    // late tick tells every poll due by then, so only fewer ticks pass, never more.
+    const wheel = HeartbeatWheel.prototype as unknown as { fire(target: number): void };
+    let ticks = 0;
+    let lastTarget: number | undefined;
+    const fire = originalMethod(wheel, 'fire');
+    const fireSpy = vi.spyOn(wheel, 'fire').mockImplementation(function (this: HeartbeatWheel, target: number) {
+      // A timer run a moment early fires again for the same tick: one tick.
+      if (target !== lastTarget) ticks++;
+      lastTarget = target;
+      fire.call(this, target);
+    });
+    const told: { delayMs: number; ticks: number }[] = [];
+    const add = originalMethod(HeartbeatWheel.prototype, 'add');
+    const addSpy = vi.spyOn(HeartbeatWheel.prototype, 'add').mockImplementation(function (this: HeartbeatWheel, poll, delayMs) {
+      const addedAt = ticks;
+      const due = poll.heartbeatDue.bind(poll);
+      poll.heartbeatDue = () => {
+        told.push({ delayMs, ticks: ticks - addedAt });
+        due();
+      };
+      return add.call(this, poll, delayMs);
+    });
     const setTimeoutSpy = vi.spyOn(globalThis, 'setTimeout');
     let answers: { elapsed: number; body: string }[];
     try {
@@ -405,13 +432,23 @@ describe("a poll's heartbeat delay", () => {
       answers = await Promise.all(polls);
     } finally {
       setTimeoutSpy.mockRestore();
+      addSpy.mockRestore();
+      fireSpy.mockRestore();
     }
     expect(pollTimers).toEqual([]);
     answers.forEach(({ elapsed, body }, i) => {
       expect(body).toBe(waited(queueIds[i]!, [{ type: 'heartbeat', id: 0 }]));
+      // Never before its delay (a slower machine only answers later).
       expect(elapsed).toBeGreaterThanOrEqual(999);
-      expect(elapsed).toBeLessThan(2500);
     });
+    expect(told).toHaveLength(12);
+    for (const { delayMs, ticks } of told) {
+      // 1 s and a jitter of whole ticks, less the tick that comes on top.
+      expect([1000, 1250, 1500, 1750]).toContain(delayMs);
+      // Told at the first tick at least its delay away: the delay's ticks, and one more when it
+      // was added between two.
+      expect(ticks).toBeLessThanOrEqual(delayMs / 250 + 1);
+    }
   });
 });
 
@@ -507,9 +544,19 @@ describe('blocking polls arriving close together', () => {
     // Four users: one statement authenticates one request per user (their rate-limit rows).
     const users = ['U', 'V', 'M', 'A'] as const;
     const queueIds = await Promise.all(users.map((user) => registerQueue(ctx.app, {}, user)));
+    // The gathering's 50 ms end once all four have arrived: a loaded machine may run the four turns
+    // further apart than that.
+    let arrived = 0;
+    const [wait, release] = [originalMethod(PollGathering.prototype, 'wait'), originalMethod(PollGathering.prototype, 'release')];
+    vi.spyOn(PollGathering.prototype, 'wait').mockImplementation(function (this: PollGathering) {
+      arrived++;
+      return wait.call(this);
+    });
+    vi.spyOn(PollGathering.prototype, 'release').mockImplementation(function (this: PollGathering) {
+      void eventually(() => arrived === users.length).then(() => release.call(this));
+    });
     const before = ctx.database.statements.length;
-    // Separate turns of the event loop, as clients' polls arrive (a turn apart: timers could make
-    // them more than 20 ms apart on a loaded machine).
+    // Separate turns of the event loop, as clients' polls arrive.
     const polls = [];
     for (const [i, queueId] of queueIds.entries()) {
       polls.push(getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' }, users[i]));

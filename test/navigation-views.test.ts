@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { api, useTestContext } from './helpers/app.js';
+import { api, useSharedTestContext } from './helpers/app.js';
 import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
@@ -16,7 +16,8 @@ import {
   waitForLockWaiter,
 } from './helpers/navigation-views.js';
 
-const ctx = useTestContext(createViewsContext);
+// Shared by the tests that only read; those that write take their own.
+const ctx = useSharedTestContext(createViewsContext);
 
 const addEvent = (fragment: string, isPinned: boolean, name: string | null, id: number) => ({
   type: 'navigation_view',
@@ -49,6 +50,7 @@ describe('routing of /api/v1/navigation_views', () => {
   });
 
   it('every method needs credentials', async () => {
+    await ctx.ownDatabase();
     await seedViews(ctx, 'U', [{ fragment: 'recent', is_pinned: true, name: null }]);
     for (const [method, url] of [
       ['GET', '/api/v1/navigation_views'],
@@ -74,6 +76,7 @@ describe('GET /api/v1/navigation_views', () => {
   });
 
   it('case 147: lists the views in creation order', async () => {
+    await ctx.ownDatabase();
     expect((await post(ctx, { fragment: 'feed', is_pinned: 'true' })).statusCode).toBe(200);
     expect((await post(ctx, { fragment: 'inbox', is_pinned: 'false' })).statusCode).toBe(200);
     expect((await post(ctx, { fragment: 'narrow/x', is_pinned: 'true', name: 'X' })).statusCode).toBe(200);
@@ -96,6 +99,7 @@ describe('GET /api/v1/navigation_views', () => {
   });
 
   it("shows only the caller's own views (same and other organization)", async () => {
+    await ctx.ownDatabase();
     await seedViews(ctx, 'V', [
       { fragment: 'recent', is_pinned: true, name: null },
       { fragment: 'narrow/v', is_pinned: false, name: 'Vs' },
@@ -120,6 +124,7 @@ describe('GET /api/v1/navigation_views', () => {
 
 describe('POST /api/v1/navigation_views', () => {
   it('case 121: adds a built-in view and announces it to the caller', async () => {
+    await ctx.ownDatabase();
     const res = await post(ctx, { fragment: 'recent', is_pinned: 'true' });
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
@@ -159,6 +164,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 126: fragment and name are trimmed before storing and announcing', async () => {
+    await ctx.ownDatabase();
     const res = await post(ctx, { fragment: ' narrow/view ', is_pinned: 'false', name: ' foo ' });
     expect(res.body).toBe(OK);
     expect(await storedViews(ctx, 'U')).toEqual([{ fragment: 'narrow/view', is_pinned: false, name: 'foo' }]);
@@ -166,6 +172,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 127: a fragment the caller already has is refused', async () => {
+    await ctx.ownDatabase();
     expect((await post(ctx, { fragment: 'recent', is_pinned: 'true' })).statusCode).toBe(200);
     await expectRefused(ctx, () => post(ctx, { fragment: 'recent', is_pinned: 'false' }), 400, EXISTS);
     // Compared after trimming.
@@ -174,12 +181,14 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 128: a name the caller already uses is refused', async () => {
+    await ctx.ownDatabase();
     expect((await post(ctx, { fragment: ' narrow/view ', is_pinned: 'false', name: ' foo ' })).statusCode).toBe(200);
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/is/attachment', is_pinned: 'true', name: 'foo' }), 400, EXISTS);
     await expectRefused(ctx, () => post(ctx, { fragment: 'narrow/view', is_pinned: 'true', name: 'foo' }), 400, EXISTS);
   });
 
   it('names and fragments are compared exactly (case-sensitive)', async () => {
+    await ctx.ownDatabase();
     await seedViews(ctx, 'U', [{ fragment: 'narrow/view', is_pinned: true, name: 'foo' }]);
     expect((await post(ctx, { fragment: 'narrow/other', is_pinned: 'true', name: 'Foo' })).body).toBe(OK);
     expect((await post(ctx, { fragment: 'Narrow/View', is_pinned: 'true', name: 'bar' })).body).toBe(OK);
@@ -187,6 +196,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it("another user's fragment or name does not clash", async () => {
+    await ctx.ownDatabase();
     await seedViews(ctx, 'V', [
       { fragment: 'narrow/view', is_pinned: true, name: 'foo' },
       { fragment: 'recent', is_pinned: true, name: null },
@@ -212,6 +222,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 131: every built-in fragment, exactly as spelled', async () => {
+    await ctx.ownDatabase();
     for (const fragment of BUILT_INS) {
       await expectRefused(ctx, () => post(ctx, { fragment, is_pinned: 'true', name: 'x' }), 400, BUILT_IN_NAMED);
       expect((await post(ctx, { fragment, is_pinned: 'true' })).body).toBe(OK);
@@ -233,6 +244,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('case 132: fragment and name are limited to 500 characters, counted in code points after trimming', async () => {
+    await ctx.ownDatabase();
     await expectRefused(
       ctx,
       () => post(ctx, { fragment: 'f'.repeat(501), is_pinned: 'true', name: 'n' }),
@@ -276,6 +288,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('reports unknown parameters on success; the query string is a source too', async () => {
+    await ctx.ownDatabase();
     const res = await api(ctx.app, {
       method: 'POST',
       url: '/api/v1/navigation_views?name=Q&zeta=1',
@@ -287,6 +300,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('writes with a constant number of statements: auth; then the lock and the checked insert with its event, one implicit transaction', async () => {
+    await ctx.ownDatabase();
     for (const name of ['short', 'n'.repeat(500)]) {
       ctx.database.statements.length = 0;
       expect((await post(ctx, { fragment: `narrow/${name.length}`, is_pinned: 'true', name })).statusCode).toBe(200);
@@ -296,6 +310,7 @@ describe('POST /api/v1/navigation_views', () => {
   });
 
   it('events go to every queue of the caller that accepts them, and to nobody else', async () => {
+    await ctx.ownDatabase();
     const secondU = await createQueue(ctx.db, 'U');
     const otherTypes = await createQueue(ctx.db, 'U', ['subscription']);
     const onlyViews = await createQueue(ctx.db, 'U', ['navigation_view']);
@@ -309,6 +324,7 @@ describe('POST /api/v1/navigation_views', () => {
 
 describe('POST /api/v1/navigation_views under concurrency', () => {
   it('concurrent adds of the same name: exactly one succeeds', async () => {
+    await ctx.ownDatabase();
     const responses = await Promise.all(
       Array.from({ length: 6 }, (_, index) => post(ctx, { fragment: `narrow/${index}`, is_pinned: 'true', name: 'same' })),
     );
@@ -320,6 +336,7 @@ describe('POST /api/v1/navigation_views under concurrency', () => {
   });
 
   it('a unique violation from the database (a writer that skipped the lock) becomes "already exists"', async () => {
+    await ctx.ownDatabase();
     // An uncommitted row with the same name makes the request's INSERT wait on the unique index;
     // committing it then makes that INSERT fail with SQLSTATE 23505.
     let pending: ReturnType<typeof post> | undefined;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { listSubscriptions } from '../src/modules/subscriptions/subscriptions.service.js';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, useSharedTestContext } from './helpers/app.js';
 import { expectError, OK, success } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import { bulk } from './helpers/subscriptions.js';
@@ -33,7 +33,8 @@ const P_FOR_U = {
   wildcard_mentions_notify: null,
 };
 
-const ctx = useTestContext(createTestContext);
+// Shared by the tests that only read; those that write take their own.
+const ctx = useSharedTestContext();
 
 const list = (as: 'U' | 'V' | 'B' | 'G', query = '') => api(ctx.app, { url: `${URL}${query}`, as });
 
@@ -74,6 +75,7 @@ describe('GET /users/me/subscriptions', () => {
   });
 
   it('include_subscribers excludes inactive subscriptions and reads the subscribers of every channel in one query', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', ids.G).where('stream_id', '=', ids.P).execute();
     await ctx.db.insertInto('subscriptions').values({ realm_id: 1, user_id: ids.B, stream_id: ids.W }).execute();
     ctx.database.statements.length = 0;
@@ -103,6 +105,7 @@ describe('GET /users/me/subscriptions', () => {
   });
 
   it('case 91: settings changed through the API show up', async () => {
+    await ctx.ownDatabase();
     expect((await bulk(ctx, [{ stream_id: ids.P, property: 'is_muted', value: true }])).body).toBe(OK);
     expect((await bulk(ctx, [{ stream_id: ids.P, property: 'desktop_notifications', value: false }])).body).toBe(OK);
     const res = await list('U');
@@ -114,6 +117,7 @@ describe('GET /users/me/subscriptions', () => {
   });
 
   it('sorts by code point and skips inactive subscriptions and archived channels', async () => {
+    await ctx.ownDatabase();
     await ctx.db
       .insertInto('streams')
       .values([

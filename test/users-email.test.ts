@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, createTestContext, useSharedTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 
@@ -37,7 +37,8 @@ async function snapshot(db: Database) {
 const setVisibility = (db: Database, userId: number, visibility: number) =>
   db.updateTable('users').set({ email_address_visibility: visibility }).where('id', '=', userId).execute();
 
-const ctx = useTestContext(createTestContext);
+// Shared by the tests that only read; those that change the fixture take their own.
+const ctx = useSharedTestContext();
 
 const get = (path: string, as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users/${path}`, as });
 
@@ -66,6 +67,7 @@ describe('GET /api/v1/users/{email}', () => {
   });
 
   it('case 110: a hidden address is not found; the dummy address always is', async () => {
+    await ctx.ownDatabase();
     await setVisibility(ctx.db, 14, 3);
     await expectRefused('v@example.com', 'No such user');
     const dummy = await get('user14@chat.example.com');
@@ -76,6 +78,7 @@ describe('GET /api/v1/users/{email}', () => {
   });
 
   it('case 111: visibility 4 hides the address from admins but not from the user itself', async () => {
+    await ctx.ownDatabase();
     await setVisibility(ctx.db, 14, 4);
     await expectRefused('v@example.com', 'No such user', 'A');
     await expectRefused('v@example.com', 'No such user', 'O');
@@ -85,6 +88,7 @@ describe('GET /api/v1/users/{email}', () => {
   });
 
   it('the lookup by address follows the visibility matrix for each role', async () => {
+    await ctx.ownDatabase();
     const visibleTo: Record<string, number[]> = { O: [1, 2, 3, 5], A: [1, 2, 3, 5], M: [1, 2, 5], U: [1, 2], G: [1] };
     for (const visibility of [1, 2, 3, 4, 5]) {
       await setVisibility(ctx.db, 14, visibility);
@@ -123,6 +127,7 @@ describe('GET /api/v1/users/{email}', () => {
   });
 
   it('case 113: a restricted guest gets Insufficient permission for a visible address it cannot access', async () => {
+    await ctx.ownDatabase();
     await restrict(ctx.db);
     await expectRefused('owner@example.com', 'Insufficient permission', 'G');
     await expectRefused('user10@chat.example.com', 'Insufficient permission', 'G');

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import type { Users } from '../src/db/types.js';
 import { renderMarkdown } from '../src/lib/markdown.js';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, createTestContext, useSharedTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { basicAuth, type FixtureUser, restrict } from './helpers/fixture.js';
 
@@ -49,7 +49,8 @@ async function snapshot(db: Database) {
 
 const setV = (db: Database, values: Updateable<Users>) => db.updateTable('users').set(values).where('id', '=', 14).execute();
 
-const ctx = useTestContext(createTestContext);
+// Shared by the tests that only read; those that write take their own.
+const ctx = useSharedTestContext();
 
 const get = (url: string, as: FixtureUser = 'U') => api(ctx.app, { url, as });
 
@@ -91,6 +92,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 95: a hidden address gives the dummy email, and avatar_url follows what the caller can see', async () => {
+    await ctx.ownDatabase();
     await setV(ctx.db, { email_address_visibility: 3 });
     const hidden = { ...V_USER, email: 'user14@chat.example.com' };
     expect((await get('/api/v1/users/14')).body).toBe(ok({ ...hidden, delivery_email: null, avatar_url: V_GRAVATAR }));
@@ -100,6 +102,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 96: an uploaded avatar has the salted path whatever client_gravatar says', async () => {
+    await ctx.ownDatabase();
     await setV(ctx.db, { avatar_source: 'U' });
     const url = '/user_avatars/1/fd0d7ed260c31dfffddb45a43fe12ceeb335119b.png';
     for (const query of ['', '?client_gravatar=true', '?client_gravatar=false']) {
@@ -114,6 +117,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('the Gravatar hash uses the lowercased address and the URL carries the version', async () => {
+    await ctx.ownDatabase();
     await setV(ctx.db, { delivery_email: 'V@Example.COM', avatar_version: 3 });
     const user = (await get('/api/v1/users/14?client_gravatar=false')).json().user;
     expect(user.avatar_url).toBe(V_GRAVATAR.replace('version=1', 'version=3'));
@@ -147,6 +151,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('a bot keeps its real address even if its stored visibility says otherwise; an ownerless bot has null', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ email_address_visibility: 4, bot_owner_id: null }).where('id', '=', 16).execute();
     const user = (await get('/api/v1/users/16', 'G')).json().user;
     expect(user).toMatchObject({ email: 'b-bot@chat.example.com', delivery_email: 'b-bot@chat.example.com', bot_owner_id: null });
@@ -191,6 +196,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 102: a guest in a restricted organization sees only users sharing a channel, bots and itself', async () => {
+    await ctx.ownDatabase();
     await restrict(ctx.db);
     await expectRefused('/api/v1/users/10', 'Insufficient permission', 'G');
     expect((await get('/api/v1/users/14', 'G')).json().user.user_id).toBe(14);
@@ -203,6 +209,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('restricted access: archived channels count, inactive subscriptions do not', async () => {
+    await ctx.ownDatabase();
     await restrict(ctx.db);
     // U and G share only P; U's Z subscription (archived) is the other candidate.
     await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', 13).where('stream_id', '=', 100).execute();
@@ -224,6 +231,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 104: date_joined is UTC truncated to minutes', async () => {
+    await ctx.ownDatabase();
     await ctx.db
       .updateTable('users')
       .set({ date_joined: new Date('2023-12-31T23:59:59.999Z') })
@@ -236,6 +244,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 105: the visibility cases of the spec for target 14', async () => {
+    await ctx.ownDatabase();
     const cases: [number, FixtureUser, string | null][] = [
       [4, 'A', null],
       [4, 'O', null],
@@ -261,6 +270,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('the full matrix: caller role × target visibility, for delivery_email, email and avatar_url', async () => {
+    await ctx.ownDatabase();
     const visibleTo: Record<string, number[]> = {
       O: [1, 2, 3, 5],
       A: [1, 2, 3, 5],
@@ -294,6 +304,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('case 107: a deleted user ends with is_deleted; an import stub has no is_deleted key', async () => {
+    await ctx.ownDatabase();
     await setV(ctx.db, { is_active: false, is_deleted: true });
     const deleted = await get('/api/v1/users/14');
     expect(deleted.body).toBe(ok({ ...V_USER, is_active: false, is_deleted: true }));
@@ -304,6 +315,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('roles: owner implies admin, moderator is neither, guest is flagged; timezone as stored', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ timezone: 'Europe/Paris' }).where('id', '=', 10).execute();
     const flags = async (id: number) => {
       const { is_admin, is_owner, is_guest, role, timezone } = (await get(`/api/v1/users/${id}`)).json().user;
@@ -316,6 +328,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('a constant number of statements whatever the number of profile values', async () => {
+    await ctx.ownDatabase();
     const count = async () => {
       ctx.database.statements.length = 0;
       const res = await get('/api/v1/users/14?include_custom_profile_fields=true');
@@ -370,6 +383,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('rendered values never carry live HTML through the endpoint', async () => {
+    await ctx.ownDatabase();
     const hostile = [
       '<script>alert(1)</script>',
       '<b onclick="x()">raw</b> <iframe src="https://evil.example"></iframe>',
@@ -436,6 +450,7 @@ describe('GET /api/v1/users/{user_id}', () => {
   });
 
   it('an organization on a subdomain uses its own host for dummy addresses and sees only its users', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ email_address_visibility: 2 }).where('id', '=', 30).execute();
     const res = await api(ctx.app, { url: '/api/v1/users/30', as: 'X', host: 'other.chat.example.com' });
     expect(res.json().user).toMatchObject({ email: 'user30@other.chat.example.com', delivery_email: 'x@example.com' });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, useSharedTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 import { humanObject } from './helpers/users.js';
@@ -48,7 +48,8 @@ const V_PROFILE_DATA = {
 const ok = (members: object[], extra: object = {}) => success({ members, ...extra });
 const withProfile = (user: object, profile_data: object = {}) => ({ ...user, profile_data });
 
-const ctx = useTestContext(createTestContext);
+// Shared by the tests that only read; those that write take their own.
+const ctx = useSharedTestContext();
 
 const list = (query = '', as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users${query}`, as });
 
@@ -88,6 +89,7 @@ describe('GET /api/v1/users', () => {
   });
 
   it('case 118: a restricted guest does not get the users it cannot access (feature level 437: no placeholders)', async () => {
+    await ctx.ownDatabase();
     await restrict(ctx.db);
     const res = await list('', 'G');
     expect(res.body).toBe(ok([U, V, G, B, H]));
@@ -98,6 +100,7 @@ describe('GET /api/v1/users', () => {
   });
 
   it('user_ids (feature level 384): only those users, ascending, each once; deactivated users and bots included', async () => {
+    await ctx.ownDatabase();
     expect((await list(`?user_ids=${encodeURIComponent('[18, 13, 16, 13]')}`)).body).toBe(ok([U, B, D]));
     expect((await list('?user_ids=[11]&include_custom_profile_fields=true&client_gravatar=true')).body).toBe(ok([withProfile(A)]));
     // An empty list is no user, not every user.
@@ -153,6 +156,7 @@ describe('GET /api/v1/users', () => {
   });
 
   it('visibility and dates apply per member; other organizations list only their own users', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ email_address_visibility: 4 }).where('id', '=', 14).execute();
     const members = (await list()).json().members;
     expect(members[4]).toMatchObject({ email: 'user14@chat.example.com', delivery_email: null });
@@ -162,6 +166,7 @@ describe('GET /api/v1/users', () => {
   });
 
   it('a constant number of statements whatever the number of users and profile values', async () => {
+    await ctx.ownDatabase();
     const count = async (as: FixtureUser) => {
       ctx.database.statements.length = 0;
       const res = await list('?include_custom_profile_fields=true', as);

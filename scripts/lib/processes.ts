@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, openSync, readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, openSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
@@ -114,25 +113,11 @@ export function runScript(
 
 // --- Building dist/. ---
 
-function newestMtime(directory: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(directory, { withFileTypes: true })) {
-    const path = join(directory, entry.name);
-    newest = Math.max(newest, entry.isDirectory() ? newestMtime(path) : statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-/** Runs `npm run build` when dist/ is missing or older than any source file. */
+/** Builds dist/ when it is missing or older than src/ (scripts/build.mjs --if-stale). */
 export function ensureBuilt(log: (line: string) => void): void {
-  const entry = join(REPO_ROOT, 'dist', 'server.js');
-  const stale = !existsSync(entry) || statSync(entry).mtimeMs < newestMtime(join(REPO_ROOT, 'src'));
-  if (!stale) return log('dist/ is up to date');
-  log('building dist/ (npm run build)');
-  const result = spawnSync('npm', ['run', 'build'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 300_000 });
-  // tsc emits despite type errors; a half-finished file of someone else must not stop the run.
-  if (result.status !== 0) log(`npm run build reported errors:\n${(result.stdout + result.stderr).trim().slice(-2000)}`);
-  if (!existsSync(entry)) throw new Error('dist/server.js was not produced');
+  const result = spawnSync(process.execPath, ['scripts/build.mjs', '--if-stale'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 300_000 });
+  if (result.status !== 0) throw new Error(`scripts/build.mjs failed:\n${(result.stdout + result.stderr).trim().slice(-2000)}`);
+  log('dist/ is up to date');
 }
 
 // --- Servers. ---

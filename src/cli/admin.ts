@@ -1,5 +1,7 @@
 // npm run --silent admin -- <command>: prints one JSON object on success; a one-line message on
 // stderr and a non-zero exit on failure.
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.js';
 import type { Database, DatabaseHandle } from '../db/database.js';
@@ -125,7 +127,28 @@ const COMMANDS: Record<string, Command> = {
   'api-key rotate': (db, v) => ops.rotateApiKey(db, need(v, 'realm'), need(v, 'email')),
 };
 
-async function main(argv: string[]): Promise<void> {
+/** Where a command's output goes (process.stdout and process.stderr, or a test's capture). */
+export interface AdminOutput {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+}
+
+/**
+ * Runs one command (`argv` as after `admin`) with the configuration of `env`: one JSON line on
+ * stdout, or one line on stderr; returns the exit code.
+ */
+export async function runAdmin(argv: string[], env: NodeJS.ProcessEnv, output: AdminOutput): Promise<number> {
+  try {
+    await dispatch(argv, env, (line) => output.stdout.write(`${line}\n`));
+    return 0;
+  } catch (error) {
+    const known = error instanceof AdminError || error instanceof ConfigError || error instanceof EmbeddedDatabaseInUse;
+    output.stderr.write(`${known ? error.message : `admin: ${(error as Error).message ?? String(error)}`}\n`);
+    return 1;
+  }
+}
+
+async function dispatch(argv: string[], env: NodeJS.ProcessEnv, print: (line: string) => void): Promise<void> {
   let parsed;
   try {
     parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
@@ -134,25 +157,22 @@ async function main(argv: string[]): Promise<void> {
   }
   const { values, positionals } = parsed;
   if (values.help || positionals.length === 0) {
-    console.log(USAGE);
+    print(USAGE);
     return;
   }
   const name = positionals.join(' ');
   const command = COMMANDS[name];
   if (!command) throw new AdminError(`Unknown command "${name}" (see --help)`);
-  const config = loadConfig();
+  const config = loadConfig(env);
   const handle = await connectForCli(config);
   try {
-    console.log(JSON.stringify(await command(handle.db, values, config, handle)));
+    print(JSON.stringify(await command(handle.db, values, config, handle)));
   } finally {
     await handle.close();
   }
 }
 
-try {
-  await main(process.argv.slice(2));
-} catch (error) {
-  const known = error instanceof AdminError || error instanceof ConfigError || error instanceof EmbeddedDatabaseInUse;
-  console.error(known ? error.message : `admin: ${(error as Error).message ?? String(error)}`);
-  process.exitCode = 1;
+// Run as a program (node dist/cli/admin.js), not imported (test/cli.test.ts).
+if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = await runAdmin(process.argv.slice(2), process.env, process);
 }

@@ -75,6 +75,60 @@ export function useTestContext<C extends { close(): Promise<void> }>(create: () 
   });
 }
 
+/** A statement that writes rows (Kysely's and the repositories' raw SQL alike). */
+const WRITING = /\b(insert\s+into|update\s+"?\w+"?\s+set|delete\s+from|truncate)\b/i;
+
+export type SharedTestContext<C extends TestContext = TestContext> = C & {
+  /** This test writes: a context of its own (made as the shared one is) stands for it until the test ends. */
+  ownDatabase(): Promise<void>;
+};
+
+/**
+ * One context for the file or `describe` block (as `useTestContext(create, 'all')`), shared by
+ * the tests that only read: after each, no statement may have written to it (a write would make
+ * the others depend on the order they run in). A test that writes calls `ownDatabase()` first.
+ */
+export function useSharedTestContext<C extends TestContext = TestContext>(
+  create: () => Promise<C> = () => createTestContext() as Promise<C>,
+): SharedTestContext<C> {
+  let shared: C | undefined;
+  let own: C | undefined;
+  // Seen as they are recorded: a test may empty `statements` to count its own.
+  const writes: string[] = [];
+  beforeAll(async () => {
+    shared = await create();
+    const { statements } = shared.database;
+    statements.push = (...texts: string[]) => {
+      writes.push(...texts.filter((text) => WRITING.test(text)));
+      statements.splice(statements.length, 0, ...texts);
+      return statements.length;
+    };
+  });
+  afterAll(async () => {
+    await shared?.close();
+    shared = undefined;
+  });
+  beforeEach(() => {
+    writes.length = 0;
+  });
+  afterEach(async () => {
+    await own?.close();
+    own = undefined;
+    if (writes.length > 0) throw new Error(`a test sharing its context wrote (it needs ownDatabase()):\n${writes.join('\n')}`);
+  });
+  const ownDatabase = async () => {
+    own = await create();
+  };
+  return new Proxy({} as SharedTestContext<C>, {
+    get(_target, name) {
+      if (name === 'ownDatabase') return ownDatabase;
+      const current = own ?? shared;
+      if (!current) throw new Error('the test context is used outside a test (or its creation failed)');
+      return Reflect.get(current, name);
+    },
+  });
+}
+
 export interface ApiRequest {
   method?: InjectOptions['method'];
   url: string;

@@ -68,3 +68,8 @@ export const pinEvent = (value: boolean, id: number) => ({
 
 /** The exact body of a long poll that waited (queue_id present, last). */
 export const waited = (queueId: string, events: object[]) => success({ events, queue_id: queueId });
+
+/** A class's method as its prototype has it, for a spy that wraps it (`original.call(this, …)`). */
+export function originalMethod<T extends object, K extends keyof T>(prototype: T, name: K): T[K] {
+  return Object.getOwnPropertyDescriptor(prototype, name)!.value as T[K];
+}

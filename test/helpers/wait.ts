@@ -1,8 +1,12 @@
 /** Resolves after `ms` milliseconds. */
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Resolves once `check` holds, polling; fails after `timeoutMs`. */
-export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 3000): Promise<void> {
+/**
+ * Resolves once `check` holds, polling; fails after `timeoutMs`, which is only there so that a
+ * condition never reached fails with this message rather than the test's timeout: a loaded
+ * machine may take many times longer than a quiet one.
+ */
+export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error('condition not reached in time');
