@@ -14,7 +14,7 @@ import type { Departure } from '../lib/departure.js';
 import type { BoundStatement, Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';
-import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
+import { sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
@@ -26,10 +26,10 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * - A transaction is data: the statements with their values (BoundStatement), known before it is
  *   sent, resolving to a tuple of their rows typed by each statement; none can be issued after
  *   another's rows arrive (runInteractive, a BEGIN … COMMIT of its own, is for writes that must).
- * - Then, on one connection (see TransactionSize), the user's advisory lock and the transaction's
- *   statements are sent as one implicit transaction (implicit-transaction.ts): one round trip and
- *   one commit, however many statements, with no BEGIN or COMMIT to run. The lock is a statement of
- *   its own before the others: each statement sees what was committed before it was bound, so the
+ * - Then, on one connection (see TransactionSize), `BEGIN`, the user's advisory lock, the
+ *   transaction's statements and `COMMIT` are sent in one burst (pipelined-transaction.ts): one
+ *   round trip and one commit, however many statements. The lock is a statement of its own before
+ *   the others: each statement takes its snapshot when it starts (READ COMMITTED), so the
  *   statements see everything the user's previous transaction (on any instance) committed.
  * - A statement that fails rolls the whole transaction back, and the statements after it are not
  *   run. Nothing of the transaction is then stored.
@@ -175,7 +175,7 @@ export class UserTransactions {
   ): Promise<TransactionRows<S>> {
     return this.inTurns(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
-      const sent: GroupStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
+      const sent: TransactionStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
       for (const statement of statements) if (statement) sent.push(statement);
       const rows =
         sent.length === 1 ? [] : await (size === 'small' ? this.small(userId, sent, departure) : this.onOwnConnection(sent, departure));
@@ -244,7 +244,7 @@ export class UserTransactions {
   }
 
   /** In a commit group; when the user's lock is held elsewhere, again on a connection of its own, where it waits for it. */
-  private async small(userId: number, statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+  private async small(userId: number, statements: readonly TransactionStatement[], departure: Departure | undefined): Promise<unknown[][]> {
     try {
       return await this.groups.commit(userId, statements);
     } catch (error) {
@@ -256,7 +256,7 @@ export class UserTransactions {
     }
   }
 
-  private async onOwnConnection(statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+  private async onOwnConnection(statements: readonly TransactionStatement[], departure: Departure | undefined): Promise<unknown[][]> {
     const { failedClients, onStatement } = this.options;
     const client = await connectOrUnavailable(this.options.pool);
     let cancelled = false;
@@ -266,24 +266,21 @@ export class UserTransactions {
       if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
     };
     const stopListening = departure?.onGone(cancel);
-    let query: ImplicitTransaction | undefined;
+    const progress = transactionProgress();
     try {
-      const sent = sendImplicitTransaction(client, statements);
-      query = sent.query;
-      return await sent.rows;
+      return await sendTransaction(client, statements, progress, onStatement);
     } catch (error) {
       // Its session ended, or its server turned read-only: the connection is closed below, the next one reaches the primary.
       if (closesConnection(error)) failedClients.add(client);
       const failure = statementFailure(error, failedClients.has(client), this.options.writes.observer);
-      if (query && commitMayHaveHappened(failure, query.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
+      if (commitMayHaveHappened(failure, progress.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
       throw failure;
     } finally {
       stopListening?.();
-      for (const statement of statements) onStatement?.(statement.text);
       // A cancelled or broken connection is closed (a cancel request may still be on its way to
-      // it), and so is one whose prepared statements are uncertain; after any other failure the
-      // transaction has rolled back and the connection serves again.
-      client.release(cancelled || query?.connectionSuspect || failedClients.has(client) ? true : undefined);
+      // it), and so is one whose prepared statements pg no longer knows (a value it could not
+      // send); after any other failure the transaction has rolled back and the connection serves again.
+      client.release(cancelled || progress.unsendable || failedClients.has(client) ? true : undefined);
     }
   }
 }
