@@ -197,6 +197,40 @@ describe('UserTransactions', () => {
       [{ id: ids.U }],
     ]);
   });
+
+  it("an interactive transaction: BEGIN and the lock leave with the work's first statement; a failed lock fails it, whatever the work made of its statement's failure", async () => {
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    let leave = () => undefined as void;
+    const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
+    let issued = false;
+    let swallowed: unknown;
+    const outcome = ctx.database.transactions.runInteractive(
+      ids.U,
+      async (tx) => {
+        issued = true;
+        await renameU(tx, { userId: ids.U, name: 'Never' }).catch((error: unknown) => (swallowed = error));
+        return 'done';
+      },
+      leaving,
+    );
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    expect(issued).toBe(true); // its first statement was sent behind the lock, not after it
+    leave();
+    await expect(outcome).rejects.toMatchObject({ code: '57014' }); // the lock's wait, cancelled
+    expect(swallowed).toMatchObject({ code: '57014' }); // not 25P02: the transaction's first failure
+    await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    expect(await nameOfU()).toBe('U Member');
+    ctx.database.statements.length = 0;
+    expect(await ctx.database.transactions.runInteractive(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }))).toEqual([
+      { id: ids.U },
+    ]);
+    expect(ctx.database.statements).toEqual([
+      'BEGIN',
+      'SELECT pg_advisory_xact_lock($1, $2)',
+      expect.stringContaining('update "users"'),
+      'COMMIT',
+    ]);
+  });
 });
 
 describe('commit groups: the small transactions of different users in one turn', () => {

@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { endsSession } from './errors.js';
-import type { BoundStatement } from './reusable-statement.js';
+import { CommitOutcomeUnknown, endsSession, isDatabaseUnavailable } from './errors.js';
+import type { BoundStatement, Statement, StatementRunner } from './reusable-statement.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
 
 /** A statement of a transaction with its values: prepared once per connection when it has a name. */
@@ -74,4 +74,33 @@ export async function sendTransaction(
   progress.unsendable = unsendable !== undefined;
   progress.rolledBack = progress.unsendable || (error instanceof pg.DatabaseError && !endsSession(error));
   throw error;
+}
+
+/**
+ * A transaction whose statements may depend on earlier ones' rows (`work` awaits them), through
+ * `query` (the caller's: it maps failures and counts statements). `BEGIN` and `opening` (the
+ * locks) are issued at once, unawaited, so on a pipelined connection they leave with `work`'s
+ * first statement; `COMMIT` follows `work`. The first failure is the transaction's: a statement of
+ * `work` refused because an opening one failed (25P02) fails with that one's error, and a failed
+ * opening fails the transaction whatever `work` made of it. On failure the caller rolls back; a
+ * connection lost during the COMMIT is CommitOutcomeUnknown.
+ */
+export async function interactiveTransaction<T>(
+  query: StatementRunner['run'],
+  opening: readonly TransactionStatement[],
+  work: (tx: StatementRunner) => Promise<T>,
+): Promise<T> {
+  const opened = Promise.allSettled([query({ text: 'BEGIN' }, []), ...opening.map((statement) => query(statement, statement.values))]);
+  const openingFailure = async (): Promise<unknown> => (await opened).find((answer) => answer.status === 'rejected')?.reason;
+  const firstFailure = async (error: unknown): Promise<never> => {
+    throw (await openingFailure()) ?? error;
+  };
+  const result = await work({
+    run: <R>(statement: Statement, values: readonly unknown[]) => query<R>(statement, values).catch(firstFailure),
+  }).catch(firstFailure);
+  await openingFailure().then((failure) => failure && Promise.reject(failure));
+  await query({ text: 'COMMIT' }, []).catch((error: unknown) => {
+    throw isDatabaseUnavailable(error) ? new CommitOutcomeUnknown(error) : error;
+  });
+  return result;
 }

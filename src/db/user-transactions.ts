@@ -6,7 +6,6 @@ import {
   CommitOutcomeUnknown,
   commitMayHaveHappened,
   connectOrUnavailable,
-  isDatabaseUnavailable,
   isUserLockRefusal,
   statementFailure,
 } from './errors.js';
@@ -14,7 +13,7 @@ import type { Departure } from '../lib/departure.js';
 import type { BoundStatement, Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';
-import { sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
+import { interactiveTransaction, sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
@@ -188,8 +187,9 @@ export class UserTransactions {
    * Runs `work` in a transaction of the user's on a pooled connection of its own, where, unlike
    * run(), `work` may await a statement's rows before it issues the next: for writes whose
    * statements depend on what an earlier one read (subscribing other users: the channels, the
-   * users and the recipients of the events are read under the locks, then written). BEGIN, the
-   * user's lock (waited for), the work's statements, COMMIT; a failure rolls it all back. It
+   * users and the recipients of the events are read under the locks, then written). BEGIN and the
+   * user's lock (waited for) leave with the work's first statement, then the work's other
+   * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all back. It
    * waits its turn with the user's other transactions of this process, as run() does, and its
    * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
    * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's turn, when `work`
@@ -218,25 +218,18 @@ export class UserTransactions {
           onStatement?.(statement.text);
         }
       };
-      let open = false;
       try {
-        await query({ text: 'BEGIN' }, []);
-        open = true;
-        await query(LOCK, [USER_EVENT_LOCK_NAMESPACE, userId]);
-        const result = await work({ run: query });
-        open = false;
-        // The connection lost during the COMMIT: it may have happened (a 504, never replayed).
-        await query({ text: 'COMMIT' }, []).catch((error: unknown) => {
-          throw isDatabaseUnavailable(error) ? new CommitOutcomeUnknown(error) : error;
-        });
-        return result;
-      } finally {
-        stopListening?.();
-        if (open && !cancelled && !failedClients.has(client))
+        return await interactiveTransaction(query, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], work);
+      } catch (error) {
+        // Rolled back unless its connection is going (a ROLLBACK after a failed COMMIT only warns).
+        if (!cancelled && !failedClients.has(client))
           await client.query('ROLLBACK').then(
             () => undefined,
             () => (cancelled = true),
           );
+        throw error;
+      } finally {
+        stopListening?.();
         // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
         client.release(cancelled || failedClients.has(client) ? true : undefined);
       }
