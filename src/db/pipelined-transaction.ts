@@ -98,7 +98,8 @@ export async function interactiveTransaction<T>(
   const result = await work({
     run: <R>(statement: Statement, values: readonly unknown[]) => query<R>(statement, values).catch(firstFailure),
   }).catch(firstFailure);
-  await openingFailure().then((failure) => failure && Promise.reject(failure));
+  const failure = await openingFailure();
+  if (failure !== undefined) throw failure as Error; // a statement's error, as pg gave it
   await query({ text: 'COMMIT' }, []).catch((error: unknown) => {
     throw isDatabaseUnavailable(error) ? new CommitOutcomeUnknown(error) : error;
   });
