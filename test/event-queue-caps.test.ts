@@ -74,8 +74,8 @@ describe('pending events per queue (QUEUE_MAX_PENDING_EVENTS, 5 here)', () => {
     ]);
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
-    // The statements of any write: authentication, then the lock and the write in one transaction.
-    expect(ctx.database.statements).toHaveLength(3);
+    // The statements of any write: authentication, then BEGIN, the lock, the write and COMMIT in one burst.
+    expect(ctx.database.statements).toHaveLength(5);
     await expectDropped(behind);
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ is_muted: true, color: '#abcdef', pin_to_top: true });
     expect((await auditRows(ctx)).map((row) => row.property)).toEqual(['pin_to_top', 'pin_to_top', 'pin_to_top', 'is_muted', 'color']);

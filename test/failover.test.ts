@@ -28,7 +28,7 @@ const renameU = testStatement<{ userId: number; name: string }, { id: number }>(
 );
 const nameOfU = async () =>
   (await ctx.db.selectFrom('users').select('full_name').where('id', '=', ids.U).executeTakeFirstOrThrow()).full_name;
-/** A small or large write (one implicit transaction), or an interactive one (BEGIN … COMMIT on a pooled connection). */
+/** A small or large write (BEGIN … COMMIT in one burst), or an interactive one (BEGIN … COMMIT, awaiting each statement, on a pooled connection). */
 const rename = (name: string, size: 'small' | 'large' | 'interactive') =>
   size === 'interactive'
     ? ctx.database.transactions.runInteractive(ids.U, (tx) => renameU(tx, { userId: ids.U, name }))

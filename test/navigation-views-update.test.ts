@@ -208,18 +208,18 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
 
   it('round trips: a constant number of statements whatever the input', async () => {
     await seedViews(ctx, 'U', [ALERTED]);
-    // auth; then the lock and the checked update with its event, one implicit transaction
+    // auth; then BEGIN, the lock, the checked update with its event and COMMIT, sent in one burst
     const forms: Record<string, string>[] = [{ is_pinned: 'false', name: 'n'.repeat(500) }, { is_pinned: 'true' }, {}];
     for (const form of forms) {
       ctx.database.statements.length = 0;
       expect((await patch(ctx, 'narrow/is/alerted', form)).statusCode).toBe(200);
-      expect(ctx.database.statements).toHaveLength(3);
-      expect(ctx.database.statements[1]).toBe('SELECT user_lock_now($1, $2)'); // a small write's: refused, not waited for, when held
+      expect(ctx.database.statements).toHaveLength(5);
+      expect(ctx.database.statements.slice(1, 3)).toEqual(['BEGIN', 'SELECT user_lock_now($1, $2)']); // a small write's: refused, not waited for, when held
     }
     ctx.database.statements.length = 0;
     expect((await patch(ctx, 'nonexistent', { name: 'free' })).statusCode).toBe(404);
     // The same statements: the update refuses, and its transaction rolls back.
-    expect(ctx.database.statements).toHaveLength(3);
+    expect(ctx.database.statements).toHaveLength(5);
   });
 
   it('a unique violation from the database on rename becomes "already exists"', async () => {
@@ -297,13 +297,13 @@ describe('DELETE /api/v1/navigation_views/{fragment}', () => {
     await seedViews(ctx, 'U', [ALERTED]);
     ctx.database.statements.length = 0;
     expect((await remove(ctx, 'narrow/is/alerted')).statusCode).toBe(200);
-    // auth; then the lock and the checked delete with its event, one implicit transaction
-    expect(ctx.database.statements).toHaveLength(3);
-    expect(ctx.database.statements[1]).toBe('SELECT user_lock_now($1, $2)'); // a small write's: refused, not waited for, when held
+    // auth; then BEGIN, the lock, the checked delete with its event and COMMIT, sent in one burst
+    expect(ctx.database.statements).toHaveLength(5);
+    expect(ctx.database.statements.slice(1, 3)).toEqual(['BEGIN', 'SELECT user_lock_now($1, $2)']); // a small write's: refused, not waited for, when held
     ctx.database.statements.length = 0;
     expect((await remove(ctx, `narrow/${'x'.repeat(2000)}`)).statusCode).toBe(404);
     // The same statements: the delete refuses, and its transaction rolls back.
-    expect(ctx.database.statements).toHaveLength(3);
+    expect(ctx.database.statements).toHaveLength(5);
   });
 });
 

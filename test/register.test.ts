@@ -399,9 +399,9 @@ describe('POST /api/v1/register', () => {
     ctx.database.statements.length = 0;
     await registered();
     const all = ctx.database.statements.length;
-    // Two round trips: authentication; then the user's lock, the organization's membership lock
-    // (shared), queue, users, subscriptions and views, one implicit transaction.
-    expect(all).toBe(7);
+    // Two round trips: authentication; then BEGIN, the user's lock, the organization's membership
+    // lock (shared), queue, users, subscriptions, views and COMMIT, sent in one burst.
+    expect(all).toBe(9);
     ctx.database.statements.length = 0;
     await registered({ fetch_event_types: '[]' });
     expect(ctx.database.statements.length).toBe(all - 3);

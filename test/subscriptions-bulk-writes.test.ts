@@ -71,10 +71,10 @@ describe('bulk update cost and scale', () => {
     const one = await count(1);
     const many = await count(500);
     expect(many).toBe(one);
-    // Two round trips: authentication (with the rate-limit decision); then the lock and the
-    // checked write (settings, audit rows and events in one statement), one implicit transaction.
-    expect(one).toBe(3);
-    expect(ctx.database.statements[1]).toBe('SELECT pg_advisory_xact_lock($1, $2)');
+    // Two round trips: authentication (with the rate-limit decision); then BEGIN, the lock, the
+    // checked write (settings, audit rows and events in one statement) and COMMIT, in one burst.
+    expect(one).toBe(5);
+    expect(ctx.database.statements.slice(1)).toEqual(['BEGIN', 'SELECT pg_advisory_xact_lock($1, $2)', expect.any(String), 'COMMIT']);
   });
 
   it('a failing request costs no more than a successful one, and a shape error at index 0 needs no query', async () => {
@@ -82,7 +82,7 @@ describe('bulk update cost and scale', () => {
     ctx.database.statements.length = 0;
     await bulk(ctx, [...entries(300), { stream_id: 999999, property: 'pin_to_top', value: true }]);
     // The same statements: the checked write refuses, and its transaction rolls back: nothing is written.
-    expect(ctx.database.statements).toHaveLength(3);
+    expect(ctx.database.statements).toHaveLength(5);
     expect(await ctx.db.selectFrom('subscription_audit_log').select('id').execute()).toEqual([]);
     expect(await ctx.db.selectFrom('events').select('id').execute()).toEqual([]);
     ctx.database.statements.length = 0;

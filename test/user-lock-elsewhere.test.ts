@@ -88,20 +88,13 @@ describe('a small write whose user is locked elsewhere', () => {
     expect(uRows[0]!.pid).not.toBe(mRows[0]!.pid); // not on the shared write connection
     expect(await nameOf(ids.U)).toBe(`Renamed ${ids.U}`);
     // The group (M, U, V), refused at U's lock; M and V again; U once more with the waiting lock.
-    expect(ctx.database.statements.filter((text) => !text.startsWith('select'))).toEqual([
-      LOCK_NOW,
-      UPDATE,
-      LOCK_NOW,
-      UPDATE,
-      LOCK_NOW,
-      UPDATE,
-      LOCK_NOW,
-      UPDATE,
-      LOCK_NOW,
-      UPDATE,
-      LOCK,
-      UPDATE,
-    ]);
+    expect(ctx.database.statements.filter((text) => !text.startsWith('select'))).toEqual(
+      [
+        ['BEGIN', LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, 'COMMIT'],
+        ['BEGIN', LOCK_NOW, UPDATE, LOCK_NOW, UPDATE, 'COMMIT'],
+        ['BEGIN', LOCK, UPDATE, 'COMMIT'],
+      ].flat(),
+    );
   });
 
   it('alone in its turn, it does not wait on a shared write connection either; the shared connections serve others meanwhile', async () => {

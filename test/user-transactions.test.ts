@@ -11,8 +11,8 @@ import { auth, ids } from './helpers/fixture.js';
 import { PROPERTIES_URL } from './helpers/subscriptions.js';
 import { testStatement } from './helpers/statements.js';
 
-// src/db/user-transactions.ts: a user's statements in one pipelined transaction under the user's
-// lock, cancelled when the client goes away.
+// src/db/user-transactions.ts: a user's statements in one pipelined transaction (BEGIN … COMMIT in
+// one burst) under the user's lock, cancelled when the client goes away.
 
 let ctx: TestContext;
 let other: pg.Client;
@@ -38,14 +38,14 @@ const nameOfU = async () =>
 const lockWaiters = () => userLockWaiters(other, ids.U);
 
 describe('UserTransactions', () => {
-  it('commits the statements of a work together, in one round trip behind the lock, with no BEGIN or COMMIT', async () => {
+  it('commits the statements of a work together behind the lock: BEGIN, the lock, the statements, COMMIT, sent in one burst', async () => {
     for (const size of ['small', 'large'] as const) {
       ctx.database.statements.length = 0;
       const rows = await ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'Renamed' })], undefined, size);
       expect(rows).toEqual([[{ id: ids.U }]]);
       // A small one's lock is refused rather than waited for, on a shared connection (user-lock-elsewhere.test.ts).
       const lock = size === 'small' ? 'SELECT user_lock_now($1, $2)' : 'SELECT pg_advisory_xact_lock($1, $2)';
-      expect(ctx.database.statements).toEqual([lock, expect.stringContaining('update "users"')]);
+      expect(ctx.database.statements).toEqual(['BEGIN', lock, expect.stringContaining('update "users"'), 'COMMIT']);
       expect(await nameOfU()).toBe('Renamed');
       await renameU(ctx.database.shortStatements, { userId: ids.U, name: 'U Member' });
     }
@@ -65,9 +65,11 @@ describe('UserTransactions', () => {
     expectTypeOf(result).toEqualTypeOf<[{ y: number }[], { y: number }[] | undefined, { id: number }[]]>();
     expect(result).toEqual([[{ y: 4 }], undefined, [{ id: ids.U }]]);
     expect(ctx.database.statements).toEqual([
+      'BEGIN',
       'SELECT user_lock_now($1, $2)',
       expect.stringContaining('* 2'),
       expect.stringContaining('update "users"'),
+      'COMMIT',
     ]);
     // A transaction of no statement sends nothing, not even the lock.
     ctx.database.statements.length = 0;
@@ -111,7 +113,7 @@ describe('UserTransactions', () => {
     await sql`DROP SEQUENCE test_after_failure`.execute(ctx.db);
   });
 
-  it('a failing statement rolls back the statements before it (one implicit transaction), on both kinds of connection', async () => {
+  it('a failing statement rolls back the statements before it (one transaction), on both kinds of connection', async () => {
     const failing = testStatement<{ divisor: number }, { q: number }>(['divisor'], (db, args) =>
       db.selectNoFrom(sql<number>`1 / ${args.divisor}::integer`.as('q')),
     );
@@ -195,6 +197,40 @@ describe('UserTransactions', () => {
       [{ id: ids.U }],
     ]);
   });
+
+  it("an interactive transaction: BEGIN and the lock leave with the work's first statement; a failed lock fails it, whatever the work made of its statement's failure", async () => {
+    await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    let leave = () => undefined as void;
+    const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
+    let issued = false;
+    let swallowed: unknown;
+    const outcome = ctx.database.transactions.runInteractive(
+      ids.U,
+      async (tx) => {
+        issued = true;
+        await renameU(tx, { userId: ids.U, name: 'Never' }).catch((error: unknown) => (swallowed = error));
+        return 'done';
+      },
+      leaving,
+    );
+    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    expect(issued).toBe(true); // its first statement was sent behind the lock, not after it
+    leave();
+    await expect(outcome).rejects.toMatchObject({ code: '57014' }); // the lock's wait, cancelled
+    expect(swallowed).toMatchObject({ code: '57014' }); // not 25P02: the transaction's first failure
+    await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
+    expect(await nameOfU()).toBe('U Member');
+    ctx.database.statements.length = 0;
+    expect(await ctx.database.transactions.runInteractive(ids.U, (tx) => renameU(tx, { userId: ids.U, name: 'U Member' }))).toEqual([
+      { id: ids.U },
+    ]);
+    expect(ctx.database.statements).toEqual([
+      'BEGIN',
+      'SELECT pg_advisory_xact_lock($1, $2)',
+      expect.stringContaining('update "users"'),
+      'COMMIT',
+    ]);
+  });
 });
 
 describe('commit groups: the small transactions of different users in one turn', () => {
@@ -230,10 +266,12 @@ describe('commit groups: the small transactions of different users in one turn',
     expect(v).toEqual([{ id: ids.V, xid: u![0]!.xid, at: expect.any(Number) }]); // the same transaction
     expect(u![0]!.at).toBeLessThan(v![0]!.at);
     expect(ctx.database.statements).toEqual([
+      'BEGIN',
       LOCK,
       expect.stringContaining('update "users"'),
       LOCK,
       expect.stringContaining('update "users"'),
+      'COMMIT',
     ]);
     expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual([`Grouped ${ids.U}`, `Grouped ${ids.V}`]);
   });
@@ -251,25 +289,38 @@ describe('commit groups: the small transactions of different users in one turn',
     const xid = (outcome: PromiseSettledResult<[{ xid: string }[]]>) =>
       (outcome as PromiseFulfilledResult<[{ xid: string }[]]>).value[0][0]!.xid;
     expect(xid(v)).toBe(xid(m));
-    // The group (M's two statements, U's three, V's two), U again alone, then M and V again together.
-    expect(ctx.database.statements).toHaveLength(7 + 3 + 4);
+    // The group (BEGIN, M's two statements, U's three, V's two, COMMIT), U again alone, then M and V again together.
+    expect(ctx.database.statements).toHaveLength(9 + 5 + 6);
     expect([await nameOf(ids.M), await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['Committed again', 'U Member', 'Committed again']);
   });
 
-  it('a value that cannot be sent fails its member only, before anything of the group is written', async () => {
+  it('a value that cannot be sent fails its member only: ROLLBACK in place of COMMIT, nothing of it kept, the others committed', async () => {
     const echo = testStatement<{ value: unknown }, { value: unknown }>(['value'], (db, args) =>
       db.selectNoFrom(sql<unknown>`${args.value}::jsonb`.as('value')),
     );
     const circular: Record<string, unknown> = {};
     circular.self = circular;
+    ctx.database.statements.length = 0;
     const [u, v] = await Promise.allSettled([
-      ctx.database.transactions.run(ids.U, [echo.with({ value: circular })]),
+      ctx.database.transactions.run(ids.U, [rename.with({ userId: ids.U, name: 'Never' }), echo.with({ value: circular })]),
       ctx.database.transactions.run(ids.V, [rename.with({ userId: ids.V, name: 'Sent alone' })]),
     ]);
     expect(u).toMatchObject({ status: 'rejected', reason: expect.any(TypeError) });
     expect(v).toMatchObject({ status: 'fulfilled', value: [[{ id: ids.V }]] });
-    expect(await nameOf(ids.V)).toBe('Sent alone');
-    // The shared connections were left whole: a group still commits.
+    // The group up to U's value (V's statements never issued), then U alone and V alone.
+    const sent = ctx.database.statements.slice();
+    expect(sent.slice(0, 5)).toEqual([
+      'BEGIN',
+      LOCK,
+      expect.stringContaining('update "users"'),
+      expect.stringContaining('::jsonb'),
+      'ROLLBACK',
+    ]);
+    expect(sent).toHaveLength(5 + 5 + 4);
+    expect(sent.filter((text) => text === 'ROLLBACK')).toHaveLength(2);
+    expect(sent.filter((text) => text === 'COMMIT')).toHaveLength(1);
+    expect([await nameOf(ids.U), await nameOf(ids.V)]).toEqual(['U Member', 'Sent alone']);
+    // The connection it was refused on was closed (pg had closed its prepared statement): a group still commits.
     const again = await Promise.all(
       [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: 'Again' })])),
     );
@@ -288,13 +339,14 @@ describe('commit groups: the small transactions of different users in one turn',
       const outcomes = Promise.allSettled(
         [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: 'Lost' })])),
       );
-      await vi.waitFor(async () => expect(await blocked()).toHaveLength(1)); // the group waits for U's row
+      // The group waits for U's row (on a connection it may first have to open).
+      await vi.waitFor(async () => expect(await blocked()).toHaveLength(1), { timeout: 10_000 });
       await other.query('SELECT pg_terminate_backend($1)', [(await blocked())[0]!.pid]);
       for (const outcome of await outcomes) {
         expect(outcome.status).toBe('rejected');
         expect(isDatabaseUnavailable((outcome as PromiseRejectedResult).reason)).toBe(true);
       }
-      expect(ctx.database.statements).toHaveLength(4);
+      expect(ctx.database.statements).toHaveLength(6); // BEGIN, two locks and renames, COMMIT
     } finally {
       await other.query('ROLLBACK');
     }

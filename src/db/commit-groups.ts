@@ -1,12 +1,11 @@
-import pg from 'pg';
-import { DatabaseUnavailable, endsSession, isUserLockRefusal } from './errors.js';
-import type { GroupStatement } from './implicit-transaction.js';
-import type { PipelinedConnections, TransactionProgress } from './pipelined-connections.js';
+import { isUserLockRefusal } from './errors.js';
+import type { PipelinedConnections } from './pipelined-connections.js';
+import { transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * The small write transactions of one turn of the event loop, each a different user's, committed
- * together: their statements go as ONE implicit transaction, so they share one commit and one WAL
- * flush. With synchronous commit a flush costs more than a small write itself (waiting on the
+ * together: their statements go as ONE transaction (one `BEGIN`, every member's statements, one
+ * `COMMIT`, in one burst: pipelined-transaction.ts), so they share one commit and one WAL flush. With synchronous commit a flush costs more than a small write itself (waiting on the
  * disk; bench/RESULTS.md), and on a pipelined connection each commit's
  * flush holds up every transaction behind it: one flush per transaction made the write path wait
  * on the disk rather than work.
@@ -15,21 +14,23 @@ import type { PipelinedConnections, TransactionProgress } from './pipelined-conn
  * - its statements run in order, behind its user's lock, each seeing what was committed before it
  *   (and the members before it in the group, which write other users' rows only);
  * - all or nothing, with its own outcome: when the group fails with an error the server reported
- *   (a refusal, a deadlock, a timeout), the whole group rolled back. The member whose statement
+ *   (a refusal, a deadlock, a timeout) or a value pg could not send, the whole group rolled back. The member whose statement
  *   failed is then sent again alone, so that its answer is the one it would have had alone, and
  *   the others again as a group (so one refused request costs the others one more round trip, not
  *   one transaction each); if that group fails too, each of its members goes alone. A lost
  *   connection fails every member as it would have failed each (503): whether the commit happened
- *   is unknown, so nothing is sent again.
+ *   is unknown, so nothing is sent again. (A savepoint per member would not save the others: after
+ *   a failure the transaction refuses everything until a ROLLBACK TO SAVEPOINT, which can only be
+ *   sent once the failure is known, a round trip later, as the group sent again is.)
  *
  * A member whose user's lock is held elsewhere (by another instance, say) is refused it at once
  * (ZU002, user_lock_now): a group never waits for a user's lock, which would hold up all its
- * members and the connection behind it for as long as the other holder keeps it. The group rolled back; the refused member fails with the refusal, not
- * sent again here (UserTransactions sends it on a connection of its own), and the others go again
- * together, as after any other culprit's failure, but counted as a first attempt (each refusal
- * removes a member, so this ends). Each instance runs
- * at most one transaction per user at a time (UserTransactions), so a group never holds one user
- * twice.
+ * members and the connection behind it for as long as the other holder keeps it. The group rolled
+ * back; the refused member fails with the refusal, not sent again here (UserTransactions sends it
+ * on a connection of its own), and the others go again together, as after any other culprit's
+ * failure, but counted as a first attempt (each refusal removes a member, so this ends). Each
+ * instance runs at most one transaction per user at a time (UserTransactions), so a group never
+ * holds one user twice.
  */
 export class CommitGroups {
   private pending: Member[] = [];
@@ -41,7 +42,7 @@ export class CommitGroups {
   ) {}
 
   /** Commits `statements` (a user's lock first) as one transaction, with others of this turn; resolves to each statement's rows. */
-  commit(userId: number, statements: readonly GroupStatement[]): Promise<unknown[][]> {
+  commit(userId: number, statements: readonly TransactionStatement[]): Promise<unknown[][]> {
     return new Promise((resolve, reject) => {
       this.pending.push({ userId, statements, resolve, reject });
       if (this.pending.length === 1) setImmediate(() => this.flush());
@@ -69,7 +70,7 @@ export class CommitGroups {
   private send(group: Member[], again = false): void {
     if (!again) this.writes.observer.commitGroup?.(group.length);
     if (group.length === 1) return this.alone(group[0]!);
-    const progress: TransactionProgress = { sent: false, completed: 0, suspect: false };
+    const progress = transactionProgress();
     this.writes
       .transaction(
         group.flatMap((member) => member.statements),
@@ -84,13 +85,10 @@ export class CommitGroups {
           }
         },
         (error: unknown) => {
-          // Nothing sent: no connection (each fails alike), or a value that cannot be converted (each
-          // member goes alone, and only the culprit fails).
-          if (!progress.sent)
-            return group.forEach((member) => (error instanceof DatabaseUnavailable ? member.reject(error) : this.alone(member)));
-          if (!rolledBack(error)) return group.forEach((member) => member.reject(error));
-          // A failure before the first row (a Parse) names no member: each goes alone.
-          const failed = progress.suspect ? undefined : memberAt(group, progress.completed);
+          // Not rolled back: nothing sent (no connection), or the connection lost: each member fails alike.
+          if (!progress.rolledBack) return group.forEach((member) => member.reject(error));
+          // The COMMIT's own failure names no member: each goes alone.
+          const failed = memberAt(group, progress.completed);
           if (failed && isUserLockRefusal(error)) {
             failed.reject(error);
             return this.send(
@@ -125,17 +123,7 @@ function memberAt(group: Member[], index: number): Member | undefined {
 
 interface Member {
   userId: number;
-  statements: readonly GroupStatement[];
+  statements: readonly TransactionStatement[];
   resolve: (rows: unknown[][]) => void;
   reject: (error: unknown) => void;
-}
-
-/**
- * Whether the server reported the failure and so rolled the transaction back on a connection that
- * still serves: a statement_timeout (57014) counts, and only its culprit will meet it again alone.
- * By SQLSTATE, not severity, which the server may send translated. A session-ending error this
- * misses only sends the members again to a connection that fails them as unavailable.
- */
-function rolledBack(error: unknown): boolean {
-  return error instanceof pg.DatabaseError && !endsSession(error);
 }

@@ -119,8 +119,8 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
     ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
-    // A user's transaction sends its statements together (implicit-transaction.ts); Kysely,
-    // sending one statement at a time, is unaffected.
+    // A user's transaction sends BEGIN, its statements and COMMIT together (pipelined-transaction.ts);
+    // Kysely, sending one statement at a time, is unaffected.
     pipeline: true,
   });
   const report = (error: Error) => options.onConnectionError?.(error);

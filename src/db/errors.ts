@@ -68,7 +68,7 @@ export function closesConnection(error: unknown): boolean {
 }
 
 /**
- * Whether a transaction sent whole (its statements and commit in one go, implicit-transaction.ts)
+ * Whether a transaction sent whole (its statements and commit in one burst, pipelined-transaction.ts)
  * that failed with `error` may have committed: the connection was lost with no word from the
  * server, or the server ended the session (an unavailable SQLSTATE) after every statement had
  * completed, that is during the commit. A session ended while a statement ran, and any other

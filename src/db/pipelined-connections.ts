@@ -4,7 +4,7 @@ import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, Database
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { DatabaseObserver } from './observer.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
-import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
+import { sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: the authentication
@@ -20,7 +20,7 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * PostgreSQL answers them in order: less CPU per statement on both sides and more throughput than
  * the pool (bench/RESULTS.md, "Pipelined connections" and the connection strategies).
  *
- * What may go here: short statements, and short transactions sent as one implicit transaction
+ * What may go here: short statements, and short transactions sent in one burst
  * (`transaction`), never a session setting or long work: it would hold up every statement queued
  * behind it on its connection. The connections' statement_timeout bounds that.
  *
@@ -62,8 +62,8 @@ interface Lane {
 /**
  * Errors after which a connection's prepared statements cannot serve again: a schema change under a
  * prepared plan ("cached plan must not change result type") and node-postgres's bookkeeping of
- * named statements out of step with the session (after a failed Parse). A new connection prepares
- * afresh.
+ * named statements out of step with the session (a statement issued without its Parse while its
+ * first Parse, still in flight, was about to fail: a 26000 once). A new connection prepares afresh.
  */
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
 
@@ -73,16 +73,6 @@ const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
  */
 const retiresConnection = (error: unknown): boolean =>
   STALE_PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '') || closesConnection(error);
-
-/** How far a failed transaction got (PipelinedConnections.transaction). */
-export interface TransactionProgress {
-  /** false: it failed before anything was written (a value node-postgres could not convert). */
-  sent: boolean;
-  /** How many statements completed: the index of the one that failed. */
-  completed: number;
-  /** It failed before its first row: `completed` names no statement. */
-  suspect: boolean;
-}
 
 const closedError = () => new DatabaseUnavailable('the database connections are closed');
 
@@ -119,13 +109,12 @@ export class PipelinedConnections implements StatementRunner {
   }
 
   /**
-   * Runs `statements` as one implicit transaction (implicit-transaction.ts) on one connection;
-   * resolves to each statement's rows, in order, once they have committed together. After a
-   * failure, `progress` tells whether anything was sent, the index of the statement that failed,
-   * and whether the failure came before the first row (so that index says nothing: see
-   * ImplicitTransaction).
+   * Runs `statements` as one transaction on one connection (pipelined-transaction.ts): `BEGIN`, the
+   * statements and `COMMIT` in one burst; resolves to each statement's rows, in order, once
+   * committed. After a failure, `progress` tells the index of the statement that failed and
+   * whether the transaction rolled back on a connection that serves on.
    */
-  async transaction(statements: readonly GroupStatement[], progress?: TransactionProgress): Promise<unknown[][]> {
+  async transaction(statements: readonly TransactionStatement[], progress = transactionProgress()): Promise<unknown[][]> {
     if (this.closed) throw closedError();
     const lane = this.leastBusyLane();
     if (!lane.connected) {
@@ -137,22 +126,16 @@ export class PipelinedConnections implements StatementRunner {
       }
     }
     if (lane.failed) throw new DatabaseUnavailable('database connection lost');
-    let query: ImplicitTransaction | undefined;
     lane.inFlight++;
     try {
-      batchWritesOfThisTurn(lane.client);
-      const sent = sendImplicitTransaction(lane.client, statements);
-      query = sent.query;
-      return await sent.rows;
+      return await sendTransaction(lane.client, statements, progress, this.options.onStatement);
     } catch (error) {
-      if (progress && query) Object.assign(progress, { sent: true, completed: query.completed, suspect: query.connectionSuspect });
-      if (query?.connectionSuspect || retiresConnection(error)) lane.retire();
       const failure = statementFailure(error, lane.failed, this.observer);
-      if (query && commitMayHaveHappened(failure, query.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
+      if (progress.unsendable || retiresConnection(error)) lane.retire();
+      if (commitMayHaveHappened(failure, progress.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
       throw failure;
     } finally {
       lane.inFlight--;
-      for (const statement of statements) this.options.onStatement?.(statement.text);
     }
   }
 

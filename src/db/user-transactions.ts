@@ -6,7 +6,6 @@ import {
   CommitOutcomeUnknown,
   commitMayHaveHappened,
   connectOrUnavailable,
-  isDatabaseUnavailable,
   isUserLockRefusal,
   statementFailure,
 } from './errors.js';
@@ -14,7 +13,7 @@ import type { Departure } from '../lib/departure.js';
 import type { BoundStatement, Statement, StatementRunner } from './reusable-statement.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { CommitGroups } from './commit-groups.js';
-import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction } from './implicit-transaction.js';
+import { interactiveTransaction, sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
@@ -26,10 +25,10 @@ import { type GroupStatement, type ImplicitTransaction, sendImplicitTransaction 
  * - A transaction is data: the statements with their values (BoundStatement), known before it is
  *   sent, resolving to a tuple of their rows typed by each statement; none can be issued after
  *   another's rows arrive (runInteractive, a BEGIN … COMMIT of its own, is for writes that must).
- * - Then, on one connection (see TransactionSize), the user's advisory lock and the transaction's
- *   statements are sent as one implicit transaction (implicit-transaction.ts): one round trip and
- *   one commit, however many statements, with no BEGIN or COMMIT to run. The lock is a statement of
- *   its own before the others: each statement sees what was committed before it was bound, so the
+ * - Then, on one connection (see TransactionSize), `BEGIN`, the user's advisory lock, the
+ *   transaction's statements and `COMMIT` are sent in one burst (pipelined-transaction.ts): one
+ *   round trip and one commit, however many statements. The lock is a statement of its own before
+ *   the others: each statement takes its snapshot when it starts (READ COMMITTED), so the
  *   statements see everything the user's previous transaction (on any instance) committed.
  * - A statement that fails rolls the whole transaction back, and the statements after it are not
  *   run. Nothing of the transaction is then stored.
@@ -175,7 +174,7 @@ export class UserTransactions {
   ): Promise<TransactionRows<S>> {
     return this.inTurns(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
-      const sent: GroupStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
+      const sent: TransactionStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
       for (const statement of statements) if (statement) sent.push(statement);
       const rows =
         sent.length === 1 ? [] : await (size === 'small' ? this.small(userId, sent, departure) : this.onOwnConnection(sent, departure));
@@ -188,8 +187,9 @@ export class UserTransactions {
    * Runs `work` in a transaction of the user's on a pooled connection of its own, where, unlike
    * run(), `work` may await a statement's rows before it issues the next: for writes whose
    * statements depend on what an earlier one read (subscribing other users: the channels, the
-   * users and the recipients of the events are read under the locks, then written). BEGIN, the
-   * user's lock (waited for), the work's statements, COMMIT; a failure rolls it all back. It
+   * users and the recipients of the events are read under the locks, then written). BEGIN and the
+   * user's lock (waited for) leave with the work's first statement, then the work's other
+   * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all back. It
    * waits its turn with the user's other transactions of this process, as run() does, and its
    * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
    * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's turn, when `work`
@@ -218,25 +218,18 @@ export class UserTransactions {
           onStatement?.(statement.text);
         }
       };
-      let open = false;
       try {
-        await query({ text: 'BEGIN' }, []);
-        open = true;
-        await query(LOCK, [USER_EVENT_LOCK_NAMESPACE, userId]);
-        const result = await work({ run: query });
-        open = false;
-        // The connection lost during the COMMIT: it may have happened (a 504, never replayed).
-        await query({ text: 'COMMIT' }, []).catch((error: unknown) => {
-          throw isDatabaseUnavailable(error) ? new CommitOutcomeUnknown(error) : error;
-        });
-        return result;
-      } finally {
-        stopListening?.();
-        if (open && !cancelled && !failedClients.has(client))
+        return await interactiveTransaction(query, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], work);
+      } catch (error) {
+        // Rolled back unless its connection is going (a ROLLBACK after a failed COMMIT only warns).
+        if (!cancelled && !failedClients.has(client))
           await client.query('ROLLBACK').then(
             () => undefined,
             () => (cancelled = true),
           );
+        throw error;
+      } finally {
+        stopListening?.();
         // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
         client.release(cancelled || failedClients.has(client) ? true : undefined);
       }
@@ -244,7 +237,7 @@ export class UserTransactions {
   }
 
   /** In a commit group; when the user's lock is held elsewhere, again on a connection of its own, where it waits for it. */
-  private async small(userId: number, statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+  private async small(userId: number, statements: readonly TransactionStatement[], departure: Departure | undefined): Promise<unknown[][]> {
     try {
       return await this.groups.commit(userId, statements);
     } catch (error) {
@@ -256,7 +249,7 @@ export class UserTransactions {
     }
   }
 
-  private async onOwnConnection(statements: readonly GroupStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+  private async onOwnConnection(statements: readonly TransactionStatement[], departure: Departure | undefined): Promise<unknown[][]> {
     const { failedClients, onStatement } = this.options;
     const client = await connectOrUnavailable(this.options.pool);
     let cancelled = false;
@@ -266,24 +259,21 @@ export class UserTransactions {
       if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
     };
     const stopListening = departure?.onGone(cancel);
-    let query: ImplicitTransaction | undefined;
+    const progress = transactionProgress();
     try {
-      const sent = sendImplicitTransaction(client, statements);
-      query = sent.query;
-      return await sent.rows;
+      return await sendTransaction(client, statements, progress, onStatement);
     } catch (error) {
       // Its session ended, or its server turned read-only: the connection is closed below, the next one reaches the primary.
       if (closesConnection(error)) failedClients.add(client);
       const failure = statementFailure(error, failedClients.has(client), this.options.writes.observer);
-      if (query && commitMayHaveHappened(failure, query.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
+      if (commitMayHaveHappened(failure, progress.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
       throw failure;
     } finally {
       stopListening?.();
-      for (const statement of statements) onStatement?.(statement.text);
       // A cancelled or broken connection is closed (a cancel request may still be on its way to
-      // it), and so is one whose prepared statements are uncertain; after any other failure the
-      // transaction has rolled back and the connection serves again.
-      client.release(cancelled || query?.connectionSuspect || failedClients.has(client) ? true : undefined);
+      // it), and so is one whose prepared statements pg no longer knows (a value it could not
+      // send); after any other failure the transaction has rolled back and the connection serves again.
+      client.release(cancelled || progress.unsendable || failedClients.has(client) ? true : undefined);
     }
   }
 }
