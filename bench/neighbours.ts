@@ -70,14 +70,17 @@ async function bodyBytes(server: RunningProcess, account: Account, method: 'GET'
  * by its subdomain) and rate limiting off (else the attacker's requests would be refused, which
  * is not what is measured here).
  */
-export async function measureNeighbours(options: {
+/** What a scenario of one attacker of A beside B's victim is given. */
+interface NeighbourScenario {
   server: RunningProcess;
   neighbour: Neighbour;
   attacker: Account;
   durationSeconds: number;
   rounds: number;
   log: (line: string) => void;
-}): Promise<NeighbourFigures> {
+}
+
+export async function measureNeighbours(options: NeighbourScenario): Promise<NeighbourFigures> {
   const { server, neighbour, attacker, durationSeconds, log } = options;
   const largeReadBytes = {
     users: await bodyBytes(server, attacker, 'GET', '/api/v1/users'),
@@ -104,6 +107,105 @@ export async function measureNeighbours(options: {
     rounds.push({ alone, underLargeReads, largeReads });
   }
   return { rounds, largeReadBytes };
+}
+
+/** One account's poll storms (N9): the same organization-B victim, its subscriptions instead of a user. */
+export const POLL_STORMS = "poll storms: another organization's GET /users/me/subscriptions";
+
+/** Polls of one queue the attacker sends at once, again as soon as all but one have answered. */
+const STORM_POLLS = 200;
+
+export interface PollStormFigures {
+  rounds: { alone: Measurement; underStorms: Measurement; polls: number; failedPolls: number }[];
+}
+
+/**
+ * B's GET /users/me/subscriptions alone, then while one account of A sends STORM_POLLS blocking
+ * polls of one of its queues at once, over and over (a client's retry loop): each replaces the one
+ * before it, which answers at once, and the newest waits. In `rounds` alternations.
+ */
+export async function measurePollStorms(options: NeighbourScenario): Promise<PollStormFigures> {
+  const { server, neighbour, attacker, durationSeconds, log } = options;
+  const victimLoad = (seconds = durationSeconds) =>
+    steadyLoad({
+      url: `${server.url}/api/v1/users/me/subscriptions`,
+      ratePerSecond: VICTIM_RATE,
+      durationSeconds: seconds,
+      headers: { authorization: basicAuth(neighbour.caller.email, neighbour.caller.apiKey), host: `${NEIGHBOUR_SUBDOMAIN}.localhost:9991` },
+    });
+  await victimLoad(2);
+  const rounds: PollStormFigures['rounds'] = [];
+  for (let round = 0; round < options.rounds; round++) {
+    const alone = await victimLoad();
+    const [underStorms, storms] = await Promise.all([victimLoad(), pollStorms(server, attacker, durationSeconds)]);
+    log(
+      `${POLL_STORMS}: p50 alone ${alone.p50.toFixed(1)} ms, during the storms ${underStorms.p50.toFixed(1)} ms ` +
+        `(p99 ${alone.p99.toFixed(1)} / ${underStorms.p99.toFixed(1)} ms); A: ${storms.polls} polls answered, ${storms.failedPolls} not 200`,
+    );
+    rounds.push({ alone, underStorms, ...storms });
+  }
+  return { rounds };
+}
+
+async function pollStorms(
+  server: RunningProcess,
+  attacker: Account,
+  durationSeconds: number,
+): Promise<{ polls: number; failedPolls: number }> {
+  const headers = { authorization: basicAuth(attacker.email, attacker.apiKey) };
+  const registered = await fetch(`${server.url}/api/v1/register`, {
+    method: 'POST',
+    headers: { ...headers, ...FORM },
+    body: formBody({ event_types: '["heartbeat"]' }),
+  });
+  const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
+  const url = (dontBlock: boolean) =>
+    `${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=-1${dontBlock ? '&dont_block=true' : ''}`;
+  let polls = 0;
+  let failedPolls = 0;
+  const sent: Promise<void>[] = [];
+  const end = Date.now() + durationSeconds * 1000;
+  while (Date.now() < end) {
+    let answered = 0;
+    let allButOne: () => void = () => undefined;
+    const waited = new Promise<void>((resolve) => (allButOne = resolve));
+    for (let i = 0; i < STORM_POLLS; i++) {
+      sent.push(
+        fetch(url(false), { headers, signal: AbortSignal.timeout(120_000) }).then(
+          async (response) => {
+            await response.arrayBuffer();
+            polls++;
+            if (response.status !== 200) failedPolls++;
+            if (++answered === STORM_POLLS - 1) allButOne();
+          },
+          () => {
+            failedPolls++;
+            if (++answered === STORM_POLLS - 1) allButOne();
+          },
+        ),
+      );
+    }
+    await waited;
+  }
+  // The newest poll waits: one that does not block replaces it; then the queue goes.
+  await (await fetch(url(true), { headers })).arrayBuffer();
+  await Promise.all(sent);
+  await fetch(`${server.url}/api/v1/events?queue_id=${queueId}`, { method: 'DELETE', headers });
+  return { polls, failedPolls };
+}
+
+/** The report's lines for the poll storms: each round's victim figures alone and during the storms, side by side. */
+export function formatPollStorms(figures: PollStormFigures): string {
+  const ms = (value: number) => `${value.toFixed(1)} ms`;
+  return [
+    `${POLL_STORMS} (organization B, ${VICTIM_RATE} requests/s on schedule), alone → while one account of A sends ${STORM_POLLS} polls of one queue at once, again and again:`,
+    ...figures.rounds.map(
+      (r, index) =>
+        `  round ${index + 1}: p50 ${ms(r.alone.p50)} → ${ms(r.underStorms.p50)}, p99 ${ms(r.alone.p99)} → ${ms(r.underStorms.p99)}, ` +
+        `answered ${r.alone.total} → ${r.underStorms.total}, ` +
+        `not 200 ${r.alone.non2xx + r.alone.errors} → ${r.underStorms.non2xx + r.underStorms.errors}; A's polls answered ${r.polls} (${r.failedPolls} not 200)`,
+    ),
+  ].join('\n');
 }
 
 /**

@@ -10,10 +10,14 @@ import { formatLongPolls, type LongPollFigures, measureCycleFloor, measureLongPo
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import {
   formatNeighbours,
+  formatPollStorms,
   measureNeighbours,
+  measurePollStorms,
   neighbourMeasurements,
   type NeighbourFigures as OrganizationNeighbourFigures,
   NEIGHBOURS,
+  POLL_STORMS,
+  type PollStormFigures,
   seedNeighbour,
 } from './neighbours.js';
 import { freePort } from '../src/lib/free-port.js';
@@ -383,6 +387,19 @@ async function main(): Promise<number> {
       log,
     });
   }
+  let pollStorms: PollStormFigures | undefined;
+  if (ONLY.test(POLL_STORMS)) {
+    await waitForQuietDatabase(handle.db);
+    // The large-reads attacker's neighbour in the rotation: it neither writes nor long-polls elsewhere.
+    pollStorms = await measurePollStorms({
+      server: ours,
+      neighbour: neighbourOrganization,
+      attacker: seeded.rotating.at(-2)!,
+      durationSeconds: DURATION,
+      rounds: ROUNDS,
+      log,
+    });
+  }
   let largeOrganizations: string | undefined;
   if (ONLY.test(LARGE_ORGANIZATIONS)) {
     largeOrganizations = await measureLargeOrganizations({ db: handle.db, server: oursProduction, requests: LARGE_ORG_REQUESTS, log });
@@ -404,12 +421,14 @@ async function main(): Promise<number> {
   );
   if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
   if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
+  if (pollStorms) console.log(`\n${formatPollStorms(pollStorms)}`);
   if (largeOrganizations) console.log(`\n${LARGE_ORGANIZATIONS}, production defaults:\n\n${largeOrganizations}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
   const measured = [
     ...rows.map((row) => row.measurement),
     ...(neighbour ? [neighbour.alone, neighbour.attacked, neighbour.large, neighbour.small] : []),
     ...(neighbours ? neighbourMeasurements(neighbours) : []),
+    ...(pollStorms ? pollStorms.rounds.flatMap((round) => [round.alone, round.underStorms]) : []),
   ];
   return measured.some((m) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
 }

@@ -11,7 +11,7 @@ import { zulipClientErrorHandler } from './http/client-errors.js';
 import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
 import { bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { errorAnswer } from './http/error-answers.js';
-import { ApiError, serviceUnavailable, toApiError } from './http/errors.js';
+import { malformedRequest, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
@@ -97,7 +97,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     },
     // Errors Fastify raises before routing (bad percent-encoding) go through the same envelope.
     frameworkErrors: (error, _request, reply) => {
-      const apiError = toApiError(error, config.retryAfterSeconds) ?? new ApiError(400, 'Malformed request');
+      const apiError = toApiError(error, config.retryAfterSeconds) ?? malformedRequest();
       void (reply as FastifyReply).code(apiError.statusCode).headers(apiError.headers).send(apiError.toBody());
     },
   });
@@ -152,7 +152,12 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
       }
       return reply.code(CLIENT_LEFT).send();
     }
-    const answer = errorAnswer(error, config.retryAfterSeconds, request.log, metrics);
+    // Fastify refuses a QUERY without Content-Type before any handler, even where no route answers QUERY: there, the route's answer (404 or 405).
+    const refused =
+      request.is404 && error.code === 'FST_ERR_ROUTE_MISSING_CONTENT_TYPE'
+        ? unmatchedRouteError(routes.allowedMethods(request.url))
+        : error;
+    const answer = errorAnswer(refused, config.retryAfterSeconds, request.log, metrics);
     return reply.code(answer.statusCode).headers(answer.headers).send(answer.body);
   });
 

@@ -577,7 +577,8 @@ const ROUTES: RouteShape[] = [
   },
 ];
 
-const ALL_METHODS = ['GET', 'HEAD', 'POST', 'PATCH', 'DELETE', 'PUT', 'OPTIONS'];
+// QUERY: a body method Fastify refuses without a Content-Type before routing.
+const ALL_METHODS = ['GET', 'HEAD', 'POST', 'PATCH', 'DELETE', 'PUT', 'OPTIONS', 'QUERY'];
 
 /** Percent-encodes the UTF-8 bytes of text (lone surrogates become U+FFFD), keeping some characters. */
 function encodeBytes(text: string, where: 'path' | 'form'): string {

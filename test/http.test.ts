@@ -10,6 +10,8 @@ beforeAll(async () => {
       app.get('/api/v1/test-fault', async () => {
         throw new Error('secret detail');
       });
+      // A route that answers QUERY: Fastify refuses one without a Content-Type before its handler.
+      app.route({ method: 'QUERY', url: '/api/v1/test-query', handler: async () => 'answered' });
     },
   });
 });
@@ -128,6 +130,19 @@ describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
     });
     expect(noBoundary.statusCode).toBe(400);
     expect(noBoundary.json().msg).toBe('Malformed request body');
+  });
+
+  it("Fastify's own 4xx refusals are a 400, not a masked 500: a QUERY without Content-Type", async () => {
+    const untyped = await api(ctx.app, { method: 'QUERY', url: '/api/v1/test-query', payload: 'a=b' });
+    expect(untyped.statusCode).toBe(400);
+    expect(untyped.body).toBe(errorBody('Malformed request'));
+    const typed = await api(ctx.app, {
+      method: 'QUERY',
+      url: '/api/v1/test-query',
+      headers: { 'content-type': 'text/plain' },
+      payload: 'a=b',
+    });
+    expect(typed.body).toBe('answered');
   });
 
   it('file parts of a multipart body are neither parameters nor ignored parameters', async () => {

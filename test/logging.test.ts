@@ -13,7 +13,7 @@ import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase, userLockWaiters } from './helpers/database.js';
-import { INTERNAL_ERROR } from './helpers/envelope.js';
+import { errorBody, INTERNAL_ERROR, methodNotAllowed } from './helpers/envelope.js';
 import { apiKeys, auth, basicAuth, emails, ids } from './helpers/fixture.js';
 import { eventually, sleep } from './helpers/wait.js';
 
@@ -112,6 +112,33 @@ describe('request logs', () => {
     expect(wrongMethod.statusCode).toBe(405);
     expect(wrongMethod.headers['x-request-id']).toBe('lb-405');
     expect(await completedLine('lb-405')).toMatchObject({ statusCode: 405 });
+  });
+
+  it('a body method without Content-Type, on any path and unauthenticated, is a 4xx logged at info, never an error', async () => {
+    lines.length = 0;
+    const cases: Array<[string, string, number, string]> = [
+      // QUERY: Fastify refuses it without a Content-Type (RFC 10008) before any route's handler.
+      ['QUERY', '/api/v1/users', 405, methodNotAllowed(['GET', 'HEAD', 'POST'])],
+      ['QUERY', '/api/v1/nope', 404, errorBody('Not Found')],
+      ['QUERY', '/health', 405, methodNotAllowed(['GET', 'HEAD'])],
+      ['QUERY', '/', 404, errorBody('Not Found')],
+      ['POST', '/api/v1/users', 401, errorBody('Not logged in: API authentication or user session required', 'UNAUTHORIZED')],
+      ['PATCH', '/api/v1/nope', 404, errorBody('Not Found')],
+      ['PROPFIND', '/api/v1/users/me', 405, methodNotAllowed(['DELETE', 'GET', 'HEAD'])],
+    ];
+    for (const [index, [method, url, status, body]] of cases.entries()) {
+      const id = `untyped-${index}`;
+      const res = await app.inject({
+        method: method as 'GET',
+        url,
+        headers: { host: 'chat.example.com', 'x-request-id': id },
+        payload: 'a=b',
+      });
+      expect(res.statusCode, `${method} ${url}`).toBe(status);
+      expect(res.body, `${method} ${url}`).toBe(body);
+      expect(await completedLine(id)).toMatchObject({ level: 30, method, statusCode: status });
+    }
+    expect(parsed().filter((line) => (line.level as number) >= 50)).toEqual([]);
   });
 
   it('never logs the Authorization header, an API key, its base64 or its hash (success, 4xx, 500)', async () => {

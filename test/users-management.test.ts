@@ -508,6 +508,14 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
     );
   });
 
+  it("an imported stub (Zulip's mirror dummy) is a placeholder: refused, nothing changed (test_api_with_mirrordummy_user)", async () => {
+    await ctx.db.updateTable('users').set({ is_imported_stub: true }).where('id', '=', ids.D).execute();
+    const queueU = await createQueue(ctx.db, 'U');
+    await expectRefused(() => reactivate(ids.D), errorBody('Cannot activate a placeholder account; ask the user to sign up, instead.'));
+    expect(await isActive(ids.D)).toBe(false);
+    expect(await queueEvents(ctx.db, queueU)).toEqual([]);
+  });
+
   it("a bot's owner may reactivate it; a bot of a deactivated owner gets the caller as its owner", async () => {
     await ctx.db.updateTable('users').set({ is_active: false }).where('id', '=', ids.B).execute();
     expect((await reactivate(ids.B, 'U')).statusCode).toBe(200);

@@ -7,7 +7,7 @@
  *   requests are issued in order by one virtual client, and nobody else touches that user's data);
  * - per user and channel, the last accepted value of every setting is the stored one;
  * - every accepted navigation-view add/update/remove is reflected, in creation order;
- * - the audit log has exactly one row per accepted setting change, in order, old → new;
+ * - the audit log has exactly one row per (channel, setting) of each accepted request, in order, old → new;
  * - each user's queues hold exactly the events of that user's accepted requests, complete, in
  *   order, with consecutive ids: an untouched queue (read from the database at the end), a queue
  *   long-polled throughout (heartbeats aside), and a queue registered for navigation_view only.

@@ -1,7 +1,7 @@
 import { send, writeApplied } from './outcomes.js';
 import { coin, pickOne, randomColor, randomInt } from './random.js';
 import { BOOLEAN_PROPERTIES, type SettingColumn } from '../../src/modules/subscriptions/settings.js';
-import type { ApiEvent, SimUser } from './seed.js';
+import type { ApiEvent, AuditRow, SimUser } from './seed.js';
 
 // --- Settings: the change model of spec §2.8 and §3.2. ---
 
@@ -65,7 +65,24 @@ export async function bulkUpdate(port: number, user: SimUser): Promise<void> {
   });
   const newEvents = entries.reduce((sum, entry) => sum + eventsOf(entry), 0);
   if (await writeApplied(user, 'bulk update', answer, refused ? 400 : 200, JSON.stringify(entries), newEvents)) {
+    const start = user.audit.length;
     for (const entry of entries) applyEntry(user, entry);
+    foldRequestAudit(user.audit, start);
+  }
+}
+
+/** One audit row per (channel, setting) of a request: where it is first set, from its old value to its last one. */
+function foldRequestAudit(audit: AuditRow[], start: number): void {
+  const first = new Map<string, AuditRow>();
+  for (const row of audit.splice(start)) {
+    const key = `${row.stream_id}:${row.property}`;
+    const earlier = first.get(key);
+    if (earlier) {
+      earlier.new_value = row.new_value;
+    } else {
+      first.set(key, row);
+      audit.push(row);
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/subscriptions.repository.ts.
--- Prepared as s_8b4dd7be36890da075b919e409f47a7c, a hash of its exact text; this one differs from it only in
+-- Prepared as s_497d0fc3599cee54a3419f17585887db, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
@@ -76,9 +76,18 @@ with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
   ) as "numbered" on "numbered"."queue_id" = "b"."id"
   inner join "incoming_item" as "i" on "i"."ord" = "numbered"."ord"
 ),
-  "entry"("ord", "stream_id", "property", "value", "known_old", "old") as (
-        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
+  "entry"("ord", "stream_id", "property", "value") as (
+        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2
         FROM jsonb_array_elements($5::jsonb) WITH ORDINALITY AS e(item, ord)),
+  "setting_change" as (
+  select "e"."stream_id",
+    "e"."property",
+    min("e"."ord") as "ord",
+    (array_agg(e.value ORDER BY e.ord DESC))[1] as "value"
+  from "entry" as "e"
+  group by "e"."stream_id",
+    "e"."property"
+),
   "final_value" as (
         SELECT * FROM json_to_recordset($6::json) AS v(stream_id integer, color text, is_muted boolean, pin_to_top boolean, desktop_notifications boolean, audible_notifications boolean, push_notifications boolean, email_notifications boolean, wildcard_mentions_notify boolean)),
   "channel" as (
@@ -120,10 +129,10 @@ with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
     $2::integer as "modified_user_id",
     "e"."stream_id",
     "e"."property",
-    case when "e"."known_old" = true then "e"."old" else (c.settings -> e.property)::jsonb end as "old_value",
+    (c.settings -> e.property)::jsonb as "old_value",
     "e"."value",
     clock_timestamp() as "created_at"
-  from "entry" as "e"
+  from "setting_change" as "e"
   inner join "channel" as "c" on "c"."id" = "e"."stream_id"
   where $9::boolean
   order by "e"."ord"

@@ -63,6 +63,8 @@ export const bodyTooLarge = (): ApiError => new ApiError(413, 'Request body too 
 
 export const malformedBody = (): ApiError => new ApiError(400, 'Malformed request body');
 
+export const malformedRequest = (): ApiError => new ApiError(400, 'Malformed request');
+
 /** The body did not arrive in time (BODY_TIMEOUT_SECONDS): the message Node's request timeout gets (client-errors.ts); the rest of the body is not awaited. */
 export const bodyTimedOut = (): ApiError => new ApiError(408, 'Request timeout', 'BAD_REQUEST', {}, { connection: 'close' });
 
@@ -70,7 +72,7 @@ export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields 
 
 /**
  * The API error an error is answered with: its own, a 503 for an unreachable database, and
- * Fastify's own refusals of a body or path; undefined for anything else (a masked 500).
+ * Fastify's own refusals of a request (4xx); undefined for anything else (a masked 500).
  */
 export function toApiError(error: FastifyError | Error, retryAfterSeconds: number): ApiError | undefined {
   if (error instanceof ApiError) return error;
@@ -81,5 +83,8 @@ export function toApiError(error: FastifyError | Error, retryAfterSeconds: numbe
   // Undecodable paths and over-long path parameters name no resource.
   if (code === 'FST_ERR_BAD_URL' || code === 'FST_ERR_MAX_PARAM_LENGTH') return notFound();
   if (code?.startsWith('FST_ERR_CTP_')) return malformedBody();
+  // Any other refusal of Fastify's own (a QUERY without Content-Type): the client's fault, not a 500.
+  const status = (error as FastifyError).statusCode;
+  if (code?.startsWith('FST_ERR_') && status !== undefined && status >= 400 && status < 500) return malformedRequest();
   return undefined;
 }

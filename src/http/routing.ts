@@ -2,7 +2,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunc
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { methodNotAllowed, notFound } from './errors.js';
 
-const ALL_METHODS: HTTPMethod[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT'];
+/** The methods the API's routes answer (OPTIONS aside, answered for every route). */
+export const ROUTED_METHODS: HTTPMethod[] = ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT'];
 
 /**
  * Knows which methods each registered path answers, so that an unmatched request can be told
@@ -21,7 +22,7 @@ export function trackRoutes(app: FastifyInstance): { allowedMethods(url: string)
     allowedMethods(url: string): string[] {
       const path = url.split('?')[0] ?? url;
       const methods = new Set<string>();
-      for (const method of ALL_METHODS) {
+      for (const method of ROUTED_METHODS) {
         const match = router.find(method, path);
         if (match && Object.values(match.params).every((value) => value !== '')) methods.add(method);
       }

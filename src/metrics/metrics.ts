@@ -8,12 +8,13 @@ import { isDatabaseUnavailable } from '../db/errors.js';
 import type { DatabaseObserver } from '../db/observer.js';
 import { type ApiError, tooManyFields } from '../http/errors.js';
 import { refusedLimit } from '../http/rate-limit.js';
+import { ROUTED_METHODS } from '../http/routing.js';
 import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
  * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
  * what production serves on METRICS_PORT (src/metrics/listener.ts). Every label value comes from a
- * bounded set: route templates (never a raw path), HTTP methods and statuses, fixed reasons and
+ * bounded set: route templates (never a raw path), the routes' HTTP methods (`other` for the rest) and statuses, fixed reasons and
  * kinds, lane numbers, SQLSTATE classes. Names follow Prometheus's rules: `zulip_` prefix, base
  * units (seconds, bytes), `_total` on counters.
  */
@@ -29,6 +30,10 @@ export interface MetricsSources {
 
 /** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
 const UNMATCHED = 'unmatched';
+
+/** The method labels: the methods the routes answer, and `other` for the rest of the 34 Node parses (PROPFIND, QUERY…), one value whatever the client sends. */
+const METHOD_LABELS = new Set<string>([...ROUTED_METHODS, 'OPTIONS']);
+const OTHER_METHOD = 'other';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const DELIVERY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -310,7 +315,7 @@ export class Metrics {
 
   /** A request answered: its count and duration (`elapsedMs`) under its route template. */
   answered(route: string, method: string, status: number, elapsedMs: number): void {
-    const series = this.routeSeries(route, method);
+    const series = this.routeSeries(route, METHOD_LABELS.has(method) ? method : OTHER_METHOD);
     let count = series.byStatus.get(status);
     if (!count) {
       count = this.httpRequests.seriesFor({ ...series.duration.labels, status_code: String(status) });

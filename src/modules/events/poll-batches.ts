@@ -1,4 +1,5 @@
 import type { Database } from '../../db/database.js';
+import { KeyedTurns } from '../../lib/keyed-turns.js';
 import type { ApiEvent } from './events.repository.js';
 import {
   answerHeartbeats,
@@ -27,21 +28,26 @@ interface PendingStart {
 /**
  * The starts of the polls handled in one turn of the event loop go as one statement (startPolls)
  * when the turn ends, skipping rows held by writes; those, and a start alone, are sent without
- * skipping (they wait for the row). Two starts of one queue never share a statement (one statement
- * cannot update a row twice): the second sends the batch holding the first. The two statements may
- * then run on different connections and take the queue's row lock in either order, as any two
- * concurrent polls of one queue do; the one that runs second replaces the other.
+ * skipping (they wait for the row). The starts of one queue take their turns, in arrival order,
+ * each once the previous one's statement is done, as Zulip's one process handles them: each
+ * replaces the poll before it, which answers with what is pending, and the last one waits. So
+ * one statement never updates a row twice, and 200 polls of one queue at once (a client's retry
+ * loop) hold one pooled connection at a time, not the whole pool with 200 statements waiting for
+ * one row.
  */
 export class PollStartBatches {
   private pending: PendingStart[] = [];
-  private queueIds = new Set<string>();
   private scheduled = false;
+  private readonly queues = new KeyedTurns<string>();
 
   constructor(private readonly db: Database) {}
 
   start(request: PollStartRequest): Promise<PollStart> {
-    if (this.queueIds.has(request.queueId) || this.pending.length >= MAX_BATCH) this.send();
-    this.queueIds.add(request.queueId);
+    return this.queues.run(request.queueId, () => this.gather(request));
+  }
+
+  private gather(request: PollStartRequest): Promise<PollStart> {
+    if (this.pending.length >= MAX_BATCH) this.send();
     const started = new Promise<PollStart>((resolve, reject) => this.pending.push({ request, resolve, reject }));
     if (!this.scheduled) {
       this.scheduled = true;
@@ -57,7 +63,6 @@ export class PollStartBatches {
     const batch = this.pending;
     if (batch.length === 0) return;
     this.pending = [];
-    this.queueIds = new Set();
     if (batch.length === 1) return this.alone(batch[0]!);
     startPolls(
       this.db,

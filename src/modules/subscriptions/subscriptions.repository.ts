@@ -15,9 +15,8 @@ export interface SettingWriteArgs extends EventAppendArgs {
   isGuest: boolean;
   /**
    * The changes as one JSON array, in order: `[stream_id, column, stored value]` each (the stored
-   * column: is_muted for in_home_view), and a fourth element, the old value, when an earlier change
-   * of the request set the same setting (its value). Ids outside PostgreSQL's integer range are sent
-   * as 0, which names no channel.
+   * column: is_muted for in_home_view). Ids outside PostgreSQL's integer range are sent as 0,
+   * which names no channel.
    */
   entries: string;
   /** The final values per subscription (`{stream_id, <column>: value…}` objects), as JSON. */
@@ -34,11 +33,12 @@ export const NOT_SUBSCRIBED = 'not subscribed';
 
 /**
  * Checks f–g of every change (spec §2.7, §3.2) and, when they all pass and `write` is set, writes
- * the final settings, one audit row per change, old → new in order, and the events: one prepared
- * statement, run in the user's transaction. A change that fails makes the statement raise
- * (refuse_write, migration 0006) with the lowest failing index, so nothing is written and the
- * transaction rolls back. The audit row's old value is the value the previous change of the same
- * setting left, or the stored one for the first.
+ * the final settings, the audit rows and the events: one prepared statement, run in the user's
+ * transaction. A change that fails makes the statement raise (refuse_write, migration 0006) with
+ * the lowest failing index, so nothing is written and the transaction rolls back. One audit row per
+ * (channel, setting) the request sets, stored value → final value, in the order of their first
+ * change: a request of 10,000 changes to a few settings writes a few rows, so the rows one account
+ * adds a minute are bounded by its settings, not by the size of its requests.
  */
 export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refused: boolean | null }>(
   [...EVENT_APPEND_ARGUMENTS, 'isGuest', 'entries', 'updates', 'streamIds', 'write'],
@@ -48,17 +48,22 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
       withEventAppend(db, args)
         // Raw: table functions WITH ORDINALITY / with a column list (parenthesized for Kysely).
         .with(
-          'entry(ord, stream_id, property, value, known_old, old)',
-          () => sql<{
-            ord: number;
-            stream_id: number;
-            property: string;
-            value: unknown;
-            known_old: boolean;
-            old: unknown;
-          }>`(
-        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2, jsonb_array_length(e.item) = 4, e.item->3
+          'entry(ord, stream_id, property, value)',
+          () => sql<{ ord: number; stream_id: number; property: string; value: unknown }>`(
+        SELECT e.ord, (e.item->>0)::integer, e.item->>1, e.item->2
         FROM jsonb_array_elements(${args.entries}::jsonb) WITH ORDINALITY AS e(item, ord))`,
+        )
+        // Each (channel, setting) once: where the request first sets it, and the value it leaves.
+        .with('setting_change', (db) =>
+          db
+            .selectFrom('entry as e')
+            .select([
+              'e.stream_id',
+              'e.property',
+              (eb) => eb.fn.min('e.ord').as('ord'),
+              sql<unknown>`(array_agg(e.value ORDER BY e.ord DESC))[1]`.as('value'),
+            ])
+            .groupBy(['e.stream_id', 'e.property']),
         )
         .with(
           'final_value',
@@ -123,23 +128,16 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
             .columns(['realm_id', 'acting_user_id', 'modified_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
             .expression((eb) =>
               eb
-                .selectFrom('entry as e')
+                .selectFrom('setting_change as e')
                 .innerJoin('channel as c', 'c.id', 'e.stream_id')
-                .select((eb) => [
+                .select([
                   sql<number>`${args.realmId}::integer`.as('realm_id'),
                   sql<number>`${args.userId}::integer`.as('user_id'),
                   // A user changes only their own subscriptions' settings.
                   sql<number>`${args.userId}::integer`.as('modified_user_id'),
                   'e.stream_id',
                   'e.property',
-                  // The first change of a setting starts from the stored value.
-                  eb
-                    .case()
-                    .when('e.known_old', '=', sql.lit(true))
-                    .then(eb.ref('e.old'))
-                    .else(sql<unknown>`(c.settings -> e.property)::jsonb`)
-                    .end()
-                    .as('old_value'),
+                  sql<unknown>`(c.settings -> e.property)::jsonb`.as('old_value'),
                   'e.value',
                   // Not now(): that is when the transaction began, which in a commit group
                   // (src/db/commit-groups.ts) can be before this user's lock was granted.

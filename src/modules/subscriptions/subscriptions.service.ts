@@ -18,21 +18,16 @@ const SMALL_UPDATE_CHANGES = 100;
 // Ids beyond PostgreSQL's integer range cannot name a channel: 0 names none either.
 const storableStreamId = (id: number) => (isIdInRange(id) ? id : 0);
 
-/**
- * The changes as the statement takes them (with the old value of a setting an earlier change set),
- * the final values per subscription (the last change wins) and the events, in order.
- */
+/** The changes as the statement takes them, the final values per subscription (the last change wins) and the events, in order. */
 function planWrites(changes: SettingChange[]) {
   const updates = new Map<number, SettingValues>();
-  const entries: unknown[][] = [];
+  const entries: [number, SettingColumn, string | boolean][] = [];
   const events: ApiEvent[] = [];
   for (const change of changes) {
     let values = updates.get(change.streamId);
     if (!values) updates.set(change.streamId, (values = {}));
     const set = values as Record<SettingColumn, string | boolean>;
-    const entry: unknown[] = [storableStreamId(change.streamId), change.column, change.stored];
-    if (Object.hasOwn(set, change.column)) entry.push(set[change.column]);
-    entries.push(entry);
+    entries.push([storableStreamId(change.streamId), change.column, change.stored]);
     set[change.column] = change.stored;
     for (const event of changeEvents(change)) events.push(event);
   }

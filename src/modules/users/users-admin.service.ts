@@ -102,6 +102,7 @@ export interface ManagedUser {
   bot_type: number | null;
   bot_owner_id: number | null;
   full_name: string;
+  is_imported_stub: boolean;
   owner_is_active: boolean | null;
   active_human_owners: number;
   active_bot_ids: number[];
@@ -138,7 +139,7 @@ const roleChannelsSql = (newRole: number) => sql<RoleChannel[]>`(SELECT coalesce
 export async function findManagedUser(db: Database, realmId: number, userId: number, newRole?: number): Promise<ManagedUser | undefined> {
   return db
     .selectFrom('users as t')
-    .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name'])
+    .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name', 't.is_imported_stub'])
     .select([
       sql<boolean | null>`(SELECT o.is_active FROM users o WHERE o.id = t.bot_owner_id)`.as('owner_is_active'),
       sql<number>`(SELECT count(*) FROM users o WHERE o.realm_id = t.realm_id AND o.is_active AND o.role = ${ROLES.owner} AND o.bot_type IS NULL)::integer`.as(
@@ -251,6 +252,8 @@ export async function reactivateUserByApi(
   const ownsBot = target.bot_type !== null && target.bot_owner_id === caller.id;
   if (!isAdmin(caller.role) && !ownsBot) throw insufficientPermission();
   if (target.bot_type !== null && !canCreateBots(caller)) throw insufficientPermission();
+  // Zulip's do_reactivate_user: an imported stub (its mirror dummy) becomes a user by signing up.
+  if (target.is_imported_stub) throw badRequest('Cannot activate a placeholder account; ask the user to sign up, instead.');
   const newOwner = target.bot_type !== null && target.owner_is_active === false ? caller.id : null;
   try {
     await reactivateUserWithEvents(contextOf(deps, caller, departure), { id: target.id, botType: target.bot_type }, newOwner);
