@@ -1,4 +1,3 @@
-import type { ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type pg from 'pg';
@@ -288,15 +287,10 @@ export class Metrics {
 
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
   readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    this.responseOpened(reply.raw);
+    this.inFlight++;
+    reply.raw.once('close', this.requestClosed);
     done();
   };
-
-  /** A request in flight until its response closes (answered or abandoned). */
-  responseOpened(response: ServerResponse): void {
-    this.inFlight++;
-    response.once('close', this.requestClosed);
-  }
 
   private readonly requestClosed = (): void => {
     this.inFlight--;
@@ -304,21 +298,17 @@ export class Metrics {
 
   /** onResponse: the request's count and duration under its route template (routeOptions.url), never its path. */
   readonly requestAnswered = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    this.answered(request.routeOptions.url ?? UNMATCHED, request.method, reply.statusCode, reply.elapsedTime);
-    done();
-  };
-
-  /** A request answered: its count and duration (`elapsedMs`) under its route template. */
-  answered(route: string, method: string, status: number, elapsedMs: number): void {
-    const series = this.routeSeries(route, method);
+    const series = this.routeSeries(request.routeOptions.url ?? UNMATCHED, request.method);
+    const status = reply.statusCode;
     let count = series.byStatus.get(status);
     if (!count) {
       count = this.httpRequests.seriesFor({ ...series.duration.labels, status_code: String(status) });
       series.byStatus.set(status, count);
     }
     count.add();
-    series.duration.observe(elapsedMs / 1000);
-  }
+    series.duration.observe(reply.elapsedTime / 1000);
+    done();
+  };
 
   /** From the error handler: counts the refusals and the database's failures among the errors answered. */
   errorAnswered(error: ApiError, cause: unknown): void {

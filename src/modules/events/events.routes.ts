@@ -7,15 +7,16 @@ import { parametersOf } from '../../http/params.js';
 import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
-import type { LongPolling } from './long-polling.js';
+import { LongPolling } from './long-polling.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14). The instance's long polls
  * (`polling`) are started when the app is ready and answered before its server closes.
  */
-export const eventRoutes: FastifyPluginAsync<AppDeps & { polling: LongPolling }> = async (app, { db, transactions, config, polling }) => {
+export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const { metrics } = app;
+  const polling = new LongPolling({ db, config, log: app.log, metrics });
   const { wakeups, gathering } = polling;
 
   app.addHook('onReady', () => polling.start());

@@ -22,11 +22,10 @@ export interface LongPollingOptions {
 }
 
 /**
- * An instance's long polls (spec §3.13): what they wait on and how they are answered, shared by
- * the GET /events route and the direct polls (direct-polls.ts): the wake-ups, the batches of poll
- * starts and heartbeats, the heartbeat wheel, the gathering of blocking polls, the LISTEN
- * connection and the periodic check. The app starts it when ready, answers every waiting poll
- * before the server closes, and closes it last.
+ * An instance's long polls (spec §3.13): what they wait on and how they are answered: the
+ * wake-ups, the batches of poll starts and heartbeats, the heartbeat wheel, the gathering of
+ * blocking polls, the LISTEN connection and the periodic check. The event routes start it when
+ * the app is ready, answer every waiting poll before the server closes, and close it last.
  */
 export class LongPolling {
   readonly wakeups = new QueueWakeups();
