@@ -9,17 +9,18 @@ import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
 import { bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
-import { ApiError, serviceUnavailable, toApiError } from './http/errors.js';
+import { ApiError, bodyRefusalOf, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, logClientLeaving, RequestLog, RequestLogger, requestId } from './http/request-log.js';
+import { refusedLimit } from './http/rate-limit.js';
 import { RequestMemory } from './http/request-memory.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
 import { Metrics } from './metrics/metrics.js';
 import { eventRoutes } from './modules/events/events.routes.js';
-import { sweeper } from './modules/maintenance/sweeper.js';
+import { Sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
@@ -132,7 +133,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
       if (!apiError && !(error instanceof ClientGone)) request.log.error({ err: error }, 'unhandled error (its client had left)');
       return reply.code(CLIENT_LEFT).send();
     }
-    if (apiError) metrics?.errorAnswered(apiError, error);
+    if (apiError) metrics?.errorAnswered(error, refusedLimit(apiError), bodyRefusalOf(apiError));
     if (!apiError) {
       request.log.error({ err: error }, 'unhandled error');
       return reply.code(500).send({ result: 'error', msg: 'Internal server error' });
@@ -167,7 +168,9 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     }
   });
 
-  await app.register(sweeper, deps);
+  const sweeper = new Sweeper({ db, config, log: app.log, metrics });
+  app.addHook('onReady', async () => sweeper.start());
+  app.addHook('onClose', () => sweeper.close());
 
   const requestMemory = new RequestMemory({
     totalBytes: config.requestBodyMemoryBytes,

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { Config } from '../src/config.js';
 import { createDatabase } from '../src/db/database.js';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { badQueueBody, success } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';

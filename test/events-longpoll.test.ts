@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
 import { badQueueBody } from './helpers/envelope.js';
 import { auth, type FixtureUser } from './helpers/fixture.js';

@@ -1,4 +1,5 @@
 import type { FastifyReply } from 'fastify';
+import type { RefusedLimit } from '../metrics/metrics.js';
 import { ApiError } from './errors.js';
 
 /** The per-user rule (spec §1.10): at most maxRequests accepted requests in any windowSeconds. */
@@ -32,8 +33,8 @@ export interface RateLimitDecision {
 class RateLimitExceeded extends ApiError {
   constructor(
     readonly retryAfterSeconds: number,
-    /** Which limit refused: the metrics count them apart (src/metrics/metrics.ts). */
-    readonly limit: 'rate_limit' | 'user_body_memory',
+    /** Which limit refused: the metrics count them apart. */
+    readonly limit: RefusedLimit,
   ) {
     super(429, 'API usage exceeded rate limit', 'RATE_LIMIT_HIT', {}, { 'retry-after': String(retryAfterSeconds) });
     this.name = 'RateLimitExceeded';
@@ -48,8 +49,7 @@ class RateLimitExceeded extends ApiError {
 export const userBodyMemoryExceeded = (retryAfterSeconds: number): ApiError => new RateLimitExceeded(retryAfterSeconds, 'user_body_memory');
 
 /** Which limit an error is the refusal of, if it is one. */
-export const refusedLimit = (error: ApiError): 'rate_limit' | 'user_body_memory' | undefined =>
-  error instanceof RateLimitExceeded ? error.limit : undefined;
+export const refusedLimit = (error: ApiError): RefusedLimit | undefined => (error instanceof RateLimitExceeded ? error.limit : undefined);
 
 /** The decision the authentication statement took (src/http/auth.repository.ts). */
 export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {

@@ -1,12 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
-import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { createHash } from 'node:crypto';
+import type { Pool } from '../db/database.js';
 import { isDatabaseUnavailable } from '../db/errors.js';
 import type { DatabaseObserver } from '../db/observer.js';
-import { type ApiError, tooManyFields } from '../http/errors.js';
-import { refusedLimit } from '../http/rate-limit.js';
 import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
@@ -19,7 +17,7 @@ import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogra
 
 /** What the metrics read when scraped; nothing on the request path. */
 export interface MetricsSources {
-  pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+  pool?: Pick<Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
   /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
   lanes?: { shortStatements?: () => readonly number[]; writes?: () => readonly number[] };
   /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
@@ -42,13 +40,10 @@ interface RouteSeries {
   byStatus: Map<number, CounterSeries>;
 }
 
-const TOO_MANY_FIELDS = tooManyFields().message;
-
-function bodyRefusalOf(error: ApiError): 'size' | 'fields' | 'timeout' | undefined {
-  if (error.statusCode === 413) return 'size';
-  if (error.statusCode === 408) return 'timeout';
-  return error.message === TOO_MANY_FIELDS ? 'fields' : undefined;
-}
+/** The limit a 429 is the refusal of: zulip_rate_limited_total's `limit` label. */
+export type RefusedLimit = 'rate_limit' | 'user_body_memory';
+/** Why a request body was refused: zulip_request_body_refused_total's `reason` label. */
+export type BodyRefusal = 'size' | 'fields' | 'timeout';
 
 /** What a sweep deletes. */
 export type SweptKind = 'event_queues' | 'audit_rows';
@@ -311,11 +306,9 @@ export class Metrics {
   };
 
   /** From the error handler: counts the refusals and the database's failures among the errors answered. */
-  errorAnswered(error: ApiError, cause: unknown): void {
+  errorAnswered(cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined): void {
     if (isDatabaseUnavailable(cause)) this.dbUnavailable.inc();
-    const limit = refusedLimit(error);
     if (limit) this.rateLimited.inc({ limit });
-    const reason = bodyRefusalOf(error);
     if (reason) this.bodyRefused.inc({ reason });
   }
 
