@@ -3,6 +3,23 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+// The fences of src/ (the README's Layout): the driver only under src/db/, Fastify only in
+// the app, src/http/, src/metrics/ and the route files; the rest reaches them through those (a
+// type re-exported from src/db/, a route schema type from src/http/openapi.ts).
+const PG = {
+  paths: [{ name: 'pg', message: 'pg only under src/db/: use or re-export what is needed from there.' }],
+  patterns: [{ group: ['pg/*', 'pg-*'], message: 'The driver only under src/db/.' }],
+};
+const FASTIFY = {
+  paths: [{ name: 'fastify', message: 'Fastify only in src/app.ts, src/http/, src/metrics/ and *.routes.ts files.' }],
+  patterns: [{ group: ['@fastify/*'], message: 'Fastify only in src/app.ts, src/http/, src/metrics/ and *.routes.ts files.' }],
+};
+const DB = ['src/db/**'];
+const WEB = ['src/app.ts', 'src/http/**', 'src/metrics/**', 'src/**/*.routes.ts'];
+const fence = (...kept) => ({
+  'no-restricted-imports': ['error', { paths: kept.flatMap((k) => k.paths), patterns: kept.flatMap((k) => k.patterns) }],
+});
+
 export default tseslint.config(
   { ignores: ['dist/', '.tmp/', 'node_modules/', 'coverage/'] },
   js.configs.recommended,
@@ -37,6 +54,9 @@ export default tseslint.config(
       '@typescript-eslint/no-unsafe-return': 'off',
     },
   },
+  { files: ['src/**/*.ts'], ignores: [...DB, ...WEB], rules: fence(PG, FASTIFY) },
+  { files: DB, rules: fence(FASTIFY) },
+  { files: WEB, rules: fence(PG) },
   { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
   { files: ['**/*.mjs'], languageOptions: { globals: { process: 'readonly', console: 'readonly' } } },
 );

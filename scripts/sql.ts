@@ -1,9 +1,9 @@
-// Writes every named statement of src/sql-registry.ts to its file under sql/ (compiled by Kysely,
+// Writes every named statement of scripts/lib/sql-registry.ts to its file under sql/ (compiled by Kysely,
 // no database needed), or with --check fails when the committed files differ from what the code
 // compiles (a statement changed, added or gone without `npm run sql`).
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { registeredStatements } from '../src/sql-registry.js';
+import { registeredStatements } from './lib/sql-registry.js';
 
 const SQL_DIR = 'sql';
 const check = process.argv.includes('--check');
@@ -102,7 +102,7 @@ for (const entry of registeredStatements) {
       `-- Built in ${entry.source}.`,
       `-- Prepared as ${name}, a hash of its exact text; this one differs from it only in`,
       '-- the line breaks and indentation added for reading. Written by `npm run sql` from',
-      '-- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.',
+      '-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.',
       format(text),
       '',
     ].join('\n'),
@@ -132,7 +132,7 @@ if (check) {
       .map(([file]) => `${SQL_DIR}/${file} ${committed.has(file) ? 'differs' : 'is missing'}`),
     ...[...committed.keys()]
       .filter((file) => !rendered.has(file))
-      .map((file) => `${SQL_DIR}/${file} is no statement of src/sql-registry.ts`),
+      .map((file) => `${SQL_DIR}/${file} is no statement of scripts/lib/sql-registry.ts`),
   ];
   if (problems.length > 0) {
     console.error(`${problems.join('\n')}\nsql/ is out of date with the code: run npm run sql and commit it.`);

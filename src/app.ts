@@ -1,4 +1,3 @@
-import { createServer } from 'node:http';
 import compress from '@fastify/compress';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
@@ -10,20 +9,18 @@ import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
 import { bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
-import { errorAnswer } from './http/error-answers.js';
-import { malformedRequest, serviceUnavailable, toApiError } from './http/errors.js';
+import { bodyRefusalOf, malformedRequest, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
 import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, logClientLeaving, RequestLog, RequestLogger, requestId } from './http/request-log.js';
+import { refusedLimit } from './http/rate-limit.js';
 import { RequestMemory } from './http/request-memory.js';
 import { closeConnectionsOnShutdown } from './http/shutdown.js';
 import { Metrics } from './metrics/metrics.js';
-import { DirectPolls } from './modules/events/direct-polls.js';
 import { eventRoutes } from './modules/events/events.routes.js';
-import { LongPolling } from './modules/events/long-polling.js';
-import { sweeper } from './modules/maintenance/sweeper.js';
+import { Sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
@@ -45,7 +42,13 @@ const REDACTED_PATHS = [
 ];
 
 /** Routes that need an authenticated caller, registered explicitly in one place. */
-const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [navigationViewRoutes, subscriptionRoutes, userRoutes, userAdminRoutes];
+const AUTHENTICATED_ROUTES: FastifyPluginAsync<AppDeps>[] = [
+  eventRoutes,
+  navigationViewRoutes,
+  subscriptionRoutes,
+  userRoutes,
+  userAdminRoutes,
+];
 
 export async function buildApp(deps: AppDeps, logger: boolean | object = false): Promise<FastifyInstance> {
   const { config, db, shortStatements } = deps;
@@ -73,27 +76,14 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     // silent connection closes after connectionTimeout (longer than any long poll), an idle
     // keep-alive one after keepAliveTimeout. Node checks these deadlines every
     // connectionsCheckingInterval (30 s by default): once a second keeps the cut-off close.
-    //
-    // Our own server (Fastify sets these three only on the server it makes): blocking polls in the
-    // plain shape are served around Fastify (src/modules/events/direct-polls.ts), everything else
-    // by Fastify's handler. (With a server of ours, Fastify listens on one address of a host name
-    // that resolves to several, such as localhost.)
-    serverFactory: (handler) => {
-      const server = createServer(
-        {
-          // Both here: Node checks headersTimeout against requestTimeout (300 s by default) when the server is made.
-          headersTimeout: config.requestTimeoutSeconds * 1000,
-          requestTimeout: config.requestTimeoutSeconds * 1000,
-          connectionsCheckingInterval: 1000,
-        },
-        (request, response) => {
-          // directPolls is made below, before the app can listen.
-          if (!directPolls.take(request, response)) handler(request, response);
-        },
-      );
-      server.keepAliveTimeout = config.keepAliveTimeoutSeconds * 1000;
-      server.setTimeout(config.connectionTimeoutSeconds * 1000);
-      return server;
+    requestTimeout: config.requestTimeoutSeconds * 1000,
+    connectionTimeout: config.connectionTimeoutSeconds * 1000,
+    keepAliveTimeout: config.keepAliveTimeoutSeconds * 1000,
+    // requestTimeout here too: Node checks headersTimeout against it (300 s by default) when the server is made.
+    http: {
+      headersTimeout: config.requestTimeoutSeconds * 1000,
+      requestTimeout: config.requestTimeoutSeconds * 1000,
+      connectionsCheckingInterval: 1000,
     },
     // Errors Fastify raises before routing (bad percent-encoding) go through the same envelope.
     frameworkErrors: (error, _request, reply) => {
@@ -128,37 +118,33 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   // than they save. gzip only: brotli at the plugin's quality 4 saved little for much more CPU on a
   // large register (bench/RESULTS.md). Request bodies are never decompressed: the body
   // limit counts what arrives. HEAD gets the uncompressed representation's headers (nothing is
-  // compressed only to be dropped). Every answer is compressed as a stream through zlib's thread
-  // pool, off the event loop (syncThreshold 0; by default the plugin compresses up to 4–64 KB on
-  // the loop, by the machine's cores): the same framing whatever the machine, chunked, which the
-  // direct polls send too. Registered before every route: it adds its hooks to the routes declared
-  // after it.
-  await app.register(compress, {
-    encodings: ['gzip'],
-    threshold: config.compressionThresholdBytes,
-    syncThreshold: 0,
-    globalDecompression: false,
-  });
-  const closing = closeConnectionsOnShutdown(app, config.retryAfterSeconds);
+  // compressed only to be dropped). Registered before every route: it adds its hooks to the
+  // routes declared after it.
+  await app.register(compress, { encodings: ['gzip'], threshold: config.compressionThresholdBytes, globalDecompression: false });
+  closeConnectionsOnShutdown(app, config.retryAfterSeconds);
   await registerOpenApi(app, config);
   await registerBodyParsers(app, config.bodyLimitBytes);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiError = toApiError(error, config.retryAfterSeconds);
     // Whatever failed (ClientGone, a cancelled statement), nobody is there to read it:
     // logClientLeaving logged it. A failure of our own is still logged as one.
     if (clientLeft(reply)) {
-      if (!toApiError(error, config.retryAfterSeconds) && !(error instanceof ClientGone)) {
-        request.log.error({ err: error }, 'unhandled error (its client had left)');
-      }
+      if (!apiError && !(error instanceof ClientGone)) request.log.error({ err: error }, 'unhandled error (its client had left)');
       return reply.code(CLIENT_LEFT).send();
     }
+    if (!apiError) {
+      request.log.error({ err: error }, 'unhandled error');
+      return reply.code(500).send({ result: 'error', msg: 'Internal server error' });
+    }
     // Fastify refuses a QUERY without Content-Type before any handler, even where no route answers QUERY: there, the route's answer (404 or 405).
-    const refused =
+    const refusal =
       request.is404 && error.code === 'FST_ERR_ROUTE_MISSING_CONTENT_TYPE'
         ? unmatchedRouteError(routes.allowedMethods(request.url))
-        : error;
-    const answer = errorAnswer(refused, config.retryAfterSeconds, request.log, metrics);
-    return reply.code(answer.statusCode).headers(answer.headers).send(answer.body);
+        : apiError;
+    metrics?.errorAnswered(error, refusedLimit(refusal), bodyRefusalOf(refusal));
+    if (refusal.statusCode === 503) request.log.warn({ err: error }, 'database unavailable');
+    return reply.code(refusal.statusCode).headers(refusal.headers).send(refusal.toBody());
   });
 
   app.setNotFoundHandler((request, reply) => {
@@ -187,7 +173,9 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     }
   });
 
-  await app.register(sweeper, deps);
+  const sweeper = new Sweeper({ db, config, log: app.log, metrics });
+  app.addHook('onReady', async () => sweeper.start());
+  app.addHook('onClose', () => sweeper.close());
 
   const requestMemory = new RequestMemory({
     totalBytes: config.requestBodyMemoryBytes,
@@ -195,9 +183,6 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     userRequests: config.userRequestBodies,
     retryAfterSeconds: config.retryAfterSeconds,
   });
-  const accounts = new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size)));
-  const polling = new LongPolling({ db, config, log: app.log, metrics });
-  const directPolls = new DirectPolls({ polling, accounts, config, log: app.log, logging, metrics, closing });
   await app.register(async (api) => {
     // Route schemas declare the parameters: decodeRequestParameters decodes them Zulip's way, and
     // the OpenAPI document is generated from them; Fastify itself neither validates nor coerces.
@@ -209,12 +194,14 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('preParsing', bodyDeadline(config.bodyTimeoutSeconds));
     requestMemory.register(api);
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
-    api.addHook('preHandler', authenticationHook(accounts, config));
+    api.addHook(
+      'preHandler',
+      authenticationHook(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config),
+    );
     api.addHook('preHandler', requestMemory.admit);
     // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);
-    await api.register(eventRoutes, { ...deps, polling });
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);
   });
 

@@ -1,6 +1,5 @@
-import type pg from 'pg';
 import type { Config } from './config.js';
-import type { Database } from './db/database.js';
+import type { Database, Pool } from './db/database.js';
 import type { DatabaseObserver } from './db/observer.js';
 import type { PipelinedConnections } from './db/pipelined-connections.js';
 import type { StatementRunner } from './db/reusable-statement.js';
@@ -17,7 +16,7 @@ export interface AppDeps {
   /** The transactions of users' writes (src/db/user-transactions.ts). */
   transactions: UserTransactions;
   /** The pool and the write connections, read by the metrics when scraped (absent: not reported). */
-  pool?: pg.Pool;
+  pool?: Pool;
   writes?: PipelinedConnections;
   /** The database layer's reports, which the metrics fill in (absent: not reported). */
   observer?: DatabaseObserver;

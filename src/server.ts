@@ -2,7 +2,6 @@
 import type { Server } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import closeWithGrace from 'close-with-grace';
-import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
@@ -85,7 +84,7 @@ async function main(): Promise<void> {
     await forgetServer?.();
     await embedded?.stop();
   });
-  drainOnSigterm(app, drain, config.shutdownDrainSeconds, {
+  drainOnSigterm(app.log, drain, config.shutdownDrainSeconds, {
     closing: () => closing,
     close: shutdown.close,
   });
@@ -108,21 +107,26 @@ async function main(): Promise<void> {
  * drain ends it early; during the close it exits 1, as close-with-grace does for other signals.
  * SIGINT (Ctrl-C in a terminal) closes at once, also during the drain.
  */
-function drainOnSigterm(app: FastifyInstance, drain: Drain, seconds: number, shutdown: { closing(): boolean; close(): void }): void {
+function drainOnSigterm(
+  log: Pick<pino.BaseLogger, 'info' | 'error'>,
+  drain: Drain,
+  seconds: number,
+  shutdown: { closing(): boolean; close(): void },
+): void {
   process.on('SIGTERM', () => {
     if (shutdown.closing()) {
-      app.log.error({ signal: 'SIGTERM' }, 'second signal while closing, exiting');
+      log.error({ signal: 'SIGTERM' }, 'second signal while closing, exiting');
       process.exit(1);
     }
     if (drain.draining) {
-      app.log.info({ signal: 'SIGTERM' }, 'second signal, ending the drain');
+      log.info({ signal: 'SIGTERM' }, 'second signal, ending the drain');
       drain.finish();
       return;
     }
-    app.log.info({ signal: 'SIGTERM', drainSeconds: seconds }, 'draining');
+    log.info({ signal: 'SIGTERM', drainSeconds: seconds }, 'draining');
     void drain.start(seconds).then(() => {
       if (shutdown.closing()) return;
-      app.log.info({ signal: 'SIGTERM' }, 'shutting down');
+      log.info({ signal: 'SIGTERM' }, 'shutting down');
       shutdown.close();
     });
   });

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { Config } from '../src/config.js';
 import { createDatabase } from '../src/db/database.js';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { badQueueBody, success } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';
@@ -105,29 +105,38 @@ describe('graceful shutdown', () => {
     expect(await queueRow(ctx.db, queues[0]!)).toBeDefined();
   });
 
-  it('a listening server drains a waiting long poll instead of hanging', async () => {
+  it('a listening server drains a waiting long poll instead of hanging, closing its kept-alive connection', async () => {
     ctx = await createTestContext();
     const server = await instance();
     await server.app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = server.app.server.address() as AddressInfo;
     const queueId = await registerQueue(ctx.app);
-    const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
+    // Kept alive: the connection is closed by the server's answer, not by the client's request.
+    const agent = new http.Agent({ keepAlive: true });
+    const response = new Promise<{ status: number; connection: string | undefined; body: string }>((resolve, reject) => {
       http
         .get(
-          { port, host: '127.0.0.1', path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`, headers: { authorization: auth('U') } },
+          {
+            port,
+            host: '127.0.0.1',
+            path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`,
+            headers: { authorization: auth('U') },
+            agent,
+          },
           (res) => {
             let body = '';
             res.setEncoding('utf8');
             res.on('data', (chunk: string) => (body += chunk));
-            res.on('end', () => resolve({ status: res.statusCode!, body }));
+            res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body }));
           },
         )
         .on('error', reject);
     });
     await waitUntilPolling(queueId);
     await server.close();
-    const { status, body } = await response;
-    expect(status).toBe(200);
+    const { status, connection, body } = await response;
+    agent.destroy();
+    expect([status, connection]).toEqual([200, 'close']);
     expect(JSON.parse(body)).toEqual(JSON.parse(waited(queueId, [])));
   });
 });

@@ -1,9 +1,11 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { HeartbeatWheel } from '../src/modules/events/poll-batches.js';
 import { PollRechecks } from '../src/modules/events/poll-rechecks.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';
@@ -89,6 +91,17 @@ async function startWaiting(app: FastifyInstance, queueId: string, lastEventId =
   await eventually(async () => settled || ((await queueRow(ctx.db, queueId))?.poll_id ?? null) !== before);
   expect(settled).toBe(false);
   return { poll, isSettled: () => settled };
+}
+
+/** A queue of U's, idle since 2020: a poll's end (its idle clock restarted) shows in last_active_at. */
+async function setUpIdleQueue(): Promise<string> {
+  await setUp();
+  const queueId = await registerQueue(ctx.app);
+  await ctx.db
+    .updateTable('event_queues')
+    .set({ last_active_at: new Date('2020-01-01T00:00:00Z') })
+    .execute();
+  return queueId;
 }
 
 async function timed(promise: Promise<LightMyRequestResponse>, since: number) {
@@ -409,12 +422,7 @@ describe('superseded, deleted and abandoned polls', () => {
   });
 
   it('a client that disconnects gets nothing; its events stay for the next poll', async () => {
-    await setUp();
-    const queueId = await registerQueue(ctx.app);
-    await ctx.db
-      .updateTable('event_queues')
-      .set({ last_active_at: new Date('2020-01-01T00:00:00Z') })
-      .execute();
+    const queueId = await setUpIdleQueue();
     const abort = new AbortController();
     const poll = ctx.app.inject({
       method: 'GET',
@@ -437,5 +445,29 @@ describe('superseded, deleted and abandoned polls', () => {
     expect(row!.last_active_at.getTime()).toBeGreaterThanOrEqual(abortedAt - 1000);
     await setPinToTop(ctx.app, true);
     expect(await pendingEvents(ctx.app, queueId)).toEqual([pinEvent(true, 0)]);
+  });
+
+  it('a client that leaves while its poll gathers or authenticates: the poll ends, not at its heartbeat', async () => {
+    const queueId = await setUpIdleQueue();
+    await ctx.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = ctx.app.server.address() as AddressInfo;
+    // The server has the request (Fastify's listener, which runs first, took it): the poll now
+    // waits up to 50 ms for others before its authentication, and its client leaves meanwhile.
+    const received = new Promise<void>((resolve) => ctx.app.server.once('request', () => resolve()));
+    const sent = http.get({
+      host: '127.0.0.1',
+      port,
+      path: `/api/v1/events?queue_id=${queueId}&last_event_id=-1`,
+      headers: { host: 'chat.example.com', authorization: auth('U') },
+      agent: false,
+    });
+    sent.on('error', () => undefined);
+    await received;
+    sent.destroy();
+    // Ended as a poll whose client left (idle clock restarted), well before its heartbeat (45 s).
+    await eventually(async () => {
+      const row = await queueRow(ctx.db, queueId);
+      return row!.poll_id === null && row!.last_active_at.getFullYear() > 2020;
+    }, 15_000);
   });
 });

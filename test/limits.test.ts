@@ -241,6 +241,16 @@ describe('timeout configuration', () => {
     expect(loadConfig({ ...env, CONNECTION_TIMEOUT_SECONDS: '91' }).connectionTimeoutSeconds).toBe(91);
     expect(() => loadConfig({ ...env, REQUEST_TIMEOUT_SECONDS: '0' })).toThrow(/REQUEST_TIMEOUT_SECONDS/);
   });
+
+  it("a request timeout above Node's default (300 s) is the server's, for headers too", async () => {
+    // Node refuses a server whose headersTimeout exceeds its requestTimeout when it is made.
+    const ctx = await createTestContext({ env: { REQUEST_TIMEOUT_SECONDS: '600' } });
+    try {
+      expect([ctx.app.server.requestTimeout, ctx.app.server.headersTimeout]).toEqual([600_000, 600_000]);
+    } finally {
+      await ctx.close();
+    }
+  });
 });
 
 describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', () => {

@@ -2,7 +2,7 @@ import http from 'node:http';
 import { sql } from 'kysely';
 import { Counter, Histogram, Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { startMetricsListener } from '../src/metrics/listener.js';
 import { SeriesCounter, SeriesHistogram } from '../src/metrics/series.js';
 import { api, createTestContext, type TestAppOptions, type TestContext } from './helpers/app.js';

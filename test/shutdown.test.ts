@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { LISTENER_APPLICATION_NAME } from '../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../src/db/event-listener.js';
 import { createFixtureDatabase, type TestDatabase } from './helpers/database.js';
 import { OK, success, UNAVAILABLE } from './helpers/envelope.js';
 import { auth } from './helpers/fixture.js';

@@ -2,12 +2,12 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { compiledStatements, reusableStatement, statementName } from '../src/db/reusable-statement.js';
 import { AuthLookupQuery } from '../src/http/auth.repository.js';
-import { registeredStatements, unregisteredStatements } from '../src/sql-registry.js';
+import { registeredStatements, unregisteredStatements } from '../scripts/lib/sql-registry.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { forgetStatement } from './helpers/statements.js';
 
-// Issue 26: every named statement is in src/sql-registry.ts, whose sql/ files reviewers read and
+// Issue 26: every named statement is in scripts/lib/sql-registry.ts, whose sql/ files reviewers read and
 // CI checks against the code (npm run sql:check); the setup file test/helpers/statements.ts fails
 // any test file that makes the server compile a statement the registry lacks.
 

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import type { EmbeddedDatabase } from '../../src/db/embedded.js';
-import { LISTENER_APPLICATION_NAME } from '../../src/modules/events/event-listener.js';
+import { LISTENER_APPLICATION_NAME } from '../../src/db/event-listener.js';
 import { log, SERVER_APPLICATION_NAME } from './config.js';
 import { call } from './http.js';
 import { state } from './outcomes.js';

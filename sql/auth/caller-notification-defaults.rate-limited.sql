@@ -1,7 +1,7 @@
 -- Built in src/http/auth.repository.ts with the lookup of src/modules/events/register.service.ts.
 -- Prepared as s_393714d600dfa9f16b5a069d0ec0e9c0, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
         SELECT * FROM jsonb_to_recordset($1::jsonb)
           AS r(ord integer, key_hash text, email text, subdomain text, lookup_argument integer)),

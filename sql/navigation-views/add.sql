@@ -1,7 +1,7 @@
 -- Built in src/modules/navigation-views/navigation-views.repository.ts.
 -- Prepared as s_6f6afeb172a22658b90b5441dd1b4939, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
     SELECT e.payload, e.ord, e.payload->>'type', 1
     FROM json_array_elements($1::json) WITH ORDINALITY AS e(payload, ord)),

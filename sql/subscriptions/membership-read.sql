@@ -1,7 +1,7 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
 -- Prepared as s_6446e2d7ce1c4843d6946070829fbf95, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
   SELECT n.ord::integer AS ord, n.name FROM unnest($2::text[]) WITH ORDINALITY AS n(name, ord)
 ),

@@ -1,7 +1,7 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
 -- Prepared as s_5657091bf6111eb4bdb88bb2f104b457, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
     SELECT e.item->'event', e.ord, e.item->'event'->>'type', (e.item->>'to')::integer + 1
     FROM json_array_elements($1::json) WITH ORDINALITY AS e(item, ord)),

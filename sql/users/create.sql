@@ -1,7 +1,7 @@
 -- Built in src/modules/users/users.writes.ts.
 -- Prepared as s_89e50c910fe0c8df6317f5f0618c2156, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
     SELECT CASE
       WHEN EXISTS (SELECT 1 FROM users WHERE realm_id = $1 AND lower(delivery_email) = lower($6::text))

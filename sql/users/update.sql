@@ -1,7 +1,7 @@
 -- Built in src/modules/users/users.writes.ts.
 -- Prepared as s_a880ed7954f9e2379f868903edfca52b, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH guard AS (
     SELECT CASE
       WHEN $7::smallint IS NOT NULL AND $7::smallint <> 100 AND t.role = 100 AND t.bot_type IS NULL

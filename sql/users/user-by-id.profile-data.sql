@@ -1,7 +1,7 @@
 -- Built in src/modules/users/users.repository.ts.
 -- Prepared as s_a2b2034ca6ae523535b46f8a253f9336, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 select "users"."id",
   "users"."delivery_email",
   "users"."full_name",

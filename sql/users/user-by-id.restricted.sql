@@ -1,7 +1,7 @@
 -- Built in src/modules/users/users.repository.ts.
 -- Prepared as s_b4123e782abdd3ba3d1cbef7e1474970, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
--- src/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
+-- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 select "users"."id",
   "users"."delivery_email",
   "users"."full_name",

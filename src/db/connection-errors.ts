@@ -1,4 +1,4 @@
-import type { FastifyBaseLogger } from 'fastify';
+import type { BaseLogger } from 'pino';
 
 /**
  * Where the errors of connections no statement was waiting on go (createDatabase's
@@ -6,10 +6,10 @@ import type { FastifyBaseLogger } from 'fastify';
  * the app is built), to the logger after. Never a throw: such an error must not end the process.
  */
 export class ConnectionErrorReporter {
-  private logger: Pick<FastifyBaseLogger, 'warn'> | undefined;
+  private logger: Pick<BaseLogger, 'warn'> | undefined;
 
   /** From now on, report to this logger. */
-  logTo(logger: Pick<FastifyBaseLogger, 'warn'>): void {
+  logTo(logger: Pick<BaseLogger, 'warn'>): void {
     this.logger = logger;
   }
 

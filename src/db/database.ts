@@ -11,6 +11,9 @@ import type { DB } from './types.js';
 /** What statements run on: Kysely over the pool, or one of its transactions (Transaction<DB> extends Kysely<DB>). */
 export type Database = Kysely<DB>;
 
+/** The driver's connection pool (the metrics read its counts). */
+export type Pool = pg.Pool;
+
 export interface DatabaseHandle {
   /** Kysely over the pool: transactions and every statement that is not a short single one. */
   db: Database;
@@ -20,7 +23,7 @@ export interface DatabaseHandle {
   writes: PipelinedConnections;
   /** The transactions of users' writes, one round trip each (user-transactions.ts). */
   transactions: UserTransactions;
-  pool: pg.Pool;
+  pool: Pool;
   /** What the layer reports as it works (src/db/observer.ts); filled by buildApp when the metrics are on. */
   observer: DatabaseObserver;
   close(): Promise<void>;
@@ -73,6 +76,9 @@ const typeParsers: pg.CustomTypesConfig = {
     return pg.types.getTypeParser(oid, format) as (value: string) => unknown;
   },
 };
+
+/** node-postgres's own parser of timestamptz text: for a timestamp read out of JSON text as the driver would read its column. */
+export const parseTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ) as (text: string) => Date;
 
 /**
  * The pool as Kysely sees it, with typed failures: a connection that cannot be had, and a

@@ -88,6 +88,17 @@ export function writeRefusal(error: unknown): { reason: string; detail: string }
   return { reason: error.message, detail: error.detail ?? '' };
 }
 
+/**
+ * Whether a value sent with a statement may be what failed it: SQLSTATE classes 22 and 23 (data,
+ * constraints), or no SQLSTATE at all (the driver refused a value); never an unreachable database.
+ */
+export function valueMayCause(error: unknown): boolean {
+  if (isDatabaseUnavailable(error)) return false;
+  if (!(error instanceof pg.DatabaseError)) return true;
+  const code = error.code ?? '';
+  return code.startsWith('22') || code.startsWith('23');
+}
+
 /** SQLSTATE of user_lock_now (migration 0007): the user's lock is held by another transaction; this one rolled back. */
 const USER_LOCK_REFUSED = 'ZU002';
 

@@ -57,7 +57,7 @@ export const statementName = (text: string): string => `s_${createHash('sha256')
 
 /**
  * Every named statement this process has made so far (compiled reusable statements and
- * preparedStatement's), text by name: the tests compare them with src/sql-registry.ts, so that a
+ * preparedStatement's), text by name: the tests compare them with scripts/lib/sql-registry.ts, so that a
  * statement the code builds at run time cannot be missing from the reviewed sql/ files. One entry
  * per statement, added once, when it is compiled: never on a request's path after that.
  */

@@ -1,7 +1,6 @@
 import { type Expression, type QueryCreator, sql } from 'kysely';
 import type { DB } from '../db/types.js';
-import pg from 'pg';
-import { isDatabaseUnavailable } from '../db/errors.js';
+import { valueMayCause } from '../db/errors.js';
 import { type ReusableStatement, reusableStatement, type Statement, type StatementRunner } from '../db/reusable-statement.js';
 import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
 
@@ -186,7 +185,7 @@ interface AuthVariant {
 }
 
 /**
- * A lookup's query, defined once at module level (src/sql-registry.ts lists every one, so that
+ * A lookup's query, defined once at module level (scripts/lib/sql-registry.ts lists every one, so that
  * `npm run sql` writes its statements to sql/auth/). Its two statements (rate limited or not) are
  * built and compiled on first use, then kept here: a request only picks one. Batches and lookup
  * rows are matched by the statements' names, which are hashes of their SQL, so two lookups share
@@ -212,7 +211,7 @@ export class AuthLookupQuery<Extra extends object> {
     return variant;
   }
 
-  /** The text and name of its statement (src/sql-registry.ts). */
+  /** The text and name of its statement (scripts/lib/sql-registry.ts). */
   statement(rateLimited: boolean): Required<Statement> {
     return this.variant(rateLimited).run.statement();
   }
@@ -225,14 +224,6 @@ export class AuthLookupQuery<Extra extends object> {
 
 /** The authentication statement of a route without a lookup. */
 export const NO_LOOKUP = new AuthLookupQuery<object>('caller', (account) => account);
-
-/** Whether one request's values may be what failed its batch: SQLSTATE classes 22 and 23, or no SQLSTATE at all (the driver refused a value). */
-function valueMayCause(error: unknown): boolean {
-  if (isDatabaseUnavailable(error)) return false;
-  if (!(error instanceof pg.DatabaseError)) return true;
-  const code = error.code ?? '';
-  return code.startsWith('22') || code.startsWith('23');
-}
 
 /** Bounds one statement's work (and its time ahead of the statements pipelined behind it). */
 const MAX_BATCH = 256;

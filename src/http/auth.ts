@@ -1,12 +1,11 @@
 import { isUtf8 } from 'node:buffer';
-import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { API_KEY_PATTERN, apiKeyDigest, storedDigestMatches } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
 import { type AccountBatches, type AccountRow, type AuthLookup, INCOMING_WEBHOOK_BOT } from './auth.repository.js';
 import { badRequest, unauthorized } from './errors.js';
-import { applyRateLimit, type RateLimitDecision, rateLimitDecision, type RateLimitRule, rateLimitRule } from './rate-limit.js';
+import { applyRateLimit, type RateLimitDecision, rateLimitDecision, type RateLimitRule } from './rate-limit.js';
 
 export interface Caller {
   id: number;
@@ -22,14 +21,8 @@ export interface Caller {
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
-/** What a Basic Authorization header carries. */
-export interface BasicCredentials {
-  email: string;
-  apiKey: string;
-}
-
 /** Splits a Basic Authorization header into email and key, with the spec's messages (§1.3 rows 1–5). */
-export function parseBasicAuthorization(header: string | undefined): BasicCredentials {
+function parseBasicAuthorization(header: string | undefined): { email: string; apiKey: string } {
   if (header === undefined) throw unauthorized('Not logged in: API authentication or user session required');
   const tokens = header.trim().split(/\s+/);
   if (tokens.length !== 2) throw invalidHeader();
@@ -63,20 +56,30 @@ export interface Authentication<Extra extends object> {
 }
 
 /**
- * Authenticates the credentials of a request to the organization `subdomain` (spec §1.3 rows
- * 6–11) and, when `rule` is given, decides its rate limit (§1.10), with the route's lookup, in one
- * statement. The messages follow the rows' order; the address and organization checks are the
- * statement's, so that only requests this function accepts are counted.
+ * Authenticates a request (spec §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
+ * (§1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
+ * address and organization checks are the statement's, so that only requests this function
+ * accepts are counted.
  */
-export async function authenticate<Extra extends object>(
+async function authenticate<Extra extends object>(
   accounts: AccountBatches,
-  { email, apiKey }: BasicCredentials,
-  subdomain: string,
+  config: Config,
+  request: FastifyRequest,
   lookup: AuthLookup<Extra> | undefined,
   rule: RateLimitRule | undefined,
 ): Promise<Authentication<Extra>> {
+  const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const digest = apiKeyDigest(apiKey);
-  const row = await accounts.find({ key_hash: digest.hex, email, subdomain, lookup_argument: lookup?.argument ?? 0 }, lookup, rule);
+  const row = await accounts.find(
+    {
+      key_hash: digest.hex,
+      email,
+      subdomain: requestSubdomain(request, config),
+      lookup_argument: lookup?.argument ?? 0,
+    },
+    lookup,
+    rule,
+  );
   if (!row || !storedDigestMatches(row.caller_api_key_hash, digest.bytes)) throw unauthorized('Invalid API key');
   if (!row.caller_email_matches) throw unauthorized('Invalid API key');
   if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');
@@ -103,19 +106,12 @@ export async function authenticate<Extra extends object>(
  * when they need no credentials, and may fold a lookup in (`config.authLookup`).
  */
 export function authenticationHook(accounts: AccountBatches, config: Config) {
-  const rule = rateLimitRule(config);
+  const rule = config.rateLimiting ? { maxRequests: config.rateLimitMaxRequests, windowSeconds: config.rateLimitWindowSeconds } : undefined;
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const { auth, authLookup } = request.routeOptions.config;
     if (auth === false) return;
     const lookup = authLookup?.(request);
-    const credentials = parseBasicAuthorization(request.headers.authorization);
-    const { caller, lookupResult, rateLimit } = await authenticate(
-      accounts,
-      credentials,
-      requestSubdomain(request.headers, config),
-      lookup,
-      rule,
-    );
+    const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, lookup, rule);
     request.caller = caller;
     if (lookup && lookupResult) request.authLookupRow = { lookup, row: lookupResult };
     if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
@@ -143,9 +139,9 @@ export function lookupRowOf<Extra extends object>(
   return found.row as AccountRow & Extra;
 }
 
-/** The organization subdomain a request with these headers addresses (X-Forwarded-Host only behind a trusted proxy). */
-export function requestSubdomain(headers: IncomingHttpHeaders, config: Config): string {
-  const forwarded = headers['x-forwarded-host'];
-  const host = config.trustProxy && forwarded ? (Array.isArray(forwarded) ? forwarded[0] : forwarded) : headers.host;
+/** The organization subdomain the request addresses (X-Forwarded-Host only behind a trusted proxy). */
+export function requestSubdomain(request: FastifyRequest, config: Config): string {
+  const forwarded = request.headers['x-forwarded-host'];
+  const host = config.trustProxy && forwarded ? (Array.isArray(forwarded) ? forwarded[0] : forwarded) : request.headers.host;
   return subdomainOfHost(host, config);
 }

@@ -1,5 +1,6 @@
 import type { FastifyError } from 'fastify';
 import { CommitOutcomeUnknown, isDatabaseUnavailable } from '../db/errors.js';
+import type { BodyRefusal } from '../metrics/metrics.js';
 
 /**
  * Typed API errors. The error handler turns them into Zulip's envelope:
@@ -68,7 +69,16 @@ export const malformedRequest = (): ApiError => new ApiError(400, 'Malformed req
 /** The body did not arrive in time (BODY_TIMEOUT_SECONDS): the message Node's request timeout gets (client-errors.ts); the rest of the body is not awaited. */
 export const bodyTimedOut = (): ApiError => new ApiError(408, 'Request timeout', 'BAD_REQUEST', {}, { connection: 'close' });
 
-export const tooManyFields = (): ApiError => new ApiError(400, 'Too many fields in request body');
+const TOO_MANY_FIELDS = 'Too many fields in request body';
+
+export const tooManyFields = (): ApiError => new ApiError(400, TOO_MANY_FIELDS);
+
+/** Which refusal of a request body an error is, if it is one (the metrics count them apart). */
+export function bodyRefusalOf(error: ApiError): BodyRefusal | undefined {
+  if (error.statusCode === 413) return 'size';
+  if (error.statusCode === 408) return 'timeout';
+  return error.message === TOO_MANY_FIELDS ? 'fields' : undefined;
+}
 
 /**
  * The API error an error is answered with: its own, a 503 for an unreachable database, and

@@ -1,5 +1,5 @@
 import type { FastifyReply } from 'fastify';
-import type { Config } from '../config.js';
+import type { RefusedLimit } from '../metrics/metrics.js';
 import { ApiError } from './errors.js';
 
 /** The per-user rule (spec §1.10): at most maxRequests accepted requests in any windowSeconds. */
@@ -7,12 +7,6 @@ export interface RateLimitRule {
   maxRequests: number;
   windowSeconds: number;
 }
-
-/** The configured rule; undefined when rate limiting is off. */
-export const rateLimitRule = (
-  config: Pick<Config, 'rateLimiting' | 'rateLimitMaxRequests' | 'rateLimitWindowSeconds'>,
-): RateLimitRule | undefined =>
-  config.rateLimiting ? { maxRequests: config.rateLimitMaxRequests, windowSeconds: config.rateLimitWindowSeconds } : undefined;
 
 /** The rate-limit decision as the authentication statement returns it (null when rate limiting is off or the credentials were refused). */
 export interface RateLimitColumns {
@@ -39,8 +33,8 @@ export interface RateLimitDecision {
 class RateLimitExceeded extends ApiError {
   constructor(
     readonly retryAfterSeconds: number,
-    /** Which limit refused: the metrics count them apart (src/metrics/metrics.ts). */
-    readonly limit: 'rate_limit' | 'user_body_memory',
+    /** Which limit refused: the metrics count them apart. */
+    readonly limit: RefusedLimit,
   ) {
     super(429, 'API usage exceeded rate limit', 'RATE_LIMIT_HIT', {}, { 'retry-after': String(retryAfterSeconds) });
     this.name = 'RateLimitExceeded';
@@ -55,8 +49,7 @@ class RateLimitExceeded extends ApiError {
 export const userBodyMemoryExceeded = (retryAfterSeconds: number): ApiError => new RateLimitExceeded(retryAfterSeconds, 'user_body_memory');
 
 /** Which limit an error is the refusal of, if it is one. */
-export const refusedLimit = (error: ApiError): 'rate_limit' | 'user_body_memory' | undefined =>
-  error instanceof RateLimitExceeded ? error.limit : undefined;
+export const refusedLimit = (error: ApiError): RefusedLimit | undefined => (error instanceof RateLimitExceeded ? error.limit : undefined);
 
 /** The decision the authentication statement took (src/http/auth.repository.ts). */
 export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
@@ -70,26 +63,16 @@ export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
   };
 }
 
-/** The `X-RateLimit-*` headers of an authenticated request's answer. */
-export function rateLimitHeaders(rule: RateLimitRule, decision: RateLimitDecision): Record<string, string> {
-  const resetAfter = decision.accepted ? rule.windowSeconds : decision.retryAfterSeconds;
-  return {
-    'x-ratelimit-limit': String(rule.maxRequests),
-    'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
-    'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
-  };
-}
-
-/** Throws the 429 of a refused request. */
-export function enforceRateLimit(decision: RateLimitDecision): void {
-  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds, 'rate_limit');
-}
-
 /**
  * The `X-RateLimit-*` headers of an authenticated request, set before anything else can fail so
  * that every later answer (success, 4xx, 429, 500) carries them; a refusal is thrown as 429.
  */
 export function applyRateLimit(reply: FastifyReply, rule: RateLimitRule, decision: RateLimitDecision): void {
-  reply.headers(rateLimitHeaders(rule, decision));
-  enforceRateLimit(decision);
+  const resetAfter = decision.accepted ? rule.windowSeconds : decision.retryAfterSeconds;
+  reply.headers({
+    'x-ratelimit-limit': String(rule.maxRequests),
+    'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
+    'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
+  });
+  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds, 'rate_limit');
 }

@@ -83,8 +83,7 @@ export function logClientLeaving(request: FastifyRequest, reply: FastifyReply, d
   done();
 }
 
-/** The message of every request's line. */
-export const REQUEST_COMPLETED = 'request completed';
+const REQUEST_COMPLETED = 'request completed';
 
 function infoLine(log: FastifyBaseLogger, line: object): void {
   if (log instanceof RequestLogger) log.completed(line);

@@ -10,10 +10,8 @@ import { serviceUnavailable } from './errors.js';
  * - a new request arriving on such a connection gets the Zulip 503 envelope with Retry-After (the
  *   client retries, through the load balancer, on another instance), instead of Fastify's own
  *   503 body (return503OnClosing is off for that reason).
- *
- * Returns whether the app is closing, for the requests served around Fastify (the direct polls).
  */
-export function closeConnectionsOnShutdown(app: FastifyInstance, retryAfterSeconds: number): () => boolean {
+export function closeConnectionsOnShutdown(app: FastifyInstance, retryAfterSeconds: number): void {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
@@ -26,5 +24,4 @@ export function closeConnectionsOnShutdown(app: FastifyInstance, retryAfterSecon
     if (closing) reply.header('connection', 'close');
     done(null, payload);
   });
-  return () => closing;
 }

@@ -1,14 +1,10 @@
-import type { ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
-import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { createHash } from 'node:crypto';
+import type { Pool } from '../db/database.js';
 import { isDatabaseUnavailable } from '../db/errors.js';
 import type { DatabaseObserver } from '../db/observer.js';
-import { type ApiError, tooManyFields } from '../http/errors.js';
-import { refusedLimit } from '../http/rate-limit.js';
-import { ROUTED_METHODS } from '../http/routing.js';
 import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
@@ -21,7 +17,7 @@ import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogra
 
 /** What the metrics read when scraped; nothing on the request path. */
 export interface MetricsSources {
-  pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+  pool?: Pick<Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
   /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
   lanes?: { shortStatements?: () => readonly number[]; writes?: () => readonly number[] };
   /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
@@ -31,8 +27,12 @@ export interface MetricsSources {
 /** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
 const UNMATCHED = 'unmatched';
 
-/** The method labels: the methods the routes answer, and `other` for the rest of the 34 Node parses (PROPFIND, QUERY…), one value whatever the client sends. */
-const METHOD_LABELS = new Set<string>([...ROUTED_METHODS, 'OPTIONS']);
+/**
+ * The method labels: the methods the routes answer (ROUTED_METHODS in src/http/routing.ts, which
+ * metrics does not import) and OPTIONS, and `other` for the rest of the 34 Node parses (PROPFIND,
+ * QUERY…), one value whatever the client sends.
+ */
+const METHOD_LABELS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 const OTHER_METHOD = 'other';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -48,13 +48,10 @@ interface RouteSeries {
   byStatus: Map<number, CounterSeries>;
 }
 
-const TOO_MANY_FIELDS = tooManyFields().message;
-
-function bodyRefusalOf(error: ApiError): 'size' | 'fields' | 'timeout' | undefined {
-  if (error.statusCode === 413) return 'size';
-  if (error.statusCode === 408) return 'timeout';
-  return error.message === TOO_MANY_FIELDS ? 'fields' : undefined;
-}
+/** The limit a 429 is the refusal of: zulip_rate_limited_total's `limit` label. */
+export type RefusedLimit = 'rate_limit' | 'user_body_memory';
+/** Why a request body was refused: zulip_request_body_refused_total's `reason` label. */
+export type BodyRefusal = 'size' | 'fields' | 'timeout';
 
 /** What a sweep deletes. */
 export type SweptKind = 'event_queues' | 'audit_rows';
@@ -293,15 +290,10 @@ export class Metrics {
 
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
   readonly requestStarted = (_request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    this.responseOpened(reply.raw);
+    this.inFlight++;
+    reply.raw.once('close', this.requestClosed);
     done();
   };
-
-  /** A request in flight until its response closes (answered or abandoned). */
-  responseOpened(response: ServerResponse): void {
-    this.inFlight++;
-    response.once('close', this.requestClosed);
-  }
 
   private readonly requestClosed = (): void => {
     this.inFlight--;
@@ -309,28 +301,23 @@ export class Metrics {
 
   /** onResponse: the request's count and duration under its route template (routeOptions.url), never its path. */
   readonly requestAnswered = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    this.answered(request.routeOptions.url ?? UNMATCHED, request.method, reply.statusCode, reply.elapsedTime);
-    done();
-  };
-
-  /** A request answered: its count and duration (`elapsedMs`) under its route template. */
-  answered(route: string, method: string, status: number, elapsedMs: number): void {
-    const series = this.routeSeries(route, METHOD_LABELS.has(method) ? method : OTHER_METHOD);
+    const method = request.method;
+    const series = this.routeSeries(request.routeOptions.url ?? UNMATCHED, METHOD_LABELS.has(method) ? method : OTHER_METHOD);
+    const status = reply.statusCode;
     let count = series.byStatus.get(status);
     if (!count) {
       count = this.httpRequests.seriesFor({ ...series.duration.labels, status_code: String(status) });
       series.byStatus.set(status, count);
     }
     count.add();
-    series.duration.observe(elapsedMs / 1000);
-  }
+    series.duration.observe(reply.elapsedTime / 1000);
+    done();
+  };
 
   /** From the error handler: counts the refusals and the database's failures among the errors answered. */
-  errorAnswered(error: ApiError, cause: unknown): void {
+  errorAnswered(cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined): void {
     if (isDatabaseUnavailable(cause)) this.dbUnavailable.inc();
-    const limit = refusedLimit(error);
     if (limit) this.rateLimited.inc({ limit });
-    const reason = bodyRefusalOf(error);
     if (reason) this.bodyRefused.inc({ reason });
   }
 

@@ -26,17 +26,19 @@ export function forgetStatement(name: string): void {
 
 /**
  * A setup file of every test file (vitest.config.ts): after the file's tests, every statement the
- * server compiled while they ran must be one of src/sql-registry.ts, whose sql/ files reviewers
+ * server compiled while they ran must be one of scripts/lib/sql-registry.ts, whose sql/ files reviewers
  * see and CI checks (`npm run sql:check`). A statement built at run time that the registry lacks
  * (a new variant of a lookup, say) fails the file that ran it.
  */
 afterAll(async () => {
   if ([...compiledStatements.keys()].every((name) => testStatementNames.has(name))) return;
   // Loaded only when needed: it imports the modules of every statement.
-  const { unregisteredStatements } = await import('../../src/sql-registry.js');
+  const { unregisteredStatements } = await import('../../scripts/lib/sql-registry.js');
   const missing = unregisteredStatements(testStatementNames);
   if (missing.length > 0) {
     const listed = missing.map(([name, text]) => `${name}: ${text.length > 300 ? `${text.slice(0, 300)}…` : text}`).join('\n\n');
-    throw new Error(`statements compiled at run time that src/sql-registry.ts does not list (add them, then npm run sql):\n${listed}`);
+    throw new Error(
+      `statements compiled at run time that scripts/lib/sql-registry.ts does not list (add them, then npm run sql):\n${listed}`,
+    );
   }
 });

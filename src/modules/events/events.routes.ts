@@ -3,19 +3,20 @@ import type { AppDeps } from '../../deps.js';
 import { callerOf, lookupRowOf } from '../../http/auth.js';
 import { clientGone } from '../../http/client-gone.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
-import { parametersOf } from '../../http/params.js';
+import { parametersOf, peekParameter } from '../../http/params.js';
 import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
-import type { LongPolling } from './long-polling.js';
+import { LongPolling } from './long-polling.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /**
  * Register and the event queue endpoints (spec §3.12–§3.14). The instance's long polls
  * (`polling`) are started when the app is ready and answered before its server closes.
  */
-export const eventRoutes: FastifyPluginAsync<AppDeps & { polling: LongPolling }> = async (app, { db, transactions, config, polling }) => {
+export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const { metrics } = app;
+  const polling = new LongPolling({ db, config, log: app.log, metrics });
   const { wakeups, gathering } = polling;
 
   app.addHook('onReady', () => polling.start());
@@ -61,9 +62,9 @@ export const eventRoutes: FastifyPluginAsync<AppDeps & { polling: LongPolling }>
 
   // Before authentication (the app's preHandler): a blocking poll waits for the others arriving
   // within POLL_GATHER_MS, whose authentication and start it then shares. dont_block polls do not
-  // wait (read from the query, where clients send it; one sent in a body only waits 50 ms more).
+  // wait (an invalid value waits: its 400 comes after authentication).
   const gather = async (request: FastifyRequest) => {
-    if ((request.query as Record<string, unknown> | undefined)?.dont_block !== 'true') await gathering.wait();
+    if (peekParameter(request, getEventsSchema, 'dont_block') !== true) await gathering.wait();
   };
   // Not async: a waiting poll holds no suspended handler (LongPoll in events.service.ts); the
   // answer is sent when it comes.

@@ -1,7 +1,6 @@
-import type { FastifySchema } from 'fastify';
 import Type, { type TProperties } from 'typebox';
 import { badRequest } from '../../http/errors.js';
-import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, errorResponse, type RouteSchema, successResponse } from '../../http/openapi.js';
 import {
   checkBoolean,
   checkDict,
@@ -215,7 +214,7 @@ export const registerSchema = {
     }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const getEventsSchema = {
   operationId: 'get-events',
@@ -240,7 +239,7 @@ export const getEventsSchema = {
     ...AUTHENTICATED_ERRORS,
     400: BAD_QUEUE,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const deleteQueueSchema = {
   operationId: 'delete-queue',
@@ -249,4 +248,4 @@ export const deleteQueueSchema = {
   tags: ['events'],
   ...formParameters({ queue_id: required(text, 'The queue, from register.') }),
   documentedResponses: { 200: successResponse('The queue was deleted.'), ...AUTHENTICATED_ERRORS, 400: BAD_QUEUE },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

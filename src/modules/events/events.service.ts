@@ -190,7 +190,7 @@ class LongPoll extends PollWaiter {
 }
 
 /** What was thrown, as an Error. */
-export const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
 
 export async function deleteQueue(deps: Pick<EventsDeps, 'db' | 'wakeups'>, caller: QueueOwner, queueId: string): Promise<void> {
   if (!QUEUE_ID.test(queueId) || !(await deleteEventQueue(deps.db, caller, queueId))) throw badEventQueueId(queueId);

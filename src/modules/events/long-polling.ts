@@ -1,10 +1,11 @@
 import { performance } from 'node:perf_hooks';
-import type { FastifyBaseLogger } from 'fastify';
+import type { BaseLogger } from 'pino';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import { EventListener } from '../../db/event-listener.js';
 import type { Metrics } from '../../metrics/metrics.js';
-import { EventListener } from './event-listener.js';
 import { QueueWakeups } from './event-wakeups.js';
+import { EVENTS_CHANNEL } from './events.repository.js';
 import type { EventsDeps, PollAnswer } from './events.service.js';
 import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollGathering, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';
@@ -17,16 +18,15 @@ const POLL_GATHER_MS = 50;
 export interface LongPollingOptions {
   db: Database;
   config: Config;
-  log: FastifyBaseLogger;
+  log: Pick<BaseLogger, 'warn'>;
   metrics: Metrics | undefined;
 }
 
 /**
- * An instance's long polls (spec §3.13): what they wait on and how they are answered, shared by
- * the GET /events route and the direct polls (direct-polls.ts): the wake-ups, the batches of poll
- * starts and heartbeats, the heartbeat wheel, the gathering of blocking polls, the LISTEN
- * connection and the periodic check. The app starts it when ready, answers every waiting poll
- * before the server closes, and closes it last.
+ * An instance's long polls (spec §3.13): what they wait on and how they are answered: the
+ * wake-ups, the batches of poll starts and heartbeats, the heartbeat wheel, the gathering of
+ * blocking polls, the LISTEN connection and the periodic check. The event routes start it when
+ * the app is ready, answer every waiting poll before the server closes, and close it last.
  */
 export class LongPolling {
   readonly wakeups = new QueueWakeups();
@@ -57,7 +57,8 @@ export class LongPolling {
       connectionString: config.databaseUrl,
       connectTimeoutMs: config.dbConnectTimeoutMs,
       log,
-      onQueueNotified: metrics
+      channel: EVENTS_CHANNEL,
+      onNotified: metrics
         ? (queueId) => {
             metrics.notificationReceived();
             wakeups.notified(queueId, performance.now());

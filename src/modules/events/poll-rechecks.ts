@@ -1,4 +1,4 @@
-import type { FastifyBaseLogger } from 'fastify';
+import type { BaseLogger } from 'pino';
 import type { Database } from '../../db/database.js';
 import { leaseRenewalSeconds, recheckWaitingPolls } from './event-polls.repository.js';
 import type { QueueWakeups } from './event-wakeups.js';
@@ -7,7 +7,7 @@ export interface PollRechecksOptions {
   db: Database;
   wakeups: QueueWakeups;
   intervalMs: number;
-  log: FastifyBaseLogger;
+  log: Pick<BaseLogger, 'warn'>;
   /** Told whether each check succeeded (the metrics). */
   onRecheck?: (ok: boolean) => void;
 }

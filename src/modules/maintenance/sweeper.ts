@@ -1,7 +1,7 @@
-import type { FastifyPluginAsync } from 'fastify';
-import type { AppDeps } from '../../deps.js';
+import type { BaseLogger } from 'pino';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import type { Metrics } from '../../metrics/metrics.js';
 import { deleteExpiredQueues } from '../events/events.repository.js';
 import { deleteOldAuditRows } from '../subscriptions/subscriptions.repository.js';
 
@@ -39,29 +39,42 @@ export async function sweepOnce(db: Database, config: Pick<Config, 'auditLogRete
   return { queues, auditRows };
 }
 
-export const sweeper: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
-  let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> | undefined;
-  app.addHook('onReady', async () => {
-    timer = setInterval(() => {
-      if (running) return; // a slow sweep is not started twice
-      running = sweepOnce(db, config)
+export interface SweeperOptions {
+  db: Database;
+  config: Pick<Config, 'auditLogRetentionDays' | 'queueSweepIntervalSeconds'>;
+  log: Pick<BaseLogger, 'info' | 'warn'>;
+  metrics: Metrics | undefined;
+}
+
+/** Sweeps every QUEUE_SWEEP_INTERVAL_SECONDS from start() until close(); a slow sweep is not started twice. */
+export class Sweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+
+  constructor(private readonly options: SweeperOptions) {}
+
+  start(): void {
+    const { db, config, log, metrics } = this.options;
+    this.timer = setInterval(() => {
+      if (this.running) return;
+      this.running = sweepOnce(db, config)
         .then(
           (result) => {
-            app.metrics?.swept('event_queues', result.queues);
-            app.metrics?.swept('audit_rows', result.auditRows);
-            if (result.queues + result.auditRows > 0) app.log.info(result, 'swept expired event queues and old audit rows');
+            metrics?.swept('event_queues', result.queues);
+            metrics?.swept('audit_rows', result.auditRows);
+            if (result.queues + result.auditRows > 0) log.info(result, 'swept expired event queues and old audit rows');
           },
-          (error: unknown) => app.log.warn({ err: error }, 'sweep failed'),
+          (error: unknown) => log.warn({ err: error }, 'sweep failed'),
         )
         .finally(() => {
-          running = undefined;
+          this.running = undefined;
         });
     }, config.queueSweepIntervalSeconds * 1000);
-    timer.unref();
-  });
-  app.addHook('onClose', async () => {
-    clearInterval(timer);
-    await running;
-  });
-};
+    this.timer.unref();
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.running;
+  }
+}

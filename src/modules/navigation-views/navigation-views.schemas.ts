@@ -1,7 +1,6 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
-import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, errorResponse, type RouteSchema, successResponse } from '../../http/openapi.js';
 import { formParameters, jsonBoolean, kind, optional, pathSegment, required, trimmedText } from '../../http/params.js';
 import { isStorableText } from '../../lib/text.js';
 
@@ -46,7 +45,7 @@ export const listNavigationViewsSchema = {
     200: successResponse('The views.', { navigation_views: Type.Array(NavigationViewObject) }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const addNavigationViewSchema = {
   operationId: 'add-navigation-view',
@@ -59,7 +58,7 @@ export const addNavigationViewSchema = {
     name: optional(viewText, NAME),
   }),
   documentedResponses: { 200: successResponse('The view was added.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const updateNavigationViewSchema = {
   operationId: 'edit-navigation-view',
@@ -78,7 +77,7 @@ export const updateNavigationViewSchema = {
     ...AUTHENTICATED_ERRORS,
     404: errorResponse('The caller has no view with this fragment (code NOT_FOUND).'),
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const removeNavigationViewSchema = {
   operationId: 'remove-navigation-view',
@@ -90,4 +89,4 @@ export const removeNavigationViewSchema = {
     ...AUTHENTICATED_ERRORS,
     404: errorResponse('The caller has no view with this fragment (code BAD_REQUEST).'),
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

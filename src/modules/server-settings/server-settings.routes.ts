@@ -29,7 +29,7 @@ const AUTHENTICATION_METHODS = Object.fromEntries(
 /** GET /api/v1/server_settings: discovery, no authentication (spec §3.1). */
 export const serverSettingsRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
   app.get('/api/v1/server_settings', { config: { auth: false }, schema: serverSettingsSchema }, async (request) => {
-    const realm = await findActiveRealmBySubdomain(db, requestSubdomain(request.headers, config));
+    const realm = await findActiveRealmBySubdomain(db, requestSubdomain(request, config));
     const url = realm ? realmUrl(realm.subdomain, config) : undefined;
     return success(request, {
       authentication_methods: AUTHENTICATION_METHODS,

@@ -1,6 +1,5 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { PUBLIC_ERRORS, successResponse } from '../../http/openapi.js';
+import { PUBLIC_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 
 // Documentation of GET /api/v1/server_settings (spec §3.1); see src/http/openapi.ts.
 
@@ -32,4 +31,4 @@ export const serverSettingsSchema = {
     }),
     ...PUBLIC_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

@@ -1,6 +1,5 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 import { idSegment, jsonBoolean, optional, queryParameters, required, text } from '../../http/params.js';
 import { CHANNEL_KEY_SCHEMAS } from '../subscriptions/subscriptions.schemas.js';
 
@@ -41,7 +40,7 @@ export const listChannelsSchema = {
     include_can_access_content: flag('Every channel the caller has content access to.', false),
   }),
   documentedResponses: { 200: successResponse('The channels.', { streams: Type.Array(ChannelObject) }), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const getChannelSchema = {
   operationId: 'get-stream-by-id',
@@ -50,7 +49,7 @@ export const getChannelSchema = {
   tags: ['channels'],
   ...queryParameters({}, { stream_id: idSegment('The channel id.', Number) }),
   documentedResponses: { 200: successResponse('The channel.', { stream: ChannelObject }), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const channelIdSchema = {
   operationId: 'get-stream-id',
@@ -59,4 +58,4 @@ export const channelIdSchema = {
   tags: ['channels'],
   ...queryParameters({ stream: required(text, 'The channel name.') }),
   documentedResponses: { 200: successResponse('Its id.', { stream_id: Type.Integer() }), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

@@ -1,6 +1,5 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 import { formParameters, idSegment, jsonBoolean, nonGuestsOnly, optional, queryParameters, required } from '../../http/params.js';
 import { channelNames, channelRequests, MAX_CHANNELS_PER_REQUEST, MAX_PRINCIPALS, principals } from './membership.validation.js';
 
@@ -52,7 +51,7 @@ export const subscribeSchema = nonGuestsOnly({
     }),
     ...AUTHENTICATED_ERRORS,
   },
-}) satisfies FastifySchema;
+}) satisfies RouteSchema;
 
 export const unsubscribeSchema = {
   operationId: 'unsubscribe',
@@ -67,7 +66,7 @@ export const unsubscribeSchema = {
     200: successResponse('What was removed.', { removed: Type.Array(Type.String()), not_removed: Type.Array(Type.String()) }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 // Ids beyond PostgreSQL's range name nothing.
 export const subscriptionStatusSchema = {
@@ -76,7 +75,7 @@ export const subscriptionStatusSchema = {
   tags: ['subscriptions'],
   ...queryParameters({}, { user_id: idSegment('The user id.', Number), stream_id: idSegment('The channel id.', Number) }),
   documentedResponses: { 200: successResponse('The status.', { is_subscribed: Type.Boolean() }), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const channelMembersSchema = {
   operationId: 'get-subscribers',
@@ -89,4 +88,4 @@ export const channelMembersSchema = {
     }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

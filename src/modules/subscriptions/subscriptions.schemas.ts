@@ -1,6 +1,5 @@
-import type { FastifySchema } from 'fastify';
 import Type, { type TSchema } from 'typebox';
-import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 import {
   checkBoolean,
   formParameters,
@@ -80,7 +79,7 @@ export const listSubscriptionsSchema = {
     200: successResponse('The subscriptions.', { subscriptions: Type.Array(SubscriptionObject) }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 const SettingChange = Type.Object({
   stream_id: Type.Integer(),
@@ -106,7 +105,7 @@ export const updateSettingsSchema = {
   tags: ['subscriptions'],
   ...formParameters({ subscription_data: required(subscriptionData, 'The changes, in order, as a JSON list.') }),
   documentedResponses: { 200: successResponse('Every change was applied.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const updateSettingSchema = {
   operationId: 'update-subscription-setting',
@@ -125,10 +124,10 @@ export const updateSettingSchema = {
     { stream_id: idSegment('The channel id (digits only).', Number) },
   ),
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 /** The same endpoint under POST (the brief's form); operation ids are unique per document. */
 export const updateSettingByPostSchema = {
   ...updateSettingSchema,
   operationId: 'update-subscription-setting-post',
-} satisfies FastifySchema;
+} satisfies RouteSchema;

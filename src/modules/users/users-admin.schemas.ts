@@ -1,7 +1,6 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { badRequest } from '../../http/errors.js';
-import { AUTHENTICATED_ERRORS, errorResponse, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, errorResponse, type RouteSchema, successResponse } from '../../http/openapi.js';
 import {
   checkBoolean,
   checkDict,
@@ -46,7 +45,7 @@ export const getOwnUserSchema = {
     200: successResponse('The own user.', { ...UserObject.properties, max_message_id: Type.Integer({ description: 'Always -1.' }) }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const createUserSchema = {
   operationId: 'create-user',
@@ -65,7 +64,7 @@ export const createUserSchema = {
     200: successResponse('The user was created.', { user_id: Type.Integer() }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 const DEACTIVATION_COMMENT_LIMIT = 2000;
 
@@ -133,7 +132,7 @@ export const deactivateUserSchema = {
     USER_ID_PATH,
   ),
   documentedResponses: { 200: successResponse('The user was deactivated.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const deactivateOwnUserSchema = {
   operationId: 'deactivate-own-user',
@@ -142,7 +141,7 @@ export const deactivateOwnUserSchema = {
     'Any user or bot, except the last active user and the only active human owner. Parameters are ignored without `ignored_parameters_unsupported`.',
   tags: ['users'],
   documentedResponses: { 200: successResponse('Deactivated.'), ...AUTHENTICATED_ERRORS, 400: LAST_USER },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 export const reactivateUserSchema = {
   operationId: 'reactivate-user',
@@ -153,7 +152,7 @@ export const reactivateUserSchema = {
   tags: ['users'],
   ...formParameters({}, USER_ID_PATH),
   documentedResponses: { 200: successResponse('Reactivated.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 const ROLE_VALUES: ReadonlySet<number> = new Set(Object.values(ROLES));
 
@@ -209,4 +208,4 @@ export const updateUserSchema = {
     USER_PATH,
   ),
   documentedResponses: { 200: successResponse('Updated.'), ...AUTHENTICATED_ERRORS },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

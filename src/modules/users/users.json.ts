@@ -1,7 +1,6 @@
 import { type RawBuilder, sql } from 'kysely';
-import pg from 'pg';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
-import type { Database } from '../../db/database.js';
+import { type Database, parseTimestamptz } from '../../db/database.js';
 import { fakeEmailDomain } from '../../lib/hosts.js';
 import { forEachInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
@@ -184,9 +183,6 @@ export interface RealmUserJsonRow {
   fallback: FallbackColumns | null;
   active: boolean;
 }
-
-/** node-postgres's own parser of timestamptz text: the Date selectRealmUsers' rows carry. */
-const parseTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ) as (text: string) => Date;
 
 /**
  * The JSON texts of the rows (buildUserObject's for the fallback users), a slice at a time, each

@@ -1,6 +1,5 @@
-import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
-import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
+import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 import { ROLES } from '../../zulip.js';
 import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
@@ -77,7 +76,7 @@ export const listUsersSchema = {
     200: successResponse('The members.', { members: Type.Array(UserObject) }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;
 
 /** The path's user: a user id or an email address, any segment but `me` (GET /users/me is another route). */
 export const USER_PATH = {
@@ -99,4 +98,4 @@ export const getUserSchema = {
     200: successResponse('The user.', { user: UserObject }),
     ...AUTHENTICATED_ERRORS,
   },
-} satisfies FastifySchema;
+} satisfies RouteSchema;

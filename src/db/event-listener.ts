@@ -1,6 +1,5 @@
-import type { FastifyBaseLogger } from 'fastify';
+import type { BaseLogger } from 'pino';
 import pg from 'pg';
-import { EVENTS_CHANNEL } from './events.repository.js';
 
 /** Name of the listening session in pg_stat_activity (tests and operators can find it). */
 export const LISTENER_APPLICATION_NAME = 'zulip-events-listener';
@@ -11,9 +10,11 @@ const MAX_RETRY_MS = 5000;
 export interface EventListenerOptions {
   connectionString: string | undefined;
   connectTimeoutMs: number;
-  log: FastifyBaseLogger;
-  /** A transaction that touched this queue committed (on any instance). */
-  onQueueNotified(queueId: string): void;
+  log: Pick<BaseLogger, 'warn'>;
+  /** The channel listened on. */
+  channel: string;
+  /** A notification on the channel, with its payload (when it has one). */
+  onNotified(payload: string): void;
   /** Notifications may have been missed (the connection was lost, or it just came back). */
   onGap(): void;
   /** The connection was opened again after it had been lost (the metrics' reconnects). */
@@ -21,7 +22,7 @@ export interface EventListenerOptions {
 }
 
 /**
- * One dedicated connection per app instance that LISTENs on the events channel (spec §2.10
+ * One dedicated connection per app instance that LISTENs on a channel (the events', spec §2.10
  * Wake-up), reconnecting with backoff when lost. Losing it and getting it back both call onGap,
  * which checks every waiting poll in one statement (PollRechecks), so a lost connection delays
  * answers until the reconnection; it never loses events.
@@ -62,14 +63,15 @@ export class EventListener {
       application_name: LISTENER_APPLICATION_NAME,
       keepAlive: true,
     });
+    const { channel } = this.options;
     client.on('notification', (message) => {
-      if (message.channel === EVENTS_CHANNEL && message.payload) this.options.onQueueNotified(message.payload);
+      if (message.channel === channel && message.payload) this.options.onNotified(message.payload);
     });
     client.on('error', (error) => this.lost(client, error));
     client.on('end', () => this.lost(client));
     try {
       await client.connect();
-      await client.query(`LISTEN ${EVENTS_CHANNEL}`);
+      await client.query(`LISTEN ${channel}`);
     } catch (error) {
       client.removeAllListeners('end');
       await client.end().catch(() => undefined);

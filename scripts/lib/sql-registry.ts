@@ -1,12 +1,16 @@
-import { compiledStatements, type Statement } from './db/reusable-statement.js';
-import { type AuthLookupQuery, NO_LOOKUP } from './http/auth.repository.js';
-import { notificationDefaultsQuery } from './modules/events/register.service.js';
-import { addViewStatement, removeViewStatement, updateViewStatement } from './modules/navigation-views/navigation-views.repository.js';
-import { MEMBERSHIP_READ, writeMembershipStatement } from './modules/subscriptions/membership.repository.js';
-import { writeSettingsStatement } from './modules/subscriptions/subscriptions.repository.js';
-import { canCreateUsersQuery } from './modules/users/users-admin.routes.js';
-import { userByIdLookupQueries, userByIdStatements } from './modules/users/users.repository.js';
-import { CREATE_USER, DEACTIVATE_USER, REACTIVATE_USER, UPDATE_USER } from './modules/users/users.writes.js';
+import { compiledStatements, type Statement } from '../../src/db/reusable-statement.js';
+import { type AuthLookupQuery, NO_LOOKUP } from '../../src/http/auth.repository.js';
+import { notificationDefaultsQuery } from '../../src/modules/events/register.service.js';
+import {
+  addViewStatement,
+  removeViewStatement,
+  updateViewStatement,
+} from '../../src/modules/navigation-views/navigation-views.repository.js';
+import { MEMBERSHIP_READ, writeMembershipStatement } from '../../src/modules/subscriptions/membership.repository.js';
+import { writeSettingsStatement } from '../../src/modules/subscriptions/subscriptions.repository.js';
+import { canCreateUsersQuery } from '../../src/modules/users/users-admin.routes.js';
+import { userByIdLookupQueries, userByIdStatements } from '../../src/modules/users/users.repository.js';
+import { CREATE_USER, DEACTIVATE_USER, REACTIVATE_USER, UPDATE_USER } from '../../src/modules/users/users.writes.js';
 
 /**
  * Every named (prepared) statement the server runs, each with the file of sql/ that shows its SQL
