@@ -17,6 +17,8 @@ import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../src/zulip.js';
  * lookup, as the server does: the difference is the price of the extra round trip), and /plain/…
  * with an unnamed statement (the difference is what preparing is worth).
  *
+ * The large-read floor: GET /api/v1/users, the caller's whole organization as json_agg's text (below).
+ *
  * The write floor: POST /api/v1/users/me/subscriptions/properties (a 1-entry boolean change) and
  * PATCH /api/v1/navigation_views/{fragment}, each ONE autocommit prepared statement that
  * authenticates by key hash, applies the change, appends one audit row (settings), one event to
@@ -158,6 +160,24 @@ app.get<{ Params: { id: string } }>('/two-queries/api/v1/users/:id', async (requ
   const values = [caller.realm_id, Number(request.params.id)];
   const target = (await pool.query<TargetRow>({ name: 'target_query', text: TARGET_QUERY, values })).rows[0];
   return answer(request, reply, given.email, caller, target);
+});
+
+// The large-read floor (bench/large-org.ts): every user of the caller's organization as PostgreSQL's
+// json_agg writes them (the user object's columns, not its computed keys), passed through as text.
+const USERS_JSON_AGG = `WITH caller AS (SELECT ${CALLER_COLUMNS} FROM users c JOIN realms r ON r.id = c.realm_id WHERE c.api_key_hash = $1)
+  SELECT caller.*, (SELECT json_agg(t ORDER BY t.id) FROM (SELECT ${TARGET_COLUMNS} FROM users t WHERE t.realm_id = caller.realm_id) t)::text AS members
+  FROM caller`;
+
+app.get('/api/v1/users', async (request, reply) => {
+  const given = credentials(request.headers.authorization);
+  if (!given) return unauthorized(reply, 'Invalid authorization header for basic auth');
+  const row = (await pool.query<CallerRow & { members: string }>({ name: 'users_json_agg', text: USERS_JSON_AGG, values: [given.keyHash] }))
+    .rows[0];
+  if (!row || row.caller_email.toLowerCase() !== given.email.toLowerCase() || !row.caller_active || row.realm_deactivated) {
+    return unauthorized(reply, 'Invalid API key');
+  }
+  if (row.subdomain !== subdomainOf(request.headers.host)) return unauthorized(reply, 'Account is not associated with this subdomain');
+  return reply.type('application/json').send(`{"result":"success","msg":"","members":${row.members}}`);
 });
 
 // --- The write floor. ---

@@ -13,6 +13,9 @@ import type { RunningProcess } from '../scripts/lib/processes.js';
  * `Accept-Encoding: gzip`: time per request (one at a time, the median), bytes on the wire and
  * before compression, and the server's CPU per request. Then, on the largest answer, what gzip
  * (the server's, level 6) and brotli (quality 4, @fastify/compress's default) cost and save.
+ * Last, at each size, `rounds` alternations of the json_agg floor's GET /users (bench/floor.ts), our
+ * GET /users and our register, uncompressed, one request each: the ratios to the floor of the
+ * round, and their median.
  */
 
 export const LARGE_ORGANIZATIONS = 'large organization: GET /users and register, compressed or not';
@@ -78,13 +81,54 @@ async function seedOrganization(db: Database, users: number): Promise<{ host: st
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
 
+/** The json_agg floor's GET /users against ours and our register, alternating, one request each per round. */
+async function floorRatios(
+  server: RunningProcess,
+  floor: RunningProcess,
+  organization: { host: string; authorization: string },
+  users: number,
+  rounds: number,
+  log: (line: string) => void,
+): Promise<string> {
+  const time = async (target: RunningProcess, method: 'GET' | 'POST', path: string) => {
+    const answer = await send(target, organization.host, organization.authorization, method, path, false);
+    if (answer.status !== 200) throw new Error(`${method} ${path} at ${users} users answered ${answer.status}`);
+    return answer.ms;
+  };
+  await time(floor, 'GET', '/api/v1/users'); // warm-up (the floor's statement is prepared on first use)
+  const measured: { floor: number; users: number; register: number }[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const figures = {
+      floor: await time(floor, 'GET', '/api/v1/users'),
+      users: await time(server, 'GET', '/api/v1/users'),
+      register: await time(server, 'POST', '/api/v1/register'),
+    };
+    log(
+      `${users} users, round ${round + 1}: floor ${figures.floor.toFixed(0)} ms, GET /users ${figures.users.toFixed(0)} ms, register ${figures.register.toFixed(0)} ms`,
+    );
+    measured.push(figures);
+  }
+  const ratios = (key: 'users' | 'register') => {
+    const each = measured.map((figures) => figures[key] / figures.floor);
+    return `**${median(each).toFixed(2)}** (${each.map((ratio) => ratio.toFixed(2)).join(', ')})`;
+  };
+  const ms = (key: 'floor' | 'users' | 'register') => median(measured.map((figures) => figures[key])).toFixed(0);
+  return `| ${users.toLocaleString('en')} | ${ms('floor')} | ${ms('users')} | ${ratios('users')} | ${ms('register')} | ${ratios('register')} |`;
+}
+
 export async function measureLargeOrganizations(options: {
   db: Database;
   server: RunningProcess;
+  floor: RunningProcess;
   requests: number;
+  rounds: number;
   log: (line: string) => void;
 }): Promise<string> {
-  const { db, server, requests, log } = options;
+  const { db, server, floor, requests, rounds, log } = options;
+  const ratioLines = [
+    '| users | json_agg floor ms | GET /users ms | GET /users / floor (rounds) | register ms | register / floor (rounds) |',
+    '|---:|---:|---:|---|---:|---|',
+  ];
   const lines = [
     '| users | request | Accept-Encoding | ms/request (median, one at a time) | bytes on the wire | JSON bytes | server CPU ms/request |',
     '|---:|---|---|---:|---:|---:|---:|',
@@ -119,7 +163,9 @@ export async function measureLargeOrganizations(options: {
         lines.push(row);
       }
     }
+    ratioLines.push(await floorRatios(server, floor, organization, users, rounds, log));
   }
+  lines.push('', ...ratioLines);
   if (largest) {
     const cost = (compress: (input: Buffer) => Buffer) => {
       const started = process.cpuUsage();

@@ -49,7 +49,7 @@ import { countStatements } from './statements.js';
  * in alternating rounds, with a third instance of ours that has the Prometheus metrics on (scraped
  * every 15 s) for their cost. Then the large organizations (1,000 to 50,000 users: GET /users and
  * register, with and without gzip; BENCH_LARGE_ORG_REQUESTS, 3, requests of each) on the
- * production-default instance.
+ * production-default instance, and BENCH_ROUNDS alternations with the json_agg floor of GET /users.
  */
 
 function positiveInteger(name: string, fallback: number): number {
@@ -402,7 +402,14 @@ async function main(): Promise<number> {
   }
   let largeOrganizations: string | undefined;
   if (ONLY.test(LARGE_ORGANIZATIONS)) {
-    largeOrganizations = await measureLargeOrganizations({ db: handle.db, server: oursProduction, requests: LARGE_ORG_REQUESTS, log });
+    largeOrganizations = await measureLargeOrganizations({
+      db: handle.db,
+      server: oursProduction,
+      floor: floorProduction,
+      requests: LARGE_ORG_REQUESTS,
+      rounds: ROUNDS,
+      log,
+    });
   }
 
   let longPolls: LongPollFigures | undefined;

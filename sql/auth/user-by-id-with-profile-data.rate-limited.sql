@@ -1,5 +1,5 @@
 -- Built in src/http/auth.repository.ts with the lookup of src/modules/users/users.repository.ts.
--- Prepared as s_5ae9591b89c98527ed1ae4d03a73bd16, a hash of its exact text; this one differs from it only in
+-- Prepared as s_763e013989d2606364ef39246f6f6e75, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
@@ -21,19 +21,19 @@ with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
     lower("caller"."delivery_email") = lower("r"."email") as "caller_email_matches",
     "caller_realm"."subdomain" = "r"."subdomain" as "caller_subdomain_matches",
     "users"."id",
-    "users"."delivery_email",
-    "users"."full_name",
-    "users"."date_joined",
-    "users"."is_active",
-    "users"."role",
     "users"."bot_type",
-    "users"."bot_owner_id",
-    "users"."timezone",
-    "users"."avatar_source",
-    "users"."avatar_version",
     "users"."email_address_visibility",
+    "users"."delivery_email",
+    "users"."avatar_version",
+    "users"."role",
+    "users"."full_name",
+    "users"."timezone",
+    "users"."is_active",
+    "users"."date_joined",
+    "users"."avatar_source",
     "users"."is_imported_stub",
     "users"."is_deleted",
+    "users"."bot_owner_id",
     "users"."profile_values"
   from "request" as "r"
   inner join lateral (
@@ -45,26 +45,26 @@ with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
   inner join "realms" as "caller_realm" on "caller_realm"."id" = "caller"."realm_id"
   left join lateral (
     select "users"."id",
-      "users"."delivery_email",
-      "users"."full_name",
-      "users"."date_joined",
-      "users"."is_active",
-      "users"."role",
       "users"."bot_type",
-      "users"."bot_owner_id",
-      "users"."timezone",
-      "users"."avatar_source",
-      "users"."avatar_version",
       "users"."email_address_visibility",
+      "users"."delivery_email",
+      "users"."avatar_version",
+      "users"."role",
+      "users"."full_name",
+      "users"."timezone",
+      "users"."is_active",
+      "users"."date_joined",
+      "users"."avatar_source",
       "users"."is_imported_stub",
       "users"."is_deleted",
+      "users"."bot_owner_id",
       (
       select coalesce(json_agg(agg), '[]')
       from (
-        select "v"."field_id",
-          "f"."field_type",
+        select "v"."field_id" as "fieldId",
+          "f"."field_type" as "fieldType",
           "v"."value",
-          "v"."rendered_value"
+          "v"."rendered_value" as "renderedValue"
         from "custom_profile_field_values" as "v"
         inner join "custom_profile_fields" as "f" on "f"."id" = "v"."field_id"
         where "v"."user_id" = "users"."id" and "v"."realm_id" = "users"."realm_id"

@@ -1,5 +1,5 @@
 -- Built in src/http/auth.repository.ts with the lookup of src/modules/users/users.repository.ts.
--- Prepared as s_fb49702271732b0c82762e5672be15e1, a hash of its exact text; this one differs from it only in
+-- Prepared as s_c74dd7b8885cfab20989a509c9ba1947, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
@@ -21,19 +21,19 @@ with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
     lower("caller"."delivery_email") = lower("r"."email") as "caller_email_matches",
     "caller_realm"."subdomain" = "r"."subdomain" as "caller_subdomain_matches",
     "users"."id",
-    "users"."delivery_email",
-    "users"."full_name",
-    "users"."date_joined",
-    "users"."is_active",
-    "users"."role",
     "users"."bot_type",
-    "users"."bot_owner_id",
-    "users"."timezone",
-    "users"."avatar_source",
-    "users"."avatar_version",
     "users"."email_address_visibility",
+    "users"."delivery_email",
+    "users"."avatar_version",
+    "users"."role",
+    "users"."full_name",
+    "users"."timezone",
+    "users"."is_active",
+    "users"."date_joined",
+    "users"."avatar_source",
     "users"."is_imported_stub",
-    "users"."is_deleted"
+    "users"."is_deleted",
+    "users"."bot_owner_id"
   from "request" as "r"
   inner join lateral (
     select "users".*
@@ -44,19 +44,19 @@ with "request"("ord", "key_hash", "email", "subdomain", "lookup_argument") as (
   inner join "realms" as "caller_realm" on "caller_realm"."id" = "caller"."realm_id"
   left join lateral (
     select "users"."id",
-      "users"."delivery_email",
-      "users"."full_name",
-      "users"."date_joined",
-      "users"."is_active",
-      "users"."role",
       "users"."bot_type",
-      "users"."bot_owner_id",
-      "users"."timezone",
-      "users"."avatar_source",
-      "users"."avatar_version",
       "users"."email_address_visibility",
+      "users"."delivery_email",
+      "users"."avatar_version",
+      "users"."role",
+      "users"."full_name",
+      "users"."timezone",
+      "users"."is_active",
+      "users"."date_joined",
+      "users"."avatar_source",
       "users"."is_imported_stub",
-      "users"."is_deleted"
+      "users"."is_deleted",
+      "users"."bot_owner_id"
     from "users"
     where "users"."id" = "r"."lookup_argument" and "users"."realm_id" = "caller"."realm_id"
     offset 0

@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_6446e2d7ce1c4843d6946070829fbf95, a hash of its exact text; this one differs from it only in
+-- Prepared as s_2d332c071d12eb0e5a6a7904c4c201e7, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 WITH requested AS (
@@ -84,8 +84,6 @@ SELECT
   (SELECT coalesce(json_agg(json_build_object('target_id', g.target_id, 'other_ids', g.other_ids)), '[]') FROM (
      SELECT target_id, array_agg(other_id ORDER BY other_id) AS other_ids FROM shared_elsewhere GROUP BY target_id) g) AS shared_elsewhere,
   (SELECT coalesce(json_agg(p ORDER BY p.id), '[]') FROM (
-     SELECT u.id, u.delivery_email, u.full_name, u.date_joined, u.role, u.bot_type, u.bot_owner_id, u.timezone, u.avatar_source,
-            u.avatar_version, u.email_address_visibility, u.is_imported_stub, u.is_deleted, u.is_active
-     FROM users u
+     SELECT u.id, u.bot_type, u.email_address_visibility, u.delivery_email, u.avatar_version, u.role, u.full_name, u.timezone, u.is_active, u.date_joined, u.avatar_source, u.is_imported_stub, u.is_deleted, u.bot_owner_id FROM users u
      WHERE $6::boolean AND u.id IN (
        SELECT id FROM relevant r WHERE r.id IN (SELECT id FROM target) OR EXISTS (SELECT 1 FROM target WHERE role = 600))) p) AS people

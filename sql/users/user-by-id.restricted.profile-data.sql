@@ -1,29 +1,29 @@
 -- Built in src/modules/users/users.repository.ts.
--- Prepared as s_740bc6ef41bbba82cb579ff92a62aff7, a hash of its exact text; this one differs from it only in
+-- Prepared as s_ceceb2c8a48e0fdefb609d470b1b8d42, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 select "users"."id",
-  "users"."delivery_email",
-  "users"."full_name",
-  "users"."date_joined",
-  "users"."is_active",
-  "users"."role",
   "users"."bot_type",
-  "users"."bot_owner_id",
-  "users"."timezone",
-  "users"."avatar_source",
-  "users"."avatar_version",
   "users"."email_address_visibility",
+  "users"."delivery_email",
+  "users"."avatar_version",
+  "users"."role",
+  "users"."full_name",
+  "users"."timezone",
+  "users"."is_active",
+  "users"."date_joined",
+  "users"."avatar_source",
   "users"."is_imported_stub",
   "users"."is_deleted",
+  "users"."bot_owner_id",
   "users"."realm_id",
   (
   select coalesce(json_agg(agg), '[]')
   from (
-    select "v"."field_id",
-      "f"."field_type",
+    select "v"."field_id" as "fieldId",
+      "f"."field_type" as "fieldType",
       "v"."value",
-      "v"."rendered_value"
+      "v"."rendered_value" as "renderedValue"
     from "custom_profile_field_values" as "v"
     inner join "custom_profile_fields" as "f" on "f"."id" = "v"."field_id"
     where "v"."user_id" = "users"."id" and "v"."realm_id" = "users"."realm_id"

@@ -1,21 +1,21 @@
 -- Built in src/modules/users/users.repository.ts.
--- Prepared as s_b4123e782abdd3ba3d1cbef7e1474970, a hash of its exact text; this one differs from it only in
+-- Prepared as s_8ed551bf572457b1af2ebb3268b4cb1a, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 select "users"."id",
-  "users"."delivery_email",
-  "users"."full_name",
-  "users"."date_joined",
-  "users"."is_active",
-  "users"."role",
   "users"."bot_type",
-  "users"."bot_owner_id",
-  "users"."timezone",
-  "users"."avatar_source",
-  "users"."avatar_version",
   "users"."email_address_visibility",
+  "users"."delivery_email",
+  "users"."avatar_version",
+  "users"."role",
+  "users"."full_name",
+  "users"."timezone",
+  "users"."is_active",
+  "users"."date_joined",
+  "users"."avatar_source",
   "users"."is_imported_stub",
   "users"."is_deleted",
+  "users"."bot_owner_id",
   "users"."realm_id",
   exists (
   select 1 as "one"

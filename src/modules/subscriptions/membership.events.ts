@@ -1,8 +1,7 @@
 import { ROLES } from '../../zulip.js';
 import type { AddressedEvent, ApiEvent } from '../events/events.repository.js';
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
-import { realmUserRecord } from '../users/users.repository.js';
-import { buildUserObject, type UserObjectConfig, type UserRecord } from '../users/users.serializers.js';
+import { buildUserObject, type UserObjectConfig, type UserRecord, userRecordOf } from '../users/users.serializers.js';
 import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';
 
 /**
@@ -252,7 +251,7 @@ function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharin
 
 // Zulip's notify_created_user sends no custom profile data (a later event would carry it).
 const recordOf = (row: PersonRow, realmId: number): UserRecord =>
-  realmUserRecord({ ...row, date_joined: new Date(row.date_joined), realm_id: realmId, profile_values: [] });
+  userRecordOf({ ...row, date_joined: new Date(row.date_joined), realm_id: realmId }, { profileValues: [] });
 
 /** The named channels' active subscribers before the change (the read's). */
 const subscribersBefore = (read: MembershipRead) => new Map(read.subscribers.map(({ stream_id, user_ids }) => [stream_id, user_ids]));

@@ -2,6 +2,7 @@ import { type Selectable, sql } from 'kysely';
 import type { Users } from '../../db/types.js';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
+import { USER_COLUMNS, type UserColumn } from '../users/users.serializers.js';
 import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
 
@@ -90,26 +91,12 @@ export interface MembershipRead {
   people: PersonRow[];
 }
 
-/** A user as realm_user/add describes them (users.serializers.ts UserRecord, in the database's names). */
-export type PersonRow = Pick<
-  Selectable<Users>,
-  | 'id'
-  | 'delivery_email'
-  | 'full_name'
-  | 'role'
-  | 'bot_type'
-  | 'bot_owner_id'
-  | 'timezone'
-  | 'avatar_source'
-  | 'avatar_version'
-  | 'email_address_visibility'
-  | 'is_imported_stub'
-  | 'is_deleted'
-  | 'is_active'
-> & {
+/** A user as realm_user/add describes them: the user object's columns (users.serializers.ts) but realm_id. */
+export type PersonRow = { [C in Exclude<UserColumn, 'realm_id' | 'date_joined'>]: Selectable<Users>[C] } & {
   /** ISO timestamp (JSON). */
   date_joined: string;
 };
+const PERSON_COLUMNS = USER_COLUMNS.filter((column) => column !== 'realm_id').map((column) => `u.${column}`);
 
 /**
  * Parameters: $1 realm, $2 the requested names (text[]), $3 target ids (integer[]), $4 target
@@ -195,9 +182,7 @@ SELECT
   (SELECT coalesce(json_agg(json_build_object('target_id', g.target_id, 'other_ids', g.other_ids)), '[]') FROM (
      SELECT target_id, array_agg(other_id ORDER BY other_id) AS other_ids FROM shared_elsewhere GROUP BY target_id) g) AS shared_elsewhere,
   (SELECT coalesce(json_agg(p ORDER BY p.id), '[]') FROM (
-     SELECT u.id, u.delivery_email, u.full_name, u.date_joined, u.role, u.bot_type, u.bot_owner_id, u.timezone, u.avatar_source,
-            u.avatar_version, u.email_address_visibility, u.is_imported_stub, u.is_deleted, u.is_active
-     FROM users u
+     SELECT ${PERSON_COLUMNS.join(', ')} FROM users u
      WHERE $6::boolean AND u.id IN (
        SELECT id FROM relevant r WHERE r.id IN (SELECT id FROM target) OR EXISTS (SELECT 1 FROM target WHERE role = ${ROLES.guest}))) p) AS people`;
 

@@ -36,7 +36,7 @@ export function allowedVisibilities(viewer: Pick<UserViewer, 'role'>): readonly 
 }
 
 /** Whether the viewer may see the target's real address (spec §2.3). */
-export function canSeeDeliveryEmail(viewer: UserViewer, target: VisibilityTarget): boolean {
+export function canSeeDeliveryEmail(viewer: UserViewer, target: Omit<VisibilityTarget, 'isActive'>): boolean {
   if (viewer.id === target.id) return true;
   return allowedVisibilities(viewer).includes(effectiveVisibility(target));
 }

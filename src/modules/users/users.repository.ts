@@ -4,7 +4,7 @@ import type { Database } from '../../db/database.js';
 import { type AccountQuery, AuthLookupQuery } from '../../http/auth.repository.js';
 import type { DB } from '../../db/types.js';
 import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
-import type { UserRecord } from './users.serializers.js';
+import { USER_COLUMNS, type UserRecord, userRecordOf } from './users.serializers.js';
 
 /**
  * User lookups for the user endpoints and register. Each function is ONE statement: profile values
@@ -23,30 +23,15 @@ export interface UserLoadOptions {
 }
 
 // Without realm_id, which a lookup within one organization knows already.
-const USER_COLUMNS_IN_REALM = [
-  'users.id',
-  'users.delivery_email',
-  'users.full_name',
-  'users.date_joined',
-  'users.is_active',
-  'users.role',
-  'users.bot_type',
-  'users.bot_owner_id',
-  'users.timezone',
-  'users.avatar_source',
-  'users.avatar_version',
-  'users.email_address_visibility',
-  'users.is_imported_stub',
-  'users.is_deleted',
-] as const;
-const USER_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id'] as const;
+const USER_COLUMNS_IN_REALM = USER_COLUMNS.filter((column) => column !== 'realm_id').map((column) => `users.${column}` as const);
+const SELECTED_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id' as const];
 
 const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
   jsonArrayFrom(
     eb
       .selectFrom('custom_profile_field_values as v')
       .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-      .select(['v.field_id', 'f.field_type', 'v.value', 'v.rendered_value'])
+      .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
       .whereRef('v.user_id', '=', 'users.id')
       .whereRef('v.realm_id', '=', 'users.realm_id')
       .orderBy('v.field_id'),
@@ -70,7 +55,7 @@ function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
   const viewerId = options.sharedChannelsWithUserId;
   return db
     .selectFrom('users')
-    .select(USER_COLUMNS)
+    .select(SELECTED_COLUMNS)
     .$if(options.withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
     .$if(viewerId !== undefined, (qb) => qb.select((eb) => sharesActiveChannel(eb, viewerId!).as('shares_channel')))
     .where('users.realm_id', '=', realmId);
@@ -79,32 +64,13 @@ function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
 type UserRow = Awaited<ReturnType<ReturnType<typeof selectUsers>['executeTakeFirstOrThrow']>>;
 
 function toUserRecord(row: Omit<UserRow, 'realm_id'>, realmId: number): UserRecord {
-  return {
-    id: row.id,
-    realmId,
-    deliveryEmail: row.delivery_email,
-    fullName: row.full_name,
-    dateJoined: row.date_joined,
-    isActive: row.is_active,
-    role: row.role,
-    botType: row.bot_type,
-    botOwnerId: row.bot_owner_id,
-    timezone: row.timezone,
-    avatarSource: row.avatar_source,
-    avatarVersion: row.avatar_version,
-    emailAddressVisibility: row.email_address_visibility,
-    isImportedStub: row.is_imported_stub,
-    isDeleted: row.is_deleted,
-    ...(row.profile_values && {
-      profileValues: row.profile_values.map((value) => ({
-        fieldId: value.field_id,
-        fieldType: value.field_type,
-        value: value.value,
-        renderedValue: value.rendered_value,
-      })),
-    }),
-    ...(row.shares_channel !== undefined && { sharesActiveChannelWithViewer: row.shares_channel === true }),
-  };
+  return userRecordOf(
+    { ...row, realm_id: realmId },
+    {
+      ...(row.profile_values && { profileValues: row.profile_values }),
+      ...(row.shares_channel !== undefined && { sharesActiveChannelWithViewer: row.shares_channel === true }),
+    },
+  );
 }
 
 interface UserByIdArgs extends Record<string, unknown> {

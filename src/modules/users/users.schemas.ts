@@ -1,52 +1,16 @@
 import Type from 'typebox';
 import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
-import { ROLES } from '../../zulip.js';
+import { USER_OBJECT_PROPERTIES } from './users.serializers.js';
 import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
 // The user routes' parameters and documentation (spec §2.11, §3.5–§3.7); see src/http/params.ts
 // and src/http/openapi.ts.
 
+/** The user object: its keys are declared with their values (users.serializers.ts). Keys that do not apply are absent. */
+export const UserObject = Type.Object(USER_OBJECT_PROPERTIES, { description: 'A user or bot of the organization.' });
+
 /** Ids of one GET /users?user_ids=…: bounds the work of one request, as every list parameter is. */
 const MAX_USER_IDS = 10_000;
-
-/** The user object, keys in the order they are sent. Keys that do not apply are absent. */
-export const UserObject = Type.Object(
-  {
-    email: Type.String({ description: 'API email: the real address, or a dummy one when the caller may not see it.' }),
-    user_id: Type.Integer(),
-    avatar_version: Type.Integer(),
-    is_admin: Type.Boolean(),
-    is_owner: Type.Boolean(),
-    is_guest: Type.Boolean(),
-    role: Type.Integer({
-      description: Object.entries(ROLES)
-        .map(([name, role]) => `${role} ${name}`)
-        .join(', '),
-    }),
-    is_bot: Type.Boolean(),
-    full_name: Type.String(),
-    timezone: Type.String({ description: 'IANA time zone; empty when unset.' }),
-    is_active: Type.Optional(Type.Boolean({ description: "Absent in register's user lists." })),
-    date_joined: Type.String({ description: 'UTC, ISO 8601 to the minute, e.g. 2024-01-02T03:04+00:00.' }),
-    delivery_email: Type.Union([Type.String(), Type.Null()], { description: 'The real address, or null when hidden from the caller.' }),
-    avatar_url: Type.Union([Type.String(), Type.Null()], { description: 'null for Gravatar users when client_gravatar is true.' }),
-    is_imported_stub: Type.Boolean(),
-    is_deleted: Type.Optional(Type.Literal(true, { description: 'Present only for permanently deleted users.' })),
-    bot_type: Type.Optional(Type.Integer({ description: 'Bots only: 1 generic, 2 incoming webhook, 3 outgoing webhook, 4 embedded.' })),
-    bot_owner_id: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Bots only.' })),
-    profile_data: Type.Optional(
-      Type.Record(
-        Type.String(),
-        Type.Object({
-          value: Type.String(),
-          rendered_value: Type.Optional(Type.String({ description: 'HTML, for Markdown field types.' })),
-        }),
-        { description: 'Humans only, when include_custom_profile_fields is true: custom profile field id → value.' },
-      ),
-    ),
-  },
-  { description: 'A user or bot of the organization.' },
-);
 
 const USER_OPTIONS = {
   client_gravatar: optional(
