@@ -109,7 +109,7 @@ describe('PipelinedConnections', () => {
 
   it("a statement running past the connections' statement_timeout fails as unavailable; the statements queued behind it are answered", async () => {
     const lanes = pipelined({ statementTimeoutMs: 200 });
-    const started = Date.now();
+    // Cancelled (57014), not finished after its 5 s: no clock needed.
     const [slow, next] = await Promise.allSettled([
       lanes.run({ text: 'SELECT pg_sleep(5)' }, []),
       lanes.run({ text: 'SELECT 7 AS seven' }, []),
@@ -117,7 +117,6 @@ describe('PipelinedConnections', () => {
     expect(slow).toMatchObject({ status: 'rejected', reason: { code: '57014' } }); // query_canceled
     expect(isDatabaseUnavailable((slow as PromiseRejectedResult).reason)).toBe(true);
     expect(next).toEqual({ status: 'fulfilled', value: [{ seven: 7 }] });
-    expect(Date.now() - started).toBeLessThan(2000);
   });
 
   it('a server that cannot be reached fails the statements waiting for the connection as unavailable', async () => {
@@ -136,11 +135,9 @@ describe('PipelinedConnections', () => {
     try {
       const { port } = silent.address() as AddressInfo;
       const lanes = pipelined({ connectionString: `postgres://nobody@127.0.0.1:${port}/none`, connectTimeoutMs: 200 });
-      const started = Date.now();
       const failure = await lanes.run({ text: 'SELECT 1' }, []).catch((error: unknown) => error);
       expect(failure).toBeInstanceOf(DatabaseUnavailable);
-      expect(((failure as Error).cause as Error).message).toBe('timeout expired'); // pg's own connect timeout
-      expect(Date.now() - started).toBeLessThan(2000);
+      expect(((failure as Error).cause as Error).message).toBe('timeout expired'); // pg's own connect timeout, not a hang
     } finally {
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => silent.close(resolve));

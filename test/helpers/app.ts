@@ -77,6 +77,8 @@ export function useTestContext<C extends { close(): Promise<void> }>(create: () 
 
 /** A statement that writes rows (Kysely's and the repositories' raw SQL alike). */
 const WRITING = /\b(insert\s+into|update\s+"?\w+"?\s+set|delete\s+from|truncate)\b/i;
+/** The app's periodic sweep, whenever its timer fires: it deletes only what expired, never the fixture. */
+const SWEEP = /^delete from "\w+" where "id" in \(select "id" from "\w+" where .*now\(\).* limit \$\d+/;
 
 export type SharedTestContext<C extends TestContext = TestContext> = C & {
   /** This test writes: a context of its own (made as the shared one is) stands for it until the test ends. */
@@ -99,7 +101,7 @@ export function useSharedTestContext<C extends TestContext = TestContext>(
     shared = await create();
     const { statements } = shared.database;
     statements.push = (...texts: string[]) => {
-      writes.push(...texts.filter((text) => WRITING.test(text)));
+      writes.push(...texts.filter((text) => WRITING.test(text) && !SWEEP.test(text)));
       statements.splice(statements.length, 0, ...texts);
       return statements.length;
     };
