@@ -8,7 +8,7 @@ import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
 import { createDemoOrganization, describeDemo } from './cli/demo.js';
 import { ConfigError, loadConfig } from './config.js';
-import { ConnectionErrorReporter } from './db/connection-errors.js';
+import { ConnectionErrorReporter, namingDatabaseUrl } from './db/connection-errors.js';
 import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
@@ -38,6 +38,8 @@ async function main(): Promise<void> {
   const migration = createDatabase(url, { poolMax: 1, connectTimeoutMs: config.dbConnectTimeoutMs });
   try {
     await migrateToLatest(migration.db);
+  } catch (error) {
+    throw namingDatabaseUrl(error, config);
   } finally {
     await migration.close();
   }

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { ConfigError, readOrCreateSecret } from '../config.js';
 import { freePort } from '../lib/free-port.js';
@@ -50,6 +50,27 @@ async function loadEmbeddedPostgres() {
   return EmbeddedPostgres;
 }
 
+/**
+ * Started as root, PostgreSQL runs as the OS user "postgres" (it refuses to run as root), which
+ * must be able to enter every folder above the cluster's: a clone in root's home (mode 700) is out
+ * of its reach, and initdb would fail with a bare "Permission denied". Says so before, naming
+ * DATA_DIR (the cluster's parent, made enterable above).
+ */
+export async function checkReachableByPostgresUser(directory: string): Promise<void> {
+  const dataDir = dirname(directory);
+  for (let folder = dirname(dataDir); ; folder = dirname(folder)) {
+    const { mode } = await stat(folder);
+    if ((mode & 0o001) === 0) {
+      throw new ConfigError(
+        `DATA_DIR (${dataDir}): started as root, the embedded PostgreSQL runs as the OS user "postgres", which cannot enter ` +
+          `${folder} (mode ${(mode & 0o777).toString(8)}).\nSet DATA_DIR to a folder outside it (e.g. DATA_DIR=/var/lib/zulip-compat), ` +
+          'start as another user, or set DATABASE_URL.',
+      );
+    }
+    if (folder === dirname(folder)) return;
+  }
+}
+
 /** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const password = readOrCreateSecret(options.secretsDir, 'postgres_password');
@@ -75,7 +96,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   });
   await mkdir(options.directory, { recursive: true });
   // The postgres system user must be able to reach the cluster's directory.
-  if (isRoot) await chmod(join(options.directory, '..'), 0o755).catch(() => undefined);
+  if (isRoot) {
+    await chmod(dirname(options.directory), 0o755).catch(() => undefined);
+    await checkReachableByPostgresUser(options.directory);
+  }
   if (!existsSync(join(options.directory, 'PG_VERSION'))) await cluster.initialise();
   try {
     await cluster.start();
