@@ -25,14 +25,11 @@ const EnvSchema = Type.Object({
     ],
     { default: 'info' },
   ),
-  EXTERNAL_HOST: Type.String({
-    pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$',
-    description: 'a host name with an optional :port, such as chat.example.com',
-    default: 'localhost:9991',
-  }),
-  EXTERNAL_URI_SCHEME: Type.Union([Type.Literal('https://'), Type.Literal('http://')], {
-    default: 'https://',
-  }),
+  // Unset: see loadConfig (the spec's localhost:9991 over https://, or where the embedded default listens).
+  EXTERNAL_HOST: Type.Optional(
+    Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', description: 'a host name with an optional :port, such as chat.example.com' }),
+  ),
+  EXTERNAL_URI_SCHEME: Type.Optional(Type.Union([Type.Literal('https://'), Type.Literal('http://')])),
   ROOT_SUBDOMAIN_ALIASES: Type.String({ default: 'www' }),
   FAKE_EMAIL_DOMAIN: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9.-]+$', description: 'a domain name, such as example.com' })),
   ENABLE_GRAVATAR: Type.Boolean({ default: true }),
@@ -113,6 +110,10 @@ type CamelCase<Name extends string> = Name extends `${infer Head}_${infer Tail}`
 interface Derived {
   /** Undefined: the embedded PostgreSQL (src/db/embedded.ts). */
   databaseUrl: string | undefined;
+  /** EXTERNAL_HOST, lower-cased; unset: `localhost:<PORT>` on the embedded default, else `localhost:9991`. */
+  externalHost: string;
+  /** EXTERNAL_URI_SCHEME; unset: `http://` on the embedded default's own host, else `https://`. */
+  externalUriScheme: 'https://' | 'http://';
   rootSubdomainAliases: string[];
   /** FAKE_EMAIL_DOMAIN, else EXTERNAL_HOST without its port. */
   fakeEmailDomain: string;
@@ -147,7 +148,12 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     throw new ConfigError(`Invalid environment variable ${name}=${JSON.stringify(shown)}: ${accepted(EnvSchema.properties[name])}`);
   }
   const dataDir = resolve(env.DATA_DIR);
-  const externalHost = env.EXTERNAL_HOST.toLowerCase();
+  // The embedded default with no EXTERNAL_HOST serves this machine: its organizations are where it
+  // listens, over http (acme.localhost:<PORT> reaches "acme"; PORT=0 picks the port later, so no port).
+  const local = env.DATABASE_URL === undefined && env.EXTERNAL_HOST === undefined;
+  const externalHost = (
+    env.EXTERNAL_HOST ?? (!local ? 'localhost:9991' : env.PORT === 0 ? 'localhost' : `localhost:${env.PORT}`)
+  ).toLowerCase();
   let avatarSalt = env.AVATAR_SALT;
   if (avatarSalt === undefined) {
     if (env.DATABASE_URL !== undefined) {
@@ -173,7 +179,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     dataDir,
     logLevel: env.LOG_LEVEL,
     externalHost,
-    externalUriScheme: env.EXTERNAL_URI_SCHEME,
+    externalUriScheme: env.EXTERNAL_URI_SCHEME ?? (local ? 'http://' : 'https://'),
     rootSubdomainAliases: env.ROOT_SUBDOMAIN_ALIASES.split(',')
       .map((alias) => alias.trim().toLowerCase())
       .filter((alias) => alias !== ''),

@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
-import { createDemoOrganization, describeDemo } from './cli/demo.js';
+import { createDemoOrganization, demoReminder, describeDemo } from './cli/demo.js';
 import { ConfigError, loadConfig } from './config.js';
 import { ConnectionErrorReporter, namingDatabaseUrl } from './db/connection-errors.js';
 import { createDatabase, databaseOptionsOf } from './db/database.js';
@@ -65,7 +65,8 @@ async function main(): Promise<void> {
 
   if (embedded) {
     const demo = await createDemoOrganization(handle, config);
-    if (demo) console.log(describeDemo(demo, config));
+    const text = demo ? describeDemo(demo, config) : await demoReminder(handle.db, config);
+    if (text) console.log(text);
     forgetServer = await recordRunningServer(config.dataDir, embedded.url);
   }
 

@@ -21,9 +21,8 @@ afterEach(() => {
 
 describe('configuration from the environment', () => {
   it('has the spec defaults', () => {
-    const config = loadConfig({ DATA_DIR: tempDir() });
+    const config = loadConfig({ DATABASE_URL: 'postgres://db/x', AVATAR_SALT: 's' });
     expect(config).toMatchObject({
-      databaseUrl: undefined,
       port: 9991,
       externalHost: 'localhost:9991',
       externalUriScheme: 'https://',
@@ -57,6 +56,30 @@ describe('configuration from the environment', () => {
       metricsHost: '127.0.0.1',
       compressionThresholdBytes: 4096,
       heapGrowingPercent: 40,
+    });
+  });
+
+  it('with the embedded database and no EXTERNAL_HOST, names the organizations where the server listens, over http', () => {
+    expect(loadConfig({ DATA_DIR: tempDir() })).toMatchObject({
+      databaseUrl: undefined,
+      externalHost: 'localhost:9991',
+      externalUriScheme: 'http://',
+      fakeEmailDomain: 'localhost',
+    });
+    expect(loadConfig({ DATA_DIR: tempDir(), PORT: '33001' })).toMatchObject({
+      externalHost: 'localhost:33001',
+      externalUriScheme: 'http://',
+    });
+    // PORT=0: the port is known only once listening.
+    expect(loadConfig({ DATA_DIR: tempDir(), PORT: '0' })).toMatchObject({ externalHost: 'localhost', externalUriScheme: 'http://' });
+    // Either one set: the other keeps the spec's default.
+    expect(loadConfig({ DATA_DIR: tempDir(), PORT: '33001', EXTERNAL_HOST: 'chat.example.com' })).toMatchObject({
+      externalHost: 'chat.example.com',
+      externalUriScheme: 'https://',
+    });
+    expect(loadConfig({ DATA_DIR: tempDir(), PORT: '33001', EXTERNAL_URI_SCHEME: 'https://' })).toMatchObject({
+      externalHost: 'localhost:33001',
+      externalUriScheme: 'https://',
     });
   });
 
