@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -228,4 +229,38 @@ describe('a server process that cannot start', () => {
       });
     },
   );
+});
+
+describe('a start on the embedded database that fails after PostgreSQL started', () => {
+  it('names PORT and HOST and the cause, and stops the PostgreSQL it started', { timeout: 240_000 }, async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    const dataDir = tempDir();
+    try {
+      const run = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+        cwd: REPO_ROOT,
+        env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'silent' },
+        timeout: 180_000,
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (error: { code: unknown; stderr: string }) => ({ code: error.code, stderr: error.stderr }),
+      );
+      expect(run).toEqual({ code: 1, stderr: `PORT (${port}) on HOST (127.0.0.1): address already in use\n` });
+    } finally {
+      taken.close();
+    }
+    // The embedded PostgreSQL runs detached: the failed start stopped it rather than leave it behind.
+    const running = readdirSync('/proc')
+      .filter((entry) => /^\d+$/.test(entry))
+      .filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(dataDir);
+        } catch {
+          return false;
+        }
+      });
+    expect(running).toEqual([]);
+    expect(existsSync(join(dataDir, 'postgres', 'postmaster.pid'))).toBe(false);
+  });
 });
