@@ -4,8 +4,10 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDemoOrganization, demoReminder, describeDemo } from '../src/cli/demo.js';
+import { connectForCli } from '../src/cli/connect.js';
 import * as ops from '../src/cli/operations.js';
-import { loadConfig } from '../src/config.js';
+import { ConfigError, loadConfig } from '../src/config.js';
+import { freePort } from '../src/lib/free-port.js';
 import { createTestContext, useTestContext } from './helpers/app.js';
 import { createTestDatabase } from './helpers/database.js';
 import { pendingEvents, registerQueue } from './helpers/events.js';
@@ -196,5 +198,15 @@ describe("the command line's words", () => {
     expect(refusal(['user', 'list', '--nope'])).toBe('Unknown option --nope (see --help)');
     expect(refusal(['user', 'list', '--realm'])).toBe('--realm needs a value');
     expect(refusal(['--private=yes'])).toBe('--private takes no value');
+  });
+});
+
+describe('a command whose DATABASE_URL cannot be reached', () => {
+  it('fails at once with the start-up line: DATABASE_URL, password hidden, and the cause', async () => {
+    const port = await freePort(); // closed again: nothing listens there
+    const unreachable = loadConfig({ DATABASE_URL: `postgres://admin:secret@127.0.0.1:${port}/zulip`, AVATAR_SALT: 's' });
+    await expect(connectForCli(unreachable)).rejects.toThrow(
+      new ConfigError(`DATABASE_URL (postgres://admin:***@127.0.0.1:${port}/zulip): connection refused`),
+    );
   });
 });
