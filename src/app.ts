@@ -13,7 +13,7 @@ import { bodyRefusalOf, malformedRequest, serviceUnavailable, toApiError } from 
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
 import { decodeRequestParameters } from './http/params.js';
-import { rejectEmptyPathParams, trackRoutes, unmatchedRouteError } from './http/routing.js';
+import { rejectEmptyPathParams, ROUTER_OPTIONS, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, logClientLeaving, RequestLog, RequestLogger, requestId } from './http/request-log.js';
 import { refusedLimit } from './http/rate-limit.js';
 import { RequestMemory } from './http/request-memory.js';
@@ -67,7 +67,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy,
-    routerOptions: { maxParamLength: 8000 },
+    routerOptions: ROUTER_OPTIONS,
     // Requests arriving while closing get the Zulip 503 envelope instead (src/http/shutdown.ts).
     return503OnClosing: false,
     clientErrorHandler: zulipClientErrorHandler,

@@ -8,7 +8,7 @@ import { DEFAULT_ZULIP_VERSION } from './zulip.js';
 // One schema for the whole environment. Every variable is optional here; the rules that depend on
 // each other (secrets required with DATABASE_URL) are applied in loadConfig.
 const EnvSchema = Type.Object({
-  DATABASE_URL: Type.Optional(Type.String({ minLength: 1 })),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// or postgresql:// URL' })),
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9991 }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
@@ -25,12 +25,13 @@ const EnvSchema = Type.Object({
     ],
     { default: 'info' },
   ),
-  EXTERNAL_HOST: Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', default: 'localhost:9991' }),
-  EXTERNAL_URI_SCHEME: Type.Union([Type.Literal('https://'), Type.Literal('http://')], {
-    default: 'https://',
-  }),
+  // Unset: see loadConfig (the spec's localhost:9991 over https://, or where the embedded default listens).
+  EXTERNAL_HOST: Type.Optional(
+    Type.String({ pattern: '^[A-Za-z0-9.-]+(:[0-9]+)?$', description: 'a host name with an optional :port, such as chat.example.com' }),
+  ),
+  EXTERNAL_URI_SCHEME: Type.Optional(Type.Union([Type.Literal('https://'), Type.Literal('http://')])),
   ROOT_SUBDOMAIN_ALIASES: Type.String({ default: 'www' }),
-  FAKE_EMAIL_DOMAIN: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9.-]+$' })),
+  FAKE_EMAIL_DOMAIN: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9.-]+$', description: 'a domain name, such as example.com' })),
   ENABLE_GRAVATAR: Type.Boolean({ default: true }),
   DEFAULT_AVATAR_URI: Type.String({ minLength: 1, default: '/static/images/default-avatar.png' }),
   AVATAR_SALT: Type.Optional(Type.String({ minLength: 1 })),
@@ -109,6 +110,10 @@ type CamelCase<Name extends string> = Name extends `${infer Head}_${infer Tail}`
 interface Derived {
   /** Undefined: the embedded PostgreSQL (src/db/embedded.ts). */
   databaseUrl: string | undefined;
+  /** EXTERNAL_HOST, lower-cased; unset: `localhost:<PORT>` on the embedded default, else `localhost:9991`. */
+  externalHost: string;
+  /** EXTERNAL_URI_SCHEME; unset: `http://` on the embedded default's own host, else `https://`. */
+  externalUriScheme: 'https://' | 'http://';
   rootSubdomainAliases: string[];
   /** FAKE_EMAIL_DOMAIN, else EXTERNAL_HOST without its port. */
   fakeEmailDomain: string;
@@ -133,15 +138,22 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     // Only exact words: TypeBox's Convert would also take "yes"-like text silently.
     raw[name] = isBoolean ? (BOOLEAN_WORDS[text.toLowerCase()] ?? text) : text;
   }
-  // Default and Convert work in place: keep `raw` as received for the error message.
+  // Default and Convert work in place, on a copy.
   const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, { ...raw })) as Env;
   const firstError = [...Value.Errors(EnvSchema, env)][0];
   if (firstError) {
-    const name = firstError.instancePath.replace(/^\//, '') || 'environment';
-    throw new ConfigError(`Invalid environment variable ${name}=${JSON.stringify(raw[name] ?? '')}: ${firstError.message}`);
+    const name = firstError.instancePath.replace(/^\//, '') as keyof Env;
+    const text = environment[name] ?? '';
+    const shown = name === 'DATABASE_URL' ? redactedUrl(text) : text;
+    throw new ConfigError(`Invalid environment variable ${name}=${JSON.stringify(shown)}: ${accepted(EnvSchema.properties[name])}`);
   }
   const dataDir = resolve(env.DATA_DIR);
-  const externalHost = env.EXTERNAL_HOST.toLowerCase();
+  // The embedded default with no EXTERNAL_HOST serves this machine: its organizations are where it
+  // listens, over http (acme.localhost:<PORT> reaches "acme"; PORT=0 picks the port later, so no port).
+  const local = env.DATABASE_URL === undefined && env.EXTERNAL_HOST === undefined;
+  const externalHost = (
+    env.EXTERNAL_HOST ?? (!local ? 'localhost:9991' : env.PORT === 0 ? 'localhost' : `localhost:${env.PORT}`)
+  ).toLowerCase();
   let avatarSalt = env.AVATAR_SALT;
   if (avatarSalt === undefined) {
     if (env.DATABASE_URL !== undefined) {
@@ -167,7 +179,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     dataDir,
     logLevel: env.LOG_LEVEL,
     externalHost,
-    externalUriScheme: env.EXTERNAL_URI_SCHEME,
+    externalUriScheme: env.EXTERNAL_URI_SCHEME ?? (local ? 'http://' : 'https://'),
     rootSubdomainAliases: env.ROOT_SUBDOMAIN_ALIASES.split(',')
       .map((alias) => alias.trim().toLowerCase())
       .filter((alias) => alias !== ''),
@@ -213,10 +225,30 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   };
 }
 
+/** What a variable accepts, in words (TypeBox's own messages, "must be equal to constant", name no values). */
+function accepted(schema: { type?: unknown; anyOf?: unknown; description?: string; minimum?: number; maximum?: number }): string {
+  if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((choice: { const: string }) => choice.const).join(', ')}`;
+  if (schema.type === 'boolean') return 'must be one of true, false, 1, 0';
+  if (schema.type === 'integer') {
+    const { minimum, maximum } = schema;
+    if (minimum !== undefined && maximum !== undefined) return `must be an integer from ${minimum} to ${maximum}`;
+    return minimum === undefined ? 'must be an integer' : `must be an integer of at least ${minimum}`;
+  }
+  return `must be ${schema.description ?? 'a non-empty text'}`;
+}
+
+/** A connection URL as it may be shown: its password replaced by `***`. */
+export function redactedUrl(url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*):[^@/]*@/i, '$1:***@');
+}
+
 /** A secret generated on first use and kept in DATA_DIR, so the embedded default needs no setup. */
 export function readOrCreateSecret(dataDir: string, name: string): string {
   const path = join(dataDir, 'secrets', name);
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
+  // DATA_DIR and the folders to it with the usual mode (the embedded PostgreSQL's OS user may need
+  // to enter them, src/db/embedded.ts), the secrets' folder private.
+  mkdirSync(dataDir, { recursive: true });
   mkdirSync(join(dataDir, 'secrets'), { recursive: true, mode: 0o700 });
   const secret = randomBytes(32).toString('hex');
   writeFileSync(path, `${secret}\n`, { mode: 0o600 });

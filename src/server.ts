@@ -5,9 +5,9 @@ import closeWithGrace from 'close-with-grace';
 import pino from 'pino';
 import { buildApp } from './app.js';
 import { embeddedDirectory } from './cli/connect.js';
-import { createDemoOrganization, describeDemo } from './cli/demo.js';
+import { createDemoOrganization, demoReminder, describeDemo } from './cli/demo.js';
 import { ConfigError, loadConfig } from './config.js';
-import { ConnectionErrorReporter } from './db/connection-errors.js';
+import { ConnectionErrorReporter, namingDatabaseUrl } from './db/connection-errors.js';
 import { createDatabase, databaseOptionsOf } from './db/database.js';
 import { type EmbeddedDatabase, recordRunningServer, startEmbeddedPostgres } from './db/embedded.js';
 import { migrateToLatest } from './db/migrator.js';
@@ -27,16 +27,21 @@ async function main(): Promise<void> {
   let forgetServer: (() => Promise<void>) | undefined;
   if (!config.databaseUrl) {
     embedded = await startEmbeddedPostgres({ directory: embeddedDirectory(config), secretsDir: config.dataDir });
+    const started = embedded;
+    undoOnFailedStart.push(() => started.stop());
   }
   const url = config.databaseUrl ?? embedded!.url;
   // Connections can fail before the app (and its logger) exists, during the migrations.
   const connectionErrors = new ConnectionErrorReporter();
   const handle = createDatabase(url, { ...databaseOptionsOf(config), onConnectionError: connectionErrors.report });
+  undoOnFailedStart.push(() => handle.close());
   // Migrations run on a connection of their own, without the statement timeout: a long migration,
   // or waiting for another replica's, must not fail the start.
   const migration = createDatabase(url, { poolMax: 1, connectTimeoutMs: config.dbConnectTimeoutMs });
   try {
     await migrateToLatest(migration.db);
+  } catch (error) {
+    throw namingDatabaseUrl(error, config);
   } finally {
     await migration.close();
   }
@@ -59,10 +64,12 @@ async function main(): Promise<void> {
   const drain = new Drain();
   const app = await buildApp({ config: { ...config, databaseUrl: url }, ...handle, drain }, { stream: logs });
   connectionErrors.logTo(app.log);
+  undoOnFailedStart.push(() => app.close());
 
   if (embedded) {
     const demo = await createDemoOrganization(handle, config);
-    if (demo) console.log(describeDemo(demo, config));
+    const text = demo ? describeDemo(demo, config) : await demoReminder(handle.db, config);
+    if (text) console.log(text);
     forgetServer = await recordRunningServer(config.dataDir, embedded.url);
   }
 
@@ -89,14 +96,41 @@ async function main(): Promise<void> {
     close: shutdown.close,
   });
 
-  await app.listen({ port: config.port, host: config.host });
+  await app.listen({ port: config.port, host: config.host }).catch((error: unknown) => {
+    throw namingListenSettings(error, `PORT (${config.port}) on HOST (${config.host})`);
+  });
   // Its own port, never the API's: the load balancer forwards only the API port.
   if (app.metrics && config.metricsPort !== undefined) {
-    const listening = await startMetricsListener(app.metrics.registry, config.metricsHost, config.metricsPort);
+    const listening = await startMetricsListener(app.metrics.registry, config.metricsHost, config.metricsPort).catch((error: unknown) => {
+      throw namingListenSettings(error, `METRICS_PORT (${config.metricsPort}) on METRICS_HOST (${config.metricsHost})`);
+    });
+    undoOnFailedStart.push(async () => listening.server.close());
     metricsServer = listening.server;
     app.log.info({ host: config.metricsHost, port: listening.port }, 'metrics listening');
   }
   logs.flush(); // "Server listening at …" now, not with the next 4 KiB
+  // Started: closing is close-with-grace's from now on.
+  undoOnFailedStart.length = 0;
+}
+
+/**
+ * What a start that fails part way has to stop, in reverse order: above all the embedded
+ * PostgreSQL, which runs detached and would outlive the process.
+ */
+const undoOnFailedStart: (() => Promise<unknown>)[] = [];
+
+/** Why a port cannot be listened on, in words. */
+const LISTEN_REASONS: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'address not available on this machine',
+  ENOTFOUND: 'host not found',
+};
+
+/** A failure to listen as the start-up line naming the settings and the cause; any other error as it is. */
+function namingListenSettings(error: unknown, settings: string): unknown {
+  const reason = LISTEN_REASONS[(error as { code?: string }).code ?? ''];
+  return reason === undefined ? error : new ConfigError(`${settings}: ${reason}`);
 }
 
 /**
@@ -132,7 +166,8 @@ function drainOnSigterm(
   });
 }
 
-main().catch((error: unknown) => {
+main().catch(async (error: unknown) => {
   console.error(error instanceof ConfigError ? error.message : `failed to start: ${(error as Error).stack ?? String(error)}`);
+  for (const undo of undoOnFailedStart.reverse()) await undo().catch(() => undefined);
   process.exit(1);
 });

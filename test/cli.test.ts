@@ -313,7 +313,7 @@ describe('admin command line', () => {
     );
     await fails(['profile-field', 'create', '--realm', 'team', '--name', 'X', '--type', 'color'], /^Unknown field type "color"/);
     await fails(['frobnicate'], 'Unknown command "frobnicate" (see --help)');
-    await fails(['realm', 'create', '--bogus'], /Unknown option '--bogus'/);
+    await fails(['realm', 'create', '--bogus'], 'Unknown option --bogus (see --help)');
     expect(await ctx.db.selectFrom('users').select('id').orderBy('id').execute()).toEqual(before);
     await ok(['user', 'create', '--realm', 'team', '--email', 'a@b.c', '--full-name', 'A']);
     await fails(

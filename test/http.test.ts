@@ -23,7 +23,7 @@ describe('routing (spec §1.1, cases 1–7)', () => {
   it('case 1: unknown paths are 404, with or without credentials, and touch no database', async () => {
     ctx.database.statements.length = 0;
     for (const as of ['U', undefined] as const) {
-      for (const url of ['/api/v1/nope', '/api/v2/users', '/nope', '/api/v1//users', '/api/v1/users/%E0%A4%A']) {
+      for (const url of ['/api/v1/nope', '/api/v2/users', '/nope', '/api/v1//nope', '/api/v1/users/%E0%A4%A']) {
         const res = await api(ctx.app, { url, ...(as && { as }) });
         expect(res.statusCode, url).toBe(404);
         expect(res.body).toBe(NOT_FOUND);
@@ -78,6 +78,31 @@ describe('routing (spec §1.1, cases 1–7)', () => {
     const patchMe = await api(ctx.app, { method: 'PATCH', url: '/api/v1/users/me', as: 'U' });
     expect(patchMe.statusCode).toBe(405);
     expect(patchMe.json().allowed_methods).toEqual(['DELETE', 'GET', 'HEAD']);
+  });
+
+  it('repeated slashes collapse to one (as nginx in front of Zulip); a trailing slash still matches nothing', async () => {
+    // zulip-js with a server URL ending in "/" sends //api/v1/...
+    const settings = await api(ctx.app, { url: '//api/v1/server_settings' });
+    expect(settings.statusCode).toBe(200);
+    expect(settings.json()).toMatchObject({ result: 'success', realm_url: 'https://chat.example.com' });
+    const direct = await api(ctx.app, { url: '/api/v1/users/14', as: 'U' });
+    for (const url of ['//api/v1/users/14', '/api/v1//users/14', '/api//v1///users//14']) {
+      const res = await api(ctx.app, { url, as: 'U' });
+      expect(res.statusCode, url).toBe(200);
+      expect(res.body, url).toBe(direct.body);
+    }
+    // 405 and OPTIONS see the same path.
+    const wrongMethod = await api(ctx.app, { method: 'PUT', url: '//api/v1//users/14', as: 'U' });
+    expect(wrongMethod.statusCode).toBe(405);
+    expect(wrongMethod.headers.allow).toBe('DELETE, GET, HEAD, PATCH');
+    const options = await api(ctx.app, { method: 'OPTIONS', url: '/api/v1//navigation_views//inbox' });
+    expect(options.statusCode).toBe(204);
+    expect(options.headers.allow).toBe('DELETE, PATCH');
+    for (const url of ['/api/v1/users/', '//api/v1//users//', '/api/v1/server_settings/', '/api/v1//navigation_views//']) {
+      const res = await api(ctx.app, { url, as: 'U' });
+      expect(res.statusCode, url).toBe(404);
+      expect(res.body, url).toBe(NOT_FOUND);
+    }
   });
 
   it('case 6: a non-numeric channel id is not a route', async () => {

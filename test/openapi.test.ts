@@ -81,7 +81,7 @@ const EXPECTED: Record<string, ParameterLists> = {
   'GET /api/v1/users/me': {},
   'POST /api/v1/users': { body: ['email', 'password', 'full_name'], required: ['email', 'password', 'full_name'] },
   'PATCH /api/v1/users/{user}': { body: ['full_name', 'role', 'profile_data', 'new_email'], path: ['user'] },
-  'DELETE /api/v1/users/{user_id}': { body: ['actions', 'deactivation_notification_comment'], path: ['user_id'] },
+  'DELETE /api/v1/users/{user}': { body: ['actions', 'deactivation_notification_comment'], path: ['user'] },
   'DELETE /api/v1/users/me': {},
   'POST /api/v1/users/{user_id}/reactivate': { path: ['user_id'] },
   'GET /api/v1/users/me/subscriptions': { query: ['include_subscribers'] },
@@ -152,6 +152,12 @@ describe('GET /api/openapi.json', () => {
     expect(withBadCredentials.json()).toEqual(document);
     // The document does not describe itself.
     expect(document.paths['/api/openapi.json']).toBeUndefined();
+  });
+
+  it("names each path once: no two paths differ only in their parameters' names (redocly's no-identical-paths)", () => {
+    const shapes = Object.keys(document.paths).map((path) => path.replace(/\{[^}]+\}/g, '{}'));
+    expect(shapes.length).toBeGreaterThan(10);
+    expect(shapes.filter((shape, index) => shapes.indexOf(shape) !== index)).toEqual([]);
   });
 
   it('documents exactly the registered routes (HEAD is implied by GET)', () => {
@@ -230,7 +236,7 @@ describe('GET /api/openapi.json', () => {
       ['GET /api/v1/users/me', { url: '/api/v1/users/me', as: 'U' }],
       ['POST /api/v1/users/{user_id}/reactivate', { method: 'POST', url: '/api/v1/users/18/reactivate', as: 'O' }],
       [
-        'DELETE /api/v1/users/{user_id}',
+        'DELETE /api/v1/users/{user}',
         {
           method: 'DELETE',
           url: '/api/v1/users/18',

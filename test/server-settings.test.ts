@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { createFixtureDatabase } from './helpers/database.js';
+import { api, createTestContext, FIXTURE_ENV, useTestContext } from './helpers/app.js';
 
 const EXAMPLE = {
   result: 'success',
@@ -84,5 +87,40 @@ describe('GET /api/v1/server_settings', () => {
     } finally {
       await other.close();
     }
+  });
+});
+
+describe('the embedded default with no EXTERNAL_HOST (npm start on this machine)', () => {
+  // The configuration of `PORT=33001 npm start`: no DATABASE_URL, no EXTERNAL_HOST (src/config.ts).
+  const local = useTestContext(async () => {
+    const { EXTERNAL_HOST, ...env } = FIXTURE_ENV;
+    const config = loadConfig({ ...env, PORT: '33001' });
+    const database = await createFixtureDatabase();
+    const app = await buildApp({ config: { ...config, databaseUrl: database.url }, ...database });
+    return {
+      app,
+      close: async () => {
+        await app.close();
+        await database.drop();
+      },
+    };
+  }, 'all');
+
+  it('names the organizations at localhost:<PORT> over http, in server_settings and the OpenAPI document', async () => {
+    const root = await api(local.app, { url: '/api/v1/server_settings', host: 'localhost:33001' });
+    expect(root.json()).toMatchObject({ realm_url: 'http://localhost:33001', realm_uri: 'http://localhost:33001', realm_name: 'Example' });
+    const other = await api(local.app, { url: '/api/v1/server_settings', host: 'other.localhost:33001' });
+    expect(other.json()).toMatchObject({ realm_url: 'http://other.localhost:33001', realm_name: 'Other' });
+    const openapi = await local.app.inject({ url: '/api/openapi.json', headers: { host: 'localhost:33001' } });
+    expect(openapi.json().servers).toEqual([{ url: 'http://localhost:33001', description: 'The root organization' }]);
+  });
+
+  it('reaches a subdomain organization at <subdomain>.localhost:<PORT>, and only there', async () => {
+    const there = await api(local.app, { url: '/api/v1/users/me', as: 'X', host: 'other.localhost:33001' });
+    expect(there.statusCode).toBe(200);
+    expect(there.json()).toMatchObject({ result: 'success', email: expect.any(String) });
+    const root = await api(local.app, { url: '/api/v1/users/me', as: 'X', host: 'localhost:33001' });
+    expect(root.statusCode).toBe(401);
+    expect(root.json()).toEqual({ result: 'error', msg: 'Account is not associated with this subdomain', code: 'UNAUTHORIZED' });
   });
 });

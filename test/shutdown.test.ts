@@ -191,6 +191,37 @@ describe('graceful shutdown on SIGTERM', () => {
   });
 });
 
+describe('Ctrl-C in the terminal of `npm start` (the embedded default)', () => {
+  it('reaches the server alone: it closes, then stops its PostgreSQL; no lost connection, no timeout', async () => {
+    dataDir = mkdtempSync(join(tmpdir(), 'zulip-ctrl-c-'));
+    // A terminal signals its whole foreground process group: the server runs as one.
+    server = await spawnServer({
+      args: ['--import', 'tsx', 'src/server.ts'],
+      env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
+      startTimeoutMs: 180_000,
+      detached: true,
+    });
+    const demo = /email=member@example.com {2}api_key=(\w+)/.exec(server.stdout.join('\n'))!;
+    const authorization = `Basic ${Buffer.from(`member@example.com:${demo[1]}`).toString('base64')}`;
+    expect((await fetch(`${server.url}/api/v1/users/me`, { headers: { authorization } })).status).toBe(200);
+    const clusterDir = join(dataDir, 'postgres');
+    const postmasterPid = Number(readFileSync(join(clusterDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    // PostgreSQL runs in a process group of its own, out of the terminal's reach.
+    const processGroup = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[2]);
+    expect(processGroup(server.child.pid!)).toBe(server.child.pid);
+    expect(processGroup(postmasterPid)).not.toBe(server.child.pid);
+
+    process.kill(-server.child.pid!, 'SIGINT');
+    const exit = await exitWithin(server, 60_000);
+    const output = [...server.stdout, ...server.stderr].join('\n');
+    expect(exit, output).toEqual({ code: 0, signal: null });
+    expect(output).not.toMatch(/connection lost|killed by timeout|"level":50/);
+    expect(logLines(server).map((line) => line.msg)).toContain('shutting down');
+    expect(processExists(postmasterPid)).toBe(false);
+    expect(existsSync(join(clusterDir, 'postmaster.pid'))).toBe(false);
+  });
+});
+
 describe('draining before the close (SIGTERM)', () => {
   /** A server on a fixture database, draining `drainSeconds` on SIGTERM. */
   async function drainingServer(drainSeconds: number): Promise<ServerProcess> {

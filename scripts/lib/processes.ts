@@ -140,6 +140,8 @@ export interface SpawnOptions {
   cwd?: string;
   /** How long to wait for the listening line. */
   startTimeoutMs?: number;
+  /** In a process group of its own, as a terminal's foreground job (Ctrl-C: `process.kill(-pid, 'SIGINT')`). */
+  detached?: boolean;
 }
 
 /** Spawns `node <args>` and waits until Fastify logs where it listens (PORT=0 picks a free port). */
@@ -148,6 +150,7 @@ export function spawnServer(options: SpawnOptions): Promise<ServerProcess> {
     cwd: options.cwd ?? REPO_ROOT,
     env: options.env,
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.detached ?? false,
   });
   const stdout: string[] = [];
   const stderr: string[] = [];

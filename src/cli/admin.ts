@@ -14,15 +14,20 @@ import { AdminError } from './operations.js';
 const USAGE = `usage: admin <command> [options]
   realm create --subdomain S --name N [--description D] [--restrict-guest-access]
   realm deactivate --realm S
+  realm list
   user create --realm S --email E --full-name N [--role owner|admin|moderator|member|guest]
               [--timezone TZ] [--email-visibility everyone|members|moderators|admins|nobody] [--imported-stub]
               [--can-create-users]
+  user list --realm S
+  user set-role --realm S --email E --role owner|admin|moderator|member|guest
   user deactivate --realm S --email E
+  user reactivate --realm S --email E
   user delete --realm S --email E
   bot create --realm S --owner E --full-name N --short-name X [--bot-type 1|2|3|4]
   stream create --realm S --name N [--private] [--web-public] [--description D]
   stream archive --realm S --name N
   subscribe --realm S --email E --stream N
+  unsubscribe --realm S --email E --stream N
   profile-field create --realm S --name N --type short_text|long_text|select|date|url|user|external_account|pronouns
   profile-field set --realm S --email E --field ID --value V
   api-key rotate --realm S --email E
@@ -77,6 +82,11 @@ const COMMANDS: Record<string, Command> = {
       restrictGuestAccess: v['restrict-guest-access'],
     }),
   'realm deactivate': (db, v) => ops.deactivateRealm(db, need(v, 'realm')),
+  'realm list': (db) => ops.listRealms(db),
+  'user list': (db, v) => ops.listUsers(db, need(v, 'realm')),
+  'user set-role': (db, v, config) =>
+    ops.setUserRole(db, config, { realm: need(v, 'realm'), email: need(v, 'email'), role: need(v, 'role') }),
+  'user reactivate': (db, v, config) => ops.reactivateUser(db, config, need(v, 'realm'), need(v, 'email')),
   'user create': (db, v, config) =>
     ops.createUser(
       db,
@@ -113,6 +123,11 @@ const COMMANDS: Record<string, Command> = {
   'stream archive': (db, v) => ops.archiveStream(db, need(v, 'realm'), need(v, 'name')),
   subscribe: (db, v, config, handle) =>
     ops.subscribe(
+      { db, config, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents },
+      { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') },
+    ),
+  unsubscribe: (db, v, config, handle) =>
+    ops.unsubscribe(
       { db, config, transactions: handle.transactions, maxPendingEvents: config.queueMaxPendingEvents },
       { realm: need(v, 'realm'), email: need(v, 'email'), stream: need(v, 'stream') },
     ),
@@ -153,16 +168,21 @@ async function dispatch(argv: string[], env: NodeJS.ProcessEnv, print: (line: st
   try {
     parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new AdminError(`${(error as Error).message.split('\n')[0]} (see --help)`);
+    throw ops.optionError(error);
   }
   const { values, positionals } = parsed;
-  if (values.help || positionals.length === 0) {
-    print(USAGE);
+  const name = positionals.join(' ');
+  // `admin user` and `--help` after a command or group: its usage lines.
+  const usage = name === '' ? USAGE : ops.usageOf(USAGE, name);
+  if (values.help || positionals.length === 0 || (usage !== undefined && !COMMANDS[name])) {
+    print(usage ?? USAGE);
     return;
   }
-  const name = positionals.join(' ');
   const command = COMMANDS[name];
-  if (!command) throw new AdminError(`Unknown command "${name}" (see --help)`);
+  if (!command) {
+    const hint = ops.usageOf(USAGE, positionals[0]!) === undefined ? 'see --help' : `admin ${positionals[0]} lists its commands`;
+    throw new AdminError(`Unknown command "${name}" (${hint})`);
+  }
   const config = loadConfig(env);
   const handle = await connectForCli(config);
   try {

@@ -1,5 +1,7 @@
 import { join } from 'node:path';
+import { sql } from 'kysely';
 import type { Config } from '../config.js';
+import { namingDatabaseUrl } from '../db/connection-errors.js';
 import { createDatabase, type DatabaseHandle } from '../db/database.js';
 import { findRunningServer, startEmbeddedPostgres } from '../db/embedded.js';
 import { migrateToLatest } from '../db/migrator.js';
@@ -12,7 +14,17 @@ export const embeddedDirectory = (config: Config): string => join(config.dataDir
  */
 export async function connectForCli(config: Config): Promise<DatabaseHandle> {
   const url = config.databaseUrl ?? (await findRunningServer(config.dataDir));
-  if (url) return createDatabase(url, { poolMax: 2 });
+  if (url) {
+    const handle = createDatabase(url, { poolMax: 2 });
+    // A database that cannot be reached is said at once, naming DATABASE_URL and the cause.
+    try {
+      await sql`SELECT 1`.execute(handle.db);
+    } catch (error) {
+      await handle.close();
+      throw namingDatabaseUrl(error, config);
+    }
+    return handle;
+  }
   const embedded = await startEmbeddedPostgres({ directory: embeddedDirectory(config), secretsDir: config.dataDir });
   const handle = createDatabase(embedded.url, { poolMax: 2 });
   await migrateToLatest(handle.db);

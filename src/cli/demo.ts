@@ -1,6 +1,6 @@
 import type { Config } from '../config.js';
-import type { DatabaseHandle } from '../db/database.js';
-import { organizationHost } from '../lib/hosts.js';
+import type { Database, DatabaseHandle } from '../db/database.js';
+import { realmUrl } from '../lib/hosts.js';
 import * as ops from './operations.js';
 
 export interface DemoAccount {
@@ -58,15 +58,39 @@ export async function createDemoOrganization(
   return accounts;
 }
 
+/** How to get a demo account's new API key (they are kept only as hashes). */
+const ROTATE_HINT = 'npm run --silent admin -- api-key rotate --realm "" --email <email>';
+
+/** The first start's text: the URL to give a client, each account's key (shown only now), a request to try. */
 export function describeDemo(accounts: DemoAccount[], config: Config): string {
-  const base = `http://${organizationHost('', config).replace(/:\d+$/, '')}:${config.port}`;
+  const url = realmUrl('', config);
   const member = accounts.find((account) => account.role === 'member')!;
   const owner = accounts.find((account) => account.role === 'owner')!;
   const lines = [
-    'Demo organization created. API keys are shown only this once (rotate with `npm run admin -- api-key rotate`):',
+    `Demo organization created. Give a client the server URL ${url} and an account's email and API key.`,
+    `API keys are shown only this once (a new one: ${ROTATE_HINT}):`,
     ...accounts.map((a) => `  ${a.role.padEnd(6)} user_id=${a.user_id}  email=${a.email}  api_key=${a.api_key}`),
     'Try:',
-    `  curl -sS -u ${member.email}:${member.api_key} ${base}/api/v1/users/${owner.user_id}`,
+    `  curl -sS -u ${member.email}:${member.api_key} ${url}/api/v1/users/${owner.user_id}`,
   ];
   return lines.join('\n');
+}
+
+/** The addresses of the demo's people, as createDemoOrganization makes them. */
+const DEMO_EMAILS = ['owner@example.com', 'member@example.com', 'guest@example.com'];
+
+/** Later starts' one line: the URL and the demo accounts still active, or undefined when none is. */
+export async function demoReminder(db: Database, config: Config): Promise<string | undefined> {
+  const rows = await db
+    .selectFrom('users')
+    .innerJoin('realms', 'realms.id', 'users.realm_id')
+    .select('users.delivery_email')
+    .where('realms.subdomain', '=', '')
+    .where('users.is_active', '=', true)
+    .where('users.delivery_email', 'in', DEMO_EMAILS)
+    .orderBy('users.id')
+    .execute();
+  if (rows.length === 0) return undefined;
+  const emails = rows.map((row) => row.delivery_email).join(', ');
+  return `Demo organization at ${realmUrl('', config)}: ${emails} (a new API key: ${ROTATE_HINT})`;
 }

@@ -5,16 +5,21 @@ import type { Users } from '../db/types.js';
 import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
 import { fakeEmailDomain } from '../lib/hosts.js';
 import { renderMarkdown } from '../lib/markdown.js';
+import { ApiError } from '../http/errors.js';
+import { apiErrorOfRefusal, findManagedUser, isLastOwner } from '../modules/users/users-admin.service.js';
 import {
   createUserWithEvents,
   deactivateUserWithEvents,
   type ManagementContext,
   ManagementRefusal,
+  reactivateUserWithEvents,
+  updateUserWithEvents,
 } from '../modules/users/users-management.service.js';
+import { roleChangeEvents } from '../modules/users/users-update.service.js';
 import type { UserObjectConfig } from '../modules/users/users.serializers.js';
-import { REFUSALS } from '../modules/users/users.writes.js';
+import { REFUSALS, UPDATE_USER } from '../modules/users/users.writes.js';
 import type { EventWrites } from '../modules/events/events.repository.js';
-import { ChannelNotFound, subscribeAsOperator } from '../modules/subscriptions/membership.service.js';
+import { ChannelNotFound, subscribeAsOperator, unsubscribeUsers } from '../modules/subscriptions/membership.service.js';
 import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../zulip.js';
 
 /**
@@ -55,7 +60,7 @@ async function findRealm(db: Database, subdomain: string) {
 async function findUser(db: Database, realmId: number, email: string) {
   const user = await db
     .selectFrom('users')
-    .select(['id', 'bot_type', 'is_active'])
+    .select(['id', 'bot_type', 'is_active', 'role'])
     .select(
       sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
     )
@@ -418,4 +423,142 @@ export async function rotateApiKey(db: Database, realm: string, email: string): 
     .where('id', '=', user.id)
     .execute();
   return { user_id: user.id, api_key: apiKey };
+}
+
+/** The name of a role number (ROLES), for listings. */
+const roleName = (role: number): string => Object.entries(ROLES).find(([, value]) => value === role)?.[0] ?? String(role);
+
+/** Zulip's list_realms: every organization, in id order. */
+export async function listRealms(
+  db: Database,
+): Promise<{ realms: { realm_id: number; subdomain: string; name: string; deactivated: boolean }[] }> {
+  const rows = await db.selectFrom('realms').select(['id', 'subdomain', 'name', 'deactivated']).orderBy('id').execute();
+  return { realms: rows.map((row) => ({ realm_id: row.id, subdomain: row.subdomain, name: row.name, deactivated: row.deactivated })) };
+}
+
+/** An organization's users and bots, in id order (Zulip's list_users, the API key aside). */
+export async function listUsers(db: Database, realmName: string) {
+  const realm = await findRealm(db, realmName);
+  const rows = await db
+    .selectFrom('users')
+    .select(['id', 'delivery_email', 'full_name', 'role', 'bot_type', 'is_active'])
+    .where('realm_id', '=', realm.id)
+    .orderBy('id')
+    .execute();
+  return {
+    users: rows.map((row) => ({
+      user_id: row.id,
+      email: row.delivery_email,
+      full_name: row.full_name,
+      role: roleName(row.role),
+      is_bot: row.bot_type !== null,
+      is_active: row.is_active,
+    })),
+  };
+}
+
+/** The service's refusal as the command line's message (AdminError); anything else as it is. */
+function adminErrorOf(error: unknown, operation: Parameters<typeof apiErrorOfRefusal>[1]): unknown {
+  const mapped = apiErrorOfRefusal(error, operation);
+  return mapped instanceof ApiError ? new AdminError(mapped.message) : mapped;
+}
+
+/**
+ * Zulip's change_user_role: the same statement and events as PATCH /users/{user} with a `role`
+ * (users-update.service.ts), without the API's permission checks; like it, never the only owner's.
+ */
+export async function setUserRole(
+  db: Database,
+  config: ManagementConfig,
+  options: { realm: string; email: string; role: string },
+): Promise<{ user_id: number; role: string }> {
+  const role = ROLES[options.role as keyof typeof ROLES];
+  if (role === undefined) throw new AdminError(`Unknown role "${options.role}": use ${Object.keys(ROLES).join(', ')}`);
+  const realm = await findRealm(db, options.realm);
+  const user = await findUser(db, realm.id, options.email);
+  const target = (await findManagedUser(db, realm.id, user.id, role))!;
+  if (target.role !== role) {
+    if (target.role === ROLES.owner && isLastOwner(target)) {
+      throw new AdminError('The owner permission cannot be removed from the only organization owner.');
+    }
+    const context = managementContext(db, config, realm);
+    try {
+      await updateUserWithEvents(context, UPDATE_USER, [target.id, null, role, '[]', []], roleChangeEvents(context.realm, target, role));
+    } catch (error) {
+      throw adminErrorOf(error, 'update');
+    }
+  }
+  return { user_id: user.id, role: options.role };
+}
+
+/**
+ * Zulip's reactivate_user: the API's reactivation (realm_user/update, the channels' peer_add), a
+ * bot keeping its owner; an active user stays so, with nothing sent.
+ */
+export async function reactivateUser(
+  db: Database,
+  config: ManagementConfig,
+  realmName: string,
+  email: string,
+): Promise<{ user_id: number; is_active: true }> {
+  const realm = await findRealm(db, realmName);
+  const user = await findUser(db, realm.id, email);
+  if (!user.is_active) {
+    try {
+      await reactivateUserWithEvents(managementContext(db, config, realm), { id: user.id, botType: user.bot_type }, null);
+    } catch (error) {
+      throw adminErrorOf(error, 'delete-other');
+    }
+  }
+  return { user_id: user.id, is_active: true };
+}
+
+/**
+ * Unsubscribes a user from a channel through the API's service (DELETE /users/me/subscriptions),
+ * as the user's own unsubscription: the same write, audit row and events.
+ */
+export async function unsubscribe(
+  target: { db: Database; config: UserObjectConfig } & EventWrites,
+  options: { realm: string; email: string; stream: string },
+): Promise<{ user_id: number; removed: string[]; not_removed: string[] }> {
+  const realm = await findRealm(target.db, options.realm);
+  const user = await findUser(target.db, realm.id, options.email);
+  await findStream(target.db, realm.id, options.stream);
+  const caller = { id: user.id, realmId: realm.id, role: user.role, realmSubdomain: realm.subdomain };
+  try {
+    const result = await unsubscribeUsers(target, caller, { names: [options.stream], principals: undefined });
+    return { user_id: user.id, ...result };
+  } catch (error) {
+    throw error instanceof ApiError ? new AdminError(error.message) : error;
+  }
+}
+
+// --- The command line's words (src/cli/admin.ts). ---
+
+/**
+ * The usage lines of the commands that start with `prefix` (`user`: every user command; `user
+ * create`: that one), each with its continuation lines; undefined when no command starts so.
+ */
+export function usageOf(usage: string, prefix: string): string | undefined {
+  const lines: string[] = [];
+  let inside = false;
+  for (const line of usage.split('\n')) {
+    const command = /^ {2}(\S.*)$/.exec(line)?.[1];
+    if (command !== undefined) inside = `${command} `.startsWith(`${prefix} `);
+    else if (!/^ {3,}\S/.test(line)) inside = false;
+    if (inside) lines.push(line);
+  }
+  return lines.length === 0 ? undefined : `usage: admin ${prefix} …\n${lines.join('\n')}`;
+}
+
+/** node:util parseArgs' refusal in a line naming the option (its own text also explains `--` positionals). */
+export function optionError(error: unknown): AdminError {
+  const code = (error as { code?: string }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  const option = /'(-[^' ]+)/.exec(message)?.[1] ?? 'an option';
+  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return new AdminError(`Unknown option ${option} (see --help)`);
+  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+    return new AdminError(/argument missing/.test(message) ? `${option} needs a value` : `${option} takes no value`);
+  }
+  return new AdminError(`${message.split('\n')[0]} (see --help)`);
 }

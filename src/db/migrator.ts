@@ -36,7 +36,7 @@ export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResultS
   if (resultSet.error) {
     const failed = resultSet.results?.find((result) => result.status === 'Error');
     const detail = resultSet.error instanceof Error ? resultSet.error.message : inspect(resultSet.error);
-    throw new Error(`Migration ${failed?.migrationName ?? '(unknown)'} failed: ${detail}`);
+    throw new Error(`Migration ${failed?.migrationName ?? '(unknown)'} failed: ${detail}`, { cause: resultSet.error });
   }
   return resultSet;
 }

@@ -48,9 +48,9 @@ export const userAdminRoutes: FastifyPluginAsync<AppDeps> = async (app, deps) =>
   );
 
   // The id paths take digits only (routePath): any other segment is not these routes (404 or 405 from the router).
-  app.delete(routePath('/api/v1/users/:user_id', deactivateUserSchema), { schema: deactivateUserSchema }, async (request, reply) => {
-    const { user_id, actions } = parametersOf(request, deactivateUserSchema);
-    await deactivateUserByApi(deps, callerOf(request), user_id, actions?.delete_profile === true, clientGone(reply));
+  app.delete(routePath('/api/v1/users/:user', deactivateUserSchema), { schema: deactivateUserSchema }, async (request, reply) => {
+    const { user, actions } = parametersOf(request, deactivateUserSchema);
+    await deactivateUserByApi(deps, callerOf(request), user, actions?.delete_profile === true, clientGone(reply));
     return success(request);
   });
 

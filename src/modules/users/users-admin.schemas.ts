@@ -27,6 +27,11 @@ import type { ProfileDataEntry } from './users-update.service.js';
 
 /** The path's user id: digits only (the router matches nothing else); undefined outside PostgreSQL's range (no such user). */
 const USER_ID_PATH = { user_id: idSegment('The user id.', parseUserId) };
+/**
+ * DELETE's user id, named as GET and PATCH name the same path's segment (`/users/{user}`, which
+ * also takes an email): one path with two parameter names is one path twice to OpenAPI tools.
+ */
+const USER_PATH_ID = { user: idSegment('The user id (digits only).', parseUserId) };
 
 const LAST_USER = errorResponse('The last user or the last owner (code CANNOT_DEACTIVATE_LAST_USER, with `is_last_owner` and `entity`).', {
   is_last_owner: Type.Boolean(),
@@ -129,7 +134,7 @@ export const deactivateUserSchema = {
       ),
       deactivation_notification_comment: optional(cappedText(DEACTIVATION_COMMENT_LIMIT), 'Accepted; no email is sent by this server.'),
     },
-    USER_ID_PATH,
+    USER_PATH_ID,
   ),
   documentedResponses: { 200: successResponse('The user was deactivated.'), ...AUTHENTICATED_ERRORS },
 } satisfies RouteSchema;

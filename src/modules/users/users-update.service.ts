@@ -21,7 +21,7 @@ import {
   type RoleChannel,
   type UserAdminDeps,
 } from './users-admin.service.js';
-import { updateUserWithEvents, userUpdateEvent } from './users-management.service.js';
+import { type ManagedRealm, updateUserWithEvents, userUpdateEvent } from './users-management.service.js';
 import { checkFullName } from './users.validation.js';
 import { UPDATE_USER } from './users.writes.js';
 
@@ -139,7 +139,7 @@ export async function updateUserByApi(
     if (target.role === ROLES.owner && isLastOwner(target))
       throw badRequest('The owner permission cannot be removed from the only organization owner.');
     role = changes.role;
-    events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { role }), ...roleChannelEvents(target, role));
+    events.push(...roleChangeEvents(context.realm, target, role));
   }
   let fullName: string | null = null;
   if (changes.full_name !== undefined && changes.full_name !== target.full_name && changes.full_name.trim() !== '') {
@@ -175,6 +175,11 @@ export async function updateUserByApi(
   } catch (error) {
     throw apiErrorOfRefusal(error, 'update');
   }
+}
+
+/** A role change's events (PATCH /users/{user} and the admin command line's `user set-role`): realm_user/update, then the channels' sight. */
+export function roleChangeEvents(realm: ManagedRealm, target: ManagedUser, role: number): AudienceEvent[] {
+  return [userUpdateEvent(realm, { id: target.id, botType: target.bot_type }, { role }), ...roleChannelEvents(target, role)];
 }
 
 /**
