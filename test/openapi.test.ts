@@ -126,6 +126,7 @@ const EXPECTED: Record<string, ParameterLists> = {
 describe('GET /api/openapi.json', () => {
   it('is a valid OpenAPI 3 document, served without authentication outside the Zulip API', async () => {
     expect(document.openapi).toBe('3.0.3');
+    expect(document.info.license).toEqual({ name: 'Apache-2.0', url: 'https://www.apache.org/licenses/LICENSE-2.0' });
     await SwaggerParser.validate(structuredClone(document) as never);
     const withBadCredentials = await api(ctx.app, {
       url: '/api/openapi.json',
