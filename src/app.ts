@@ -206,7 +206,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
     api.addHook('preHandler', authenticationHook(accounts, config));
     api.addHook('preHandler', requestMemory.admit);
-    // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
+    // After authentication and the rate limit (docs/api.md §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);
     await api.register(eventRoutes, { ...deps, polling });

@@ -15,7 +15,7 @@ afterEach(() => {
 });
 
 describe('configuration from the environment', () => {
-  it('has the spec defaults', () => {
+  it('has the docs/api.md defaults', () => {
     const config = loadConfig({ DATA_DIR: tempDir() });
     expect(config).toMatchObject({
       databaseUrl: undefined,

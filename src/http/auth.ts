@@ -12,7 +12,7 @@ export interface Caller {
   id: number;
   realmId: number;
   realmSubdomain: string;
-  /** 'everyone' or 'members' (guests restricted, spec §2.4). */
+  /** 'everyone' or 'members' (guests restricted, docs/api.md §2.4). */
   realmCanAccessAllUsersGroup: string;
   deliveryEmail: string;
   role: number;
@@ -28,7 +28,7 @@ export interface BasicCredentials {
   apiKey: string;
 }
 
-/** Splits a Basic Authorization header into email and key, with the spec's messages (§1.3 rows 1–5). */
+/** Splits a Basic Authorization header into email and key, with docs/api.md's messages (docs/api.md §1.3 rows 1–5). */
 export function parseBasicAuthorization(header: string | undefined): BasicCredentials {
   if (header === undefined) throw unauthorized('Not logged in: API authentication or user session required');
   const tokens = header.trim().split(/\s+/);
@@ -63,8 +63,8 @@ export interface Authentication<Extra extends object> {
 }
 
 /**
- * Authenticates the credentials of a request to the organization `subdomain` (spec §1.3 rows
- * 6–11) and, when `rule` is given, decides its rate limit (§1.10), with the route's lookup, in one
+ * Authenticates the credentials of a request to the organization `subdomain` (docs/api.md §1.3 rows
+ * 6–11) and, when `rule` is given, decides its rate limit (docs/api.md §1.10), with the route's lookup, in one
  * statement. The messages follow the rows' order; the address and organization checks are the
  * statement's, so that only requests this function accepts are counted.
  */
@@ -98,7 +98,7 @@ export async function authenticate<Extra extends object>(
 }
 
 /**
- * preHandler of every authenticated route (spec §1.1 steps 3–4): authentication, then the rate
+ * preHandler of every authenticated route (docs/api.md §1.1 steps 3–4): authentication, then the rate
  * limit, in one statement, before any parameter is parsed. Routes declare `config.auth: false`
  * when they need no credentials, and may fold a lookup in (`config.authLookup`).
  */

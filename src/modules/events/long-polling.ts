@@ -22,7 +22,7 @@ export interface LongPollingOptions {
 }
 
 /**
- * An instance's long polls (spec §3.13): what they wait on and how they are answered, shared by
+ * An instance's long polls (docs/api.md §3.13): what they wait on and how they are answered, shared by
  * the GET /events route and the direct polls (direct-polls.ts): the wake-ups, the batches of poll
  * starts and heartbeats, the heartbeat wheel, the gathering of blocking polls, the LISTEN
  * connection and the periodic check. The app starts it when ready, answers every waiting poll

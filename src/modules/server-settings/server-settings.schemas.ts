@@ -2,7 +2,7 @@ import type { FastifySchema } from 'fastify';
 import Type from 'typebox';
 import { PUBLIC_ERRORS, successResponse } from '../../http/openapi.js';
 
-// Documentation of GET /api/v1/server_settings (spec §3.1); see src/http/openapi.ts.
+// Documentation of GET /api/v1/server_settings (docs/api.md §3.1); see src/http/openapi.ts.
 
 const ORGANIZATION_ONLY = 'Only when the Host names an active organization.';
 

@@ -11,7 +11,7 @@ import { channelMembersSchema, subscribeSchema, subscriptionStatusSchema, unsubs
 import { channelMembers, isSubscribed } from './membership.reads.js';
 import { subscribeUsers, unsubscribeUsers } from './membership.service.js';
 
-/** Subscription settings (spec §3.2–§3.4). */
+/** Subscription settings (docs/api.md §3.2–§3.4). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const writes = { transactions, maxPendingEvents: config.queueMaxPendingEvents };
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
@@ -26,7 +26,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
     return success(request);
   });
 
-  // PATCH (Zulip) and POST (the brief) behave identically (spec §4 row 1).
+  // PATCH (Zulip) and POST (the brief) behave identically (docs/api.md §4 row 1).
   const updateOneSetting: RouteHandlerMethod = async (request: FastifyRequest, reply) => {
     const { stream_id, property, value } = parametersOf(request, updateSettingSchema);
     const change = checkSettingChange(stream_id, property, value);

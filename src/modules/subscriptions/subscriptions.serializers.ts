@@ -45,11 +45,11 @@ const CHANNEL_KEYS = {
 
 export type ChannelKey = keyof typeof CHANNEL_KEYS;
 
-/** The subscription object of spec §2.12. */
+/** The subscription object of docs/api.md §2.12. */
 export type SubscriptionObject = { [K in ChannelKey]: ReturnType<(typeof CHANNEL_KEYS)[K]> } & SentSettings & { subscribers?: number[] };
 
 /**
- * The object's keys in the order they are sent (spec §2.12): is_archived, then the channel's keys
+ * The object's keys in the order they are sent (docs/api.md §2.12): is_archived, then the channel's keys
  * and the settings of settings.ts together in code-point order (subscribers, when asked for, last).
  * The order is Zulip's, alphabetical; a property added to the settings table takes its place in it.
  */
@@ -76,7 +76,7 @@ const build = (() => {
   return new Function('readers', 'row', body) as (readers: typeof READERS, row: SubscriptionRow) => Record<string, unknown>;
 })();
 
-/** The subscription object of spec §2.12, keys in the required order. */
+/** The subscription object of docs/api.md §2.12, keys in the required order. */
 export function serializeSubscription(row: SubscriptionRow): SubscriptionObject {
   const object = build(READERS, row);
   if (row.subscribers !== null) object.subscribers = row.subscribers;
@@ -92,7 +92,7 @@ const updateEvent = (property: string, value: string | boolean, streamId: number
 });
 
 /**
- * The events of one applied change (spec §3.2 event table): one per property stored in its column,
+ * The events of one applied change (docs/api.md §3.2 event table): one per property stored in its column,
  * whichever was sent; muting gives two, in_home_view first.
  */
 export function changeEvents(change: SettingChange): ApiEvent[] {

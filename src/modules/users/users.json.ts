@@ -23,7 +23,7 @@ import { buildUserObject, type UserObjectConfig, type UserObjectOptions } from '
  * address, which JavaScript lowercases by Unicode's rules; a date outside years 1000–9999) comes
  * with its columns instead, from the same statement (the same snapshot), and is built as before.
  * Any change to buildUserObject must be made here too: test/users-json.test.ts compares the two.
- * Only for viewers who may access every user: a restricted guest's list (spec §2.4) is built as
+ * Only for viewers who may access every user: a restricted guest's list (docs/api.md §2.4) is built as
  * before.
  */
 

@@ -4,7 +4,7 @@ import { AUTHENTICATED_ERRORS, successResponse } from '../../http/openapi.js';
 import { ROLES } from '../../zulip.js';
 import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
-// The user routes' parameters and documentation (spec §2.11, §3.5–§3.7); see src/http/params.ts
+// The user routes' parameters and documentation (docs/api.md §2.11, docs/api.md §3.5–§3.7); see src/http/params.ts
 // and src/http/openapi.ts.
 
 /** Ids of one GET /users?user_ids=…: bounds the work of one request, as every list parameter is. */

@@ -5,7 +5,7 @@ import { renderMarkdown } from '../../lib/markdown.js';
 import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
 import { canSeeDeliveryEmail, effectiveVisibility, type UserViewer, type VisibilityTarget } from './users.access.js';
 
-/** The user object of spec §2.11 and the inaccessible-user placeholder, built without I/O. */
+/** The user object of docs/api.md §2.11 and the inaccessible-user placeholder, built without I/O. */
 
 export type UserObjectConfig = Pick<
   Config,
@@ -36,14 +36,14 @@ export interface UserRecord extends VisibilityTarget {
   isDeleted: boolean;
   /** Loaded only when profile data was requested. */
   profileValues?: ProfileFieldValue[];
-  /** Loaded only for restricted viewers (spec §2.4). */
+  /** Loaded only for restricted viewers (docs/api.md §2.4). */
   sharesActiveChannelWithViewer?: boolean;
 }
 
 export interface UserObjectOptions {
   clientGravatar: boolean;
   includeCustomProfileFields: boolean;
-  /** register's realm_users / realm_non_active_users leave is_active out (spec §3.12). */
+  /** register's realm_users / realm_non_active_users leave is_active out (docs/api.md §3.12). */
   omitIsActive?: boolean;
 }
 
@@ -79,7 +79,7 @@ export const GRAVATAR_SOURCE = 'G';
 const UPLOADED_SOURCE = 'U';
 const UNKNOWN_USER_AVATAR = '/static/images/unknown-user-avatar.png';
 
-/** `2024-01-02T03:04+00:00`: UTC, truncated to minutes (spec §2.11). */
+/** `2024-01-02T03:04+00:00`: UTC, truncated to minutes (docs/api.md §2.11). */
 export function formatDateJoined(date: Date): string {
   // Built from the UTC fields: toISOString was a measurable part of GET /users/{id} (bench/).
   const month = twoDigits(date.getUTCMonth() + 1);
@@ -92,18 +92,18 @@ const twoDigits = (value: number): string => (value < 10 ? `0${value}` : String(
 
 const dummyEmail = (userId: number, fakeDomain: string): string => `user${userId}@${fakeDomain}`;
 
-/** The API email: real only when the address is public, for every viewer (spec §2.3). */
+/** The API email: real only when the address is public, for every viewer (docs/api.md §2.3). */
 function apiEmail(target: UserRecord, fakeDomain: string): string {
   return effectiveVisibility(target) === EMAIL_ADDRESS_VISIBILITY.everyone ? target.deliveryEmail : dummyEmail(target.id, fakeDomain);
 }
 
-/** First 40 hex digits of SHA-256 of "<user_id>:<avatar_version>:<salt>" (spec §2.5 row 2). */
+/** First 40 hex digits of SHA-256 of "<user_id>:<avatar_version>:<salt>" (docs/api.md §2.5 row 2). */
 export function uploadedAvatarHash(userId: number, avatarVersion: number, salt: string): string {
   return createHash('sha256').update(`${userId}:${avatarVersion}:${salt}`, 'utf8').digest('hex').slice(0, 40);
 }
 
 /**
- * spec §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address.
+ * docs/api.md §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address.
  * `medium`: Zulip's medium size (avatar_url_medium): `&s=500` for a gravatar, `-medium.png` uploaded.
  */
 export function avatarUrl(
@@ -137,7 +137,7 @@ export function buildProfileData(values: readonly ProfileFieldValue[]): Record<s
   return data;
 }
 
-/** The user object of spec §2.11 for this viewer, keys in the required order. */
+/** The user object of docs/api.md §2.11 for this viewer, keys in the required order. */
 export function buildUserObject(viewer: UserViewer, target: UserRecord, options: UserObjectOptions, config: UserObjectConfig): ApiUser {
   const emailVisible = canSeeDeliveryEmail(viewer, target);
   const isBot = target.botType !== null;
@@ -166,7 +166,7 @@ export function buildUserObject(viewer: UserViewer, target: UserRecord, options:
   };
 }
 
-/** Stand-in for a user the viewer may not access (spec §2.11), keys in the required order. */
+/** Stand-in for a user the viewer may not access (docs/api.md §2.11), keys in the required order. */
 export function buildInaccessibleUserPlaceholder(
   viewer: UserViewer,
   userId: number,
