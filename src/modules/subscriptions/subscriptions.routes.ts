@@ -26,7 +26,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
     return success(request);
   });
 
-  // PATCH (Zulip) and POST (the brief) behave identically (docs/api.md §4 row 1).
+  // PATCH (Zulip) and POST (an addition of this server) behave identically (docs/api.md §4 row 1).
   const updateOneSetting: RouteHandlerMethod = async (request: FastifyRequest, reply) => {
     const { stream_id, property, value } = parametersOf(request, updateSettingSchema);
     const change = checkSettingChange(stream_id, property, value);

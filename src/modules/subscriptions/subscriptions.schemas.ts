@@ -127,7 +127,7 @@ export const updateSettingSchema = {
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies FastifySchema;
 
-/** The same endpoint under POST (the brief's form); operation ids are unique per document. */
+/** The same endpoint under POST (an addition of this server); operation ids are unique per document. */
 export const updateSettingByPostSchema = {
   ...updateSettingSchema,
   operationId: 'update-subscription-setting-post',
