@@ -8,7 +8,7 @@ CREATE TABLE realms (
   description                 text        NOT NULL DEFAULT '',
   rendered_description        text        NOT NULL DEFAULT '',
   deactivated                 boolean     NOT NULL DEFAULT false,
-  -- 'members' restricts what guests can see of other users (spec §2.4).
+  -- 'members' restricts what guests can see of other users (docs/api.md §2.4).
   can_access_all_users_group  text        NOT NULL DEFAULT 'everyone'
                                 CHECK (can_access_all_users_group IN ('everyone', 'members')),
   date_created                timestamptz NOT NULL DEFAULT now()

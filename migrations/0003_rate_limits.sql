@@ -1,4 +1,4 @@
--- Per-user sliding-log rate limiting shared by every instance (spec §1.10). One row per user
+-- Per-user sliding-log rate limiting shared by every instance (docs/api.md §1.10). One row per user
 -- holding the times of the requests accepted within the current window (at most
 -- RATE_LIMIT_MAX_REQUESTS of them): one upsert per request both decides and records, and the row
 -- lock taken by ON CONFLICT DO UPDATE makes concurrent requests of one user queue up, so the

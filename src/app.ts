@@ -199,7 +199,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
       authenticationHook(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config),
     );
     api.addHook('preHandler', requestMemory.admit);
-    // After authentication and the rate limit (spec §1.1): a bad parameter of an unknown caller is a 401.
+    // After authentication and the rate limit (docs/api.md §1.1): a bad parameter of an unknown caller is a 401.
     api.addHook('preHandler', decodeRequestParameters);
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);

@@ -3,7 +3,7 @@
  * database share, which Zulip fixes and this server must not choose differently in two places.
  */
 
-/** The Zulip API feature level served (spec §3.1): clients decide which features to use by it. */
+/** The Zulip API feature level served (docs/api.md §3.1): clients decide which features to use by it. */
 export const ZULIP_FEATURE_LEVEL = 490;
 
 /** The Zulip version served when ZULIP_VERSION is not set: the release of that feature level. */
@@ -12,7 +12,7 @@ export const DEFAULT_ZULIP_VERSION = '12.0-dev';
 /** Zulip's role numbers (users.role): lower is more privileged, as Zulip compares them. */
 export const ROLES = { owner: 100, admin: 200, moderator: 300, member: 400, guest: 600 } as const;
 
-/** Zulip's email_address_visibility values: who may see a user's real address (spec §2.3). */
+/** Zulip's email_address_visibility values: who may see a user's real address (docs/api.md §2.3). */
 export const EMAIL_ADDRESS_VISIBILITY = { everyone: 1, members: 2, admins: 3, nobody: 4, moderators: 5 } as const;
 
 /** Zulip's custom profile field types (custom_profile_fields.field_type). */

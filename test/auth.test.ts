@@ -20,7 +20,7 @@ function expect401(res: Awaited<ReturnType<typeof get>>, msg: string) {
   expect(Object.keys(res.headers).filter((name) => name.startsWith('x-ratelimit'))).toEqual([]);
 }
 
-describe('Basic authentication (spec §1.3, cases 20–31)', () => {
+describe('Basic authentication (docs/api.md §1.3, cases 20–31)', () => {
   it('case 20: no Authorization header', async () => {
     expect401(await get(undefined), 'Not logged in: API authentication or user session required');
   });

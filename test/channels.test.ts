@@ -11,7 +11,7 @@ import { streamObject, subscribe, unsubscribe } from './helpers/membership.js';
 
 // GET /streams, GET /streams/{stream_id} and GET /get_stream_id against Zulip's behaviour at
 // feature level 490: zerver/tests/test_channel_fetch.py (GetStreamsTest, StreamIdTest) translated
-// to the spec fixture (P, Q public; S private, V subscribed; Z archived; W web-public; C2 another
+// to the docs/api.md fixture (P, Q public; S private, V subscribed; Z archived; W web-public; C2 another
 // organization's; B a bot owned by U), and each parameter and refusal.
 
 const { P, Q, S, Z, W, C2, U, B } = ids;

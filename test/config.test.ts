@@ -21,7 +21,7 @@ afterEach(() => {
 });
 
 describe('configuration from the environment', () => {
-  it('has the spec defaults', () => {
+  it('has the docs/api.md defaults', () => {
     const config = loadConfig({ DATABASE_URL: 'postgres://db/x', AVATAR_SALT: 's' });
     expect(config).toMatchObject({
       port: 9991,
@@ -73,7 +73,7 @@ describe('configuration from the environment', () => {
     });
     // PORT=0: the port is known only once listening.
     expect(loadConfig({ DATA_DIR: tempDir(), PORT: '0' })).toMatchObject({ externalHost: 'localhost', externalUriScheme: 'http://' });
-    // Either one set: the other keeps the spec's default.
+    // Either one set: the other keeps docs/api.md's default.
     expect(loadConfig({ DATA_DIR: tempDir(), PORT: '33001', EXTERNAL_HOST: 'chat.example.com' })).toMatchObject({
       externalHost: 'chat.example.com',
       externalUriScheme: 'https://',

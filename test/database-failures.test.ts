@@ -7,7 +7,7 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { UNAVAILABLE } from './helpers/envelope.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
-// process (spec §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak/).
+// process (docs/api.md §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak/).
 
 const ctx = useTestContext(createTestContext, 'all');
 

@@ -26,7 +26,7 @@ import {
 import { eventually, sleep } from './helpers/wait.js';
 
 /**
- * Long polls of GET /api/v1/events (spec §2.10, §3.13 step 9–10, §3.14; acceptance cases 164,
+ * Long polls of GET /api/v1/events (docs/api.md §2.10, docs/api.md §3.13 step 9–10, docs/api.md §3.14; acceptance cases 164,
  * 165, 167, 168): wake-ups within and across instances, heartbeats, superseded and deleted
  * queues, client disconnects and shutdown.
  */

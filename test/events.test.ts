@@ -5,7 +5,7 @@ import { badQueueBody, expectError, OK, success } from './helpers/envelope.js';
 import { deleteQueue, getEvents, pendingEvents, pinEvent, queueRow, registerQueue, setPinToTop, storedEventIds } from './helpers/events.js';
 
 /**
- * GET and DELETE /api/v1/events without waiting (spec §3.13, §3.14; acceptance cases 159–163,
+ * GET and DELETE /api/v1/events without waiting (docs/api.md §3.13, docs/api.md §3.14; acceptance cases 159–163,
  * 166, 168, 170) and the delivery of the other modules' events through register's queues.
  */
 

@@ -6,7 +6,7 @@ import { storedViews } from './helpers/navigation-views.js';
 
 const decode = (text: string | Buffer) => Object.fromEntries(decodeForm(Buffer.isBuffer(text) ? text : Buffer.from(text, 'utf8')));
 
-describe('urlencoded bodies (spec §1.5): the URL Standard, on bytes', () => {
+describe('urlencoded bodies (docs/api.md §1.5): the URL Standard, on bytes', () => {
   it('+ is a space, %XX a byte, invalid escapes stay as they are, invalid UTF-8 becomes U+FFFD', () => {
     expect(decode('a=1+2&b=%41%2B%zz%4&c=%E2%82%AC&d=%FF%C3&e=%')).toEqual({ a: '1 2', b: 'A+%zz%4', c: '€', d: '\uFFFD\uFFFD', e: '%' });
   });

@@ -7,7 +7,7 @@ import { apiKeys, auth, basicAuth, createQueue, emails, type FixtureUser } from 
 import { BOOLEAN_PROPERTIES, SETTING_PROPERTIES } from '../src/modules/subscriptions/settings.js';
 
 /**
- * Property-based fuzzing of every /api/v1 route (spec §1.1) through the real HTTP stack: arbitrary
+ * Property-based fuzzing of every /api/v1 route (docs/api.md §1.1) through the real HTTP stack: arbitrary
  * bodies, content types, query strings, headers and paths never produce a 5xx, and whenever the
  * answer is a 4xx the database is exactly as it was before the request.
  *
@@ -301,7 +301,7 @@ function valueFor(name: string): fc.Arbitrary<string> {
   }
 }
 
-// --- The routes of spec §1.1 with their declared parameters. ---
+// --- The routes of docs/api.md §1.1 with their declared parameters. ---
 
 interface RouteShape {
   label: string;

@@ -26,8 +26,8 @@ import { checkBulkEntries, checkSettingChange, parseSingleValue } from '../src/m
 import { BOOLEAN_PROPERTIES, SETTING_PROPERTIES } from '../src/modules/subscriptions/settings.js';
 
 /**
- * Property-based tests of the parameter layer (spec §1.6): for arbitrary input every parser either
- * returns a value of its type or throws a 400 ApiError whose message is one of the §1.6 templates
+ * Property-based tests of the parameter layer (docs/api.md §1.6): for arbitrary input every parser either
+ * returns a value of its type or throws a 400 ApiError whose message is one of the docs/api.md §1.6 templates
  * for the <var> it was given. Anything else (a TypeError, a RangeError, a 500) is a bug.
  */
 
@@ -161,7 +161,7 @@ function outcomeOf(run: () => unknown): Outcome {
 
 const bad = (msg: string): Outcome => ({ error: { status: 400, code: 'BAD_REQUEST', msg, extra: {} } });
 
-/** The reference parse: JSON per RFC 8259 as the spec says, or undefined when not JSON. */
+/** The reference parse: JSON per RFC 8259 as docs/api.md says, or undefined when not JSON. */
 function referenceJson(raw: string): { ok: true; value: unknown } | { ok: false } {
   try {
     return { ok: true, value: JSON.parse(raw) };
@@ -183,7 +183,7 @@ function expectedTyped(raw: string, name: string, kind: 'boolean' | 'integer' | 
   return fits ? { value } : bad(`${name} is not ${kind === 'integer' ? 'an' : 'a'} ${kind}`);
 }
 
-describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
+describe('fuzz: Zulip parameter parsers (docs/api.md §1.6)', () => {
   it('parseJson and the JSON-typed parsers return their type or a template error', () => {
     fc.assert(
       fc.property(rawText, paramName, (raw, name) => {
@@ -317,7 +317,7 @@ describe('fuzz: Zulip parameter parsers (spec §1.6)', () => {
   });
 });
 
-// --- The subscription-setting parsers built on them (spec §2.8, §3.2, §3.3). ---
+// --- The subscription-setting parsers built on them (docs/api.md §2.8, docs/api.md §3.2, docs/api.md §3.3). ---
 
 const entry = fc.oneof(
   fc.jsonValue({ maxDepth: 2 }),
@@ -336,7 +336,7 @@ const entry = fc.oneof(
   ),
 );
 
-/** The spec's messages for one bulk entry at index i (checks a–e). */
+/** docs/api.md's messages for one bulk entry at index i (checks a–e). */
 function bulkEntryMessages(i: number): RegExp[] {
   const name = `subscription_data\\[${i}\\]`;
   return [
@@ -378,7 +378,7 @@ describe('fuzz: subscription-setting parsers', () => {
     );
   });
 
-  it('single-channel value and property: a change or a §3.3 message, never another exception', () => {
+  it('single-channel value and property: a change or a docs/api.md §3.3 message, never another exception', () => {
     fc.assert(
       fc.property(fc.oneof(fc.constantFrom(...SETTING_PROPERTIES), rawText), rawText, (property, raw) => {
         const value = parseSingleValue(raw);

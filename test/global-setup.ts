@@ -7,7 +7,7 @@ import { seedFixture } from './helpers/fixture.js';
 
 /** Migrated, no rows. */
 export const TEMPLATE_DATABASE = 'zulip_test_template';
-/** Migrated, with the §5.0 fixture. */
+/** Migrated, with the docs/api.md §5.0 fixture. */
 export const FIXTURE_TEMPLATE_DATABASE = 'zulip_test_fixture_template';
 
 declare module 'vitest' {

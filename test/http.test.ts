@@ -19,7 +19,7 @@ afterAll(() => ctx.close());
 
 const NOT_FOUND = errorBody('Not Found');
 
-describe('routing (spec §1.1, cases 1–7)', () => {
+describe('routing (docs/api.md §1.1, cases 1–7)', () => {
   it('case 1: unknown paths are 404, with or without credentials, and touch no database', async () => {
     ctx.database.statements.length = 0;
     for (const as of ['U', undefined] as const) {
@@ -122,7 +122,7 @@ describe('routing (spec §1.1, cases 1–7)', () => {
   });
 });
 
-describe('bodies and failures (spec §1.9, cases 15–17, 19)', () => {
+describe('bodies and failures (docs/api.md §1.9, cases 15–17, 19)', () => {
   it('case 15: a body over the limit is 413, before authentication', async () => {
     const big = `subscription_data=${'x'.repeat(2 * 1024 * 1024)}`;
     for (const headers of [

@@ -13,7 +13,7 @@ vi.mock('node:crypto', async (importOriginal) => {
 });
 
 /**
- * Isolation (spec §1.3, §2.7–§2.10, design "Data"): no endpoint reads or writes another
+ * Isolation (docs/api.md §1.3, docs/api.md §2.7–§2.10, design "Data"): no endpoint reads or writes another
  * organization's data or another user's private data; SQL metacharacters in every string
  * parameter and path segment are stored and compared literally; API keys are stored only hashed
  * and compared in constant time.
@@ -329,7 +329,7 @@ describe("users are isolated: V against U's private data, every endpoint", () =>
       const remove = await vAlone({ method: 'DELETE', url: `/api/v1/navigation_views/${path}` });
       expect(remove.body, path).toBe(errorBody('Navigation view does not exist.'));
     }
-    // A name only U uses is free for V (names are unique per user, spec §2.9).
+    // A name only U uses is free for V (names are unique per user, docs/api.md §2.9).
     const rename = await vAlone({ method: 'PATCH', url: '/api/v1/navigation_views/nonexistent', form: { name: 'Secret' } });
     expect(rename.body).toBe(errorBody('Navigation view does not exist.', 'NOT_FOUND'));
   });

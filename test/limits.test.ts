@@ -7,7 +7,7 @@ import { auth, createQueue, ids } from './helpers/fixture.js';
 import { rawPost } from './helpers/http.js';
 import { pinP, pinToTopOfP, PROPERTIES_URL } from './helpers/subscriptions.js';
 
-// Request limits (spec §1.9): body size on every transport, list lengths, and timeouts that cut
+// Request limits (docs/api.md §1.9): body size on every transport, list lengths, and timeouts that cut
 // off slow or stuck clients without cutting long polls. Bodies and sockets go through a real port.
 
 const TOO_LARGE = errorBody('Request body too large');
@@ -48,7 +48,7 @@ function rawSocket(port: number, text: string) {
   });
 }
 
-describe('body size limit on every transport (spec §1.9, BODY_LIMIT_BYTES=64 KiB)', () => {
+describe('body size limit on every transport (docs/api.md §1.9, BODY_LIMIT_BYTES=64 KiB)', () => {
   let ctx: TestContext;
   let port: number;
   beforeAll(async () => {
@@ -280,7 +280,7 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
       `${head('multipart/form-data; boundary=b', 'Content-Length: 200000')}--b\r\nContent-Disposition: form-data; name="subscription_data"\r\n\r\n${'x'.repeat(100_000)}`,
     ],
     ['chunked', `${head('application/x-www-form-urlencoded', 'Transfer-Encoding: chunked')}10\r\nsubscription_dat\r\n`],
-    // Not a parameter source, read all the same (spec §1.5): the 408 is sent, the socket not just dropped.
+    // Not a parameter source, read all the same (docs/api.md §1.5): the 408 is sent, the socket not just dropped.
     ['JSON', `${head('application/json', 'Content-Length: 200000')}{"subscription_data":"${'x'.repeat(100_000)}`],
   ];
   it.each(stalled)('%s: 408 within the deadline, connection closed', async (_name, text) => {

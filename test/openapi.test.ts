@@ -71,7 +71,7 @@ function documentedParameters(operation: Operation): ParameterLists {
   return result;
 }
 
-// The parameter tables of the spec (§3), in table order.
+// The parameter tables of docs/api.md (§3), in table order.
 const USER_QUERY = ['client_gravatar', 'include_custom_profile_fields'];
 const SINGLE_SETTING: ParameterLists = { body: ['property', 'value'], path: ['stream_id'], required: ['property', 'value'] };
 const EXPECTED: Record<string, ParameterLists> = {
@@ -142,6 +142,7 @@ const EXPECTED: Record<string, ParameterLists> = {
 describe('GET /api/openapi.json', () => {
   it('is a valid OpenAPI 3 document, served without authentication outside the Zulip API', async () => {
     expect(document.openapi).toBe('3.0.3');
+    expect(document.info.license).toEqual({ name: 'Apache-2.0', url: 'https://www.apache.org/licenses/LICENSE-2.0' });
     await SwaggerParser.validate(structuredClone(document) as never);
     const withBadCredentials = await api(ctx.app, {
       url: '/api/openapi.json',
@@ -172,7 +173,7 @@ describe('GET /api/openapi.json', () => {
     ).toEqual([...new Set(routes)].sort());
   });
 
-  it("lists each endpoint's parameters as the spec tables declare them", () => {
+  it("lists each endpoint's parameters as the docs/api.md tables declare them", () => {
     const apiOperations = operations().filter((entry) => entry.path.startsWith('/api/v1/'));
     const documented = Object.fromEntries(apiOperations.map((entry) => [entry.key, documentedParameters(entry.operation)]));
     expect(documented).toEqual(EXPECTED);
@@ -395,7 +396,7 @@ describe('GET /api/openapi.json', () => {
       expect(res.statusCode, request.url).toBe(status);
       expect(res.body, request.url).toBe(JSON.stringify(body));
     }
-    // Success bodies keep every key in the handler's order (spec §3.5 example).
+    // Success bodies keep every key in the handler's order (docs/api.md §3.5 example).
     const user = await api(ctx.app, { url: '/api/v1/users/14', as: 'U' });
     expect(user.body).toBe(
       JSON.stringify({

@@ -39,7 +39,7 @@ const anyList = jsonList(Type.Unknown(), Number.MAX_SAFE_INTEGER).decode;
 const listOfAtMost = (limit: number) => jsonList(Type.Unknown(), limit).decode;
 const jsonDict = (raw: string, name: string) => checkDict(parseJson(raw, name), name);
 
-describe('Zulip parameter parsing (spec §1.6)', () => {
+describe('Zulip parameter parsing (docs/api.md §1.6)', () => {
   it('JSON booleans', () => {
     expect(jsonBoolean.decode('true', 'b')).toBe(true);
     expect(jsonBoolean.decode(' false ', 'b')).toBe(false);

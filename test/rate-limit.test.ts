@@ -8,7 +8,7 @@ import { errorBody, INTERNAL_ERROR } from './helpers/envelope.js';
 import { apiKeys, basicAuth, ids } from './helpers/fixture.js';
 import { sleep } from './helpers/wait.js';
 
-// Spec §1.10 and cases 32–37, with the spec's rule of 3 requests per 60 s unless a test says otherwise.
+// docs/api.md §1.10 and cases 32–37, with docs/api.md's rule of 3 requests per 60 s unless a test says otherwise.
 const LIMITED = { RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' };
 const RATE_HEADERS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'];
 
@@ -57,7 +57,7 @@ async function secondInstance(ctx: TestContext): Promise<{ app: FastifyInstance;
 
 const getV = (app: FastifyInstance, query = '') => api(app, { url: `/api/v1/users/14${query}`, as: 'U' });
 
-describe('rate limiting, 3 requests per 60 s (spec §1.10)', () => {
+describe('rate limiting, 3 requests per 60 s (docs/api.md §1.10)', () => {
   const ctx = useTestContext(() => createTestContext({ env: LIMITED }));
 
   /** Uses up U's three requests. */

@@ -6,7 +6,7 @@ import { type FixtureUser, restrict } from './helpers/fixture.js';
 import { pendingEvents, register, setColor } from './helpers/events.js';
 import { placeholderObject } from './helpers/users.js';
 
-/** POST /api/v1/register (spec §3.12, acceptance cases 150–158 and 171). */
+/** POST /api/v1/register (docs/api.md §3.12, acceptance cases 150–158 and 171). */
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const JOINED = '2024-01-02T03:04+00:00';

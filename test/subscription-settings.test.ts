@@ -15,7 +15,7 @@ import { ids } from './helpers/fixture.js';
 // The read side of the settings table (src/modules/subscriptions/settings.ts): the subscription
 // object's settings, their values, documentation and a new subscription's defaults come from it.
 
-/** The keys of spec §2.12, in its exact order (subscribers, optional, last). */
+/** The keys of docs/api.md §2.12, in its exact order (subscribers, optional, last). */
 const SPEC_KEYS = [
   'is_archived',
   'audible_notifications',
@@ -46,7 +46,7 @@ const ctx = useTestContext(createTestContext);
 const declaration = (column: string) => settingOf(SETTING_PROPERTIES.find((property) => settingOf(property)!.column === column)!)!;
 
 describe('subscription settings, read side', () => {
-  it("the object's settings are exactly the table's properties, in the spec's key order, and so is its documentation", async () => {
+  it("the object's settings are exactly the table's properties, in docs/api.md's key order, and so is its documentation", async () => {
     expect(SUBSCRIPTION_KEYS).toEqual(SPEC_KEYS);
     expect(SUBSCRIPTION_KEYS.filter((key) => !isChannelKey(key)).sort()).toEqual([...SETTING_PROPERTIES].sort());
     expect(Object.keys(SubscriptionObject.properties)).toEqual([...SPEC_KEYS, 'subscribers']);

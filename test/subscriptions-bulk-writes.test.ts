@@ -9,7 +9,7 @@ import { auditRows, bulk, PROPERTIES_URL, subscriptionOf, writableState } from '
 import { queueRow } from './helpers/events.js';
 import { eventually } from './helpers/wait.js';
 
-/** Cost, scale, atomicity and concurrency of the bulk update (spec §3.2 step 5, design "Performance"). */
+/** Cost, scale, atomicity and concurrency of the bulk update (docs/api.md §3.2 step 5, design "Performance"). */
 
 const { U, P, Q, W } = ids;
 

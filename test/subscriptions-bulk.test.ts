@@ -375,7 +375,7 @@ describe('POST /users/me/subscriptions/properties: channel checks', () => {
   });
 });
 
-describe('POST /users/me/subscriptions/properties: bodies (§5.1)', () => {
+describe('POST /users/me/subscriptions/properties: bodies (docs/api.md §5.1)', () => {
   const payload = [{ stream_id: P, property: 'pin_to_top', value: true }];
 
   it('case 10: a JSON body is not a parameter source', async () => {

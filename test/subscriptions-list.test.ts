@@ -7,7 +7,7 @@ import { bulk } from './helpers/subscriptions.js';
 
 const URL = '/api/v1/users/me/subscriptions';
 
-/** P's object for U, exactly the example of spec §3.4. */
+/** P's object for U, exactly the example of docs/api.md §3.4. */
 const P_FOR_U = {
   is_archived: false,
   audible_notifications: null,
@@ -39,7 +39,7 @@ const ctx = useSharedTestContext();
 const list = (as: 'U' | 'V' | 'B' | 'G', query = '') => api(ctx.app, { url: `${URL}${query}`, as });
 
 describe('GET /users/me/subscriptions', () => {
-  it('case 87: U sees exactly P, as the §3.4 example', async () => {
+  it('case 87: U sees exactly P, as the docs/api.md §3.4 example', async () => {
     const res = await list('U');
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(success({ subscriptions: [P_FOR_U] }));

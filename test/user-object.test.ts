@@ -15,7 +15,7 @@ import { dummyAddressDigits, parseUserId } from '../src/modules/users/users.serv
 import { FIXTURE_ENV } from './helpers/app.js';
 import { placeholderObject } from './helpers/users.js';
 
-/** The pure parts of the user endpoints: spec §2.3–§2.6 and §2.11, without HTTP or a database. */
+/** The pure parts of the user endpoints: docs/api.md §2.3–§2.6 and docs/api.md §2.11, without HTTP or a database. */
 
 const config = loadConfig({ ...FIXTURE_ENV });
 const viewer = (role: number, id = 13, restricted = false): UserViewer => ({
@@ -44,7 +44,7 @@ const V: UserRecord = {
 const defaults = { clientGravatar: true, includeCustomProfileFields: false };
 
 describe('buildUserObject', () => {
-  it('builds the §3.5 example with keys in order', () => {
+  it('builds the docs/api.md §3.5 example with keys in order', () => {
     expect(JSON.stringify(buildUserObject(viewer(400), V, defaults, config))).toBe(
       JSON.stringify({
         email: 'v@example.com',
@@ -127,7 +127,7 @@ describe('buildProfileData', () => {
 });
 
 describe('placeholder', () => {
-  it('matches §2.11 exactly, with is_active omitted on request', () => {
+  it('matches docs/api.md §2.11 exactly, with is_active omitted on request', () => {
     expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config))).toBe(JSON.stringify(placeholderObject(10, true)));
     expect(JSON.stringify(buildInaccessibleUserPlaceholder(viewer(600), 10, config, { omitIsActive: true }))).toBe(
       JSON.stringify(placeholderObject(10, false)),
@@ -146,7 +146,7 @@ describe('formatDateJoined', () => {
   });
 });
 
-describe('avatars (§2.5)', () => {
+describe('avatars (docs/api.md §2.5)', () => {
   const gravatarOff = { ...config, enableGravatar: false };
   it('applies the rows in order', () => {
     expect(avatarUrl(V, true, true, config)).toBeNull();
@@ -160,7 +160,7 @@ describe('avatars (§2.5)', () => {
   });
 });
 
-describe('email visibility (§2.3)', () => {
+describe('email visibility (docs/api.md §2.3)', () => {
   const table: [string, number, number[]][] = [
     ['owner', 100, [1, 2, 3, 5]],
     ['admin', 200, [1, 2, 3, 5]],
@@ -184,7 +184,7 @@ describe('email visibility (§2.3)', () => {
   }
 });
 
-describe('access (§2.4)', () => {
+describe('access (docs/api.md §2.4)', () => {
   const guest = viewer(600, 15, true);
   it('restricts only guests of restricted organizations, except for bots, themselves and channel mates', () => {
     expect(canAccessUser(guest, { ...V, sharesActiveChannelWithViewer: false })).toBe(false);
@@ -215,7 +215,7 @@ describe('path values', () => {
   });
 });
 
-describe('renderMarkdown (§2.6 table)', () => {
+describe('renderMarkdown (docs/api.md §2.6 table)', () => {
   const table: [string, string][] = [
     ['hello', '<p>hello</p>'],
     ['**Lead**', '<p><strong>Lead</strong></p>'],

@@ -4,7 +4,7 @@ import { api, createTestContext, useSharedTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 
-/** GET /api/v1/users/{email} (spec §3.6, acceptance cases §5.9). */
+/** GET /api/v1/users/{email} (docs/api.md §3.6, acceptance cases docs/api.md §5.9). */
 
 const V_USER = {
   email: 'v@example.com',

@@ -7,11 +7,11 @@ import { api, createTestContext, useSharedTestContext } from './helpers/app.js';
 import { errorBody, expectError, success } from './helpers/envelope.js';
 import { basicAuth, type FixtureUser, restrict } from './helpers/fixture.js';
 
-/** GET /api/v1/users/{user_id} (spec §3.5, acceptance cases 8, 9 and §5.8). */
+/** GET /api/v1/users/{user_id} (docs/api.md §3.5, acceptance cases 8, 9 and docs/api.md §5.8). */
 
 const V_GRAVATAR = 'https://secure.gravatar.com/avatar/19eb9884e5d9ee1df522e134f90f6cea?d=identicon&version=1';
 
-/** The user object of the §3.5 example (V seen by U, default parameters). */
+/** The user object of the docs/api.md §3.5 example (V seen by U, default parameters). */
 const V_USER = {
   email: 'v@example.com',
   user_id: 14,
@@ -62,7 +62,7 @@ async function expectRefused(url: string, msg: string, as: FixtureUser = 'U') {
 }
 
 describe('GET /api/v1/users/{user_id}', () => {
-  it('case 93: /users/14 answers the §3.5 example exactly', async () => {
+  it('case 93: /users/14 answers the docs/api.md §3.5 example exactly', async () => {
     const res = await get('/api/v1/users/14');
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toMatch(/^application\/json/);
@@ -243,7 +243,7 @@ describe('GET /api/v1/users/{user_id}', () => {
     expect(mine).toBe('2023-12-31T23:59+00:00');
   });
 
-  it('case 105: the visibility cases of the spec for target 14', async () => {
+  it('case 105: the visibility cases of docs/api.md for target 14', async () => {
     await ctx.ownDatabase();
     const cases: [number, FixtureUser, string | null][] = [
       [4, 'A', null],

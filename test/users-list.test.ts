@@ -5,7 +5,7 @@ import { errorBody, expectError, success } from './helpers/envelope.js';
 import { type FixtureUser, restrict } from './helpers/fixture.js';
 import { humanObject } from './helpers/users.js';
 
-/** GET /api/v1/users (spec §3.7, acceptance cases §5.10). */
+/** GET /api/v1/users (docs/api.md §3.7, acceptance cases docs/api.md §5.10). */
 
 const JOINED = '2024-01-02T03:04+00:00';
 const human = humanObject;
@@ -54,7 +54,7 @@ const ctx = useSharedTestContext();
 const list = (query = '', as: FixtureUser = 'U') => api(ctx.app, { url: `/api/v1/users${query}`, as });
 
 describe('GET /api/v1/users', () => {
-  it('case 115: every user of the organization in id order, the §3.7 example first', async () => {
+  it('case 115: every user of the organization in id order, the docs/api.md §3.7 example first', async () => {
     const res = await list();
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(ok([O, A, M, U, V, G, B, H, D]));

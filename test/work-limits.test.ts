@@ -6,7 +6,7 @@ import { auth, ids } from './helpers/fixture.js';
 import { rawPost } from './helpers/http.js';
 import { pinP, pinToTopOfP, PROPERTIES_URL } from './helpers/subscriptions.js';
 
-// Bounds on the work one request can cause (spec §1.9, §3.2, §3.12, O12; §4 row 31): form fields
+// Bounds on the work one request can cause (docs/api.md §1.9, docs/api.md §3.2, docs/api.md §3.12, O12; docs/api.md §4 row 31): form fields
 // counted while the body arrives, list lengths, and live queues per user. Each refusal changes nothing.
 
 const TOO_MANY_FIELDS = errorBody('Too many fields in request body');

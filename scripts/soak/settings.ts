@@ -3,7 +3,7 @@ import { coin, pickOne, randomColor, randomInt } from './random.js';
 import { BOOLEAN_PROPERTIES, type SettingColumn } from '../../src/modules/subscriptions/settings.js';
 import type { ApiEvent, AuditRow, SimUser } from './seed.js';
 
-// --- Settings: the change model of spec §2.8 and §3.2. ---
+// --- Settings: the change model of docs/api.md §2.8 and docs/api.md §3.2. ---
 
 export interface Entry {
   stream_id: number;
@@ -18,10 +18,10 @@ export function randomEntry(user: SimUser): Entry {
     : { stream_id: streamId, property: pickOne(BOOLEAN_PROPERTIES), value: coin() };
 }
 
-/** How many events an accepted entry appends (spec §3.2 event table). */
+/** How many events an accepted entry appends (docs/api.md §3.2 event table). */
 export const eventsOf = (entry: Entry): number => (entry.property === 'is_muted' || entry.property === 'in_home_view' ? 2 : 1);
 
-/** Applies an accepted entry to the model: settings, audit row, events (spec §3.2 event table). */
+/** Applies an accepted entry to the model: settings, audit row, events (docs/api.md §3.2 event table). */
 export function applyEntry(user: SimUser, entry: Entry): void {
   const settings = user.settings.get(entry.stream_id)!;
   const column = (entry.property === 'in_home_view' ? 'is_muted' : entry.property) as SettingColumn;

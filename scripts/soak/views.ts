@@ -2,7 +2,7 @@ import { send, writeApplied } from './outcomes.js';
 import { coin, pickOne, randomInt } from './random.js';
 import { BUILT_INS, type SimUser, type View } from './seed.js';
 
-// --- Navigation views: the rules of spec §3.9–§3.11. ---
+// --- Navigation views: the rules of docs/api.md §3.9–§3.11. ---
 
 export async function addView(port: number, user: SimUser): Promise<void> {
   let fragment: string;

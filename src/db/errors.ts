@@ -5,7 +5,7 @@ import type { DatabaseObserver } from './observer.js';
  * The database cannot serve this statement now: no connection could be made, or the one the
  * statement used was lost. Raised where connections are handled (the pool wrapper in
  * database.ts, the pipelined connections), from the error pg gave, which is kept as `cause`; answered
- * with 503 (spec §1.9).
+ * with 503 (docs/api.md §1.9).
  */
 export class DatabaseUnavailable extends Error {
   constructor(message: string, options?: { cause?: unknown }) {

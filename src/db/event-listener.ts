@@ -22,7 +22,7 @@ export interface EventListenerOptions {
 }
 
 /**
- * One dedicated connection per app instance that LISTENs on a channel (the events', spec §2.10
+ * One dedicated connection per app instance that LISTENs on a channel (the events', docs/api.md §2.10
  * Wake-up), reconnecting with backoff when lost. Losing it and getting it back both call onGap,
  * which checks every waiting poll in one statement (PollRechecks), so a lost connection delays
  * answers until the reconnection; it never loses events.

@@ -17,7 +17,7 @@ import { interactiveTransaction, sendTransaction, transactionProgress, type Tran
 
 /**
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
- * at a time, across instances and within one (spec §2.10 "Register consistency").
+ * at a time, across instances and within one (docs/api.md §2.10 "Register consistency").
  *
  * - Within this process a user's transactions first wait their turn in memory, WITHOUT a pool
  *   connection: otherwise a burst of one user's writes would fill the pool with connections

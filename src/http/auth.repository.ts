@@ -93,7 +93,7 @@ interface BatchArgs extends Record<string, unknown> {
 }
 
 /**
- * The sliding-log decision (spec §1.10), in the same statement, only for a request the account
+ * The sliding-log decision (docs/api.md §1.10), in the same statement, only for a request the account
  * accepts: the first request of a user inserts its row; later ones take ON CONFLICT DO UPDATE,
  * which locks the row (found by its unique index, whatever the table's statistics say) and
  * evaluates SET against its latest committed version, so concurrent requests (on any instance) are

@@ -11,7 +11,7 @@ export interface Caller {
   id: number;
   realmId: number;
   realmSubdomain: string;
-  /** 'everyone' or 'members' (guests restricted, spec §2.4). */
+  /** 'everyone' or 'members' (guests restricted, docs/api.md §2.4). */
   realmCanAccessAllUsersGroup: string;
   deliveryEmail: string;
   role: number;
@@ -21,7 +21,7 @@ export interface Caller {
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const invalidHeader = () => unauthorized('Invalid authorization header for basic auth');
 
-/** Splits a Basic Authorization header into email and key, with the spec's messages (§1.3 rows 1–5). */
+/** Splits a Basic Authorization header into email and key, with docs/api.md's messages (docs/api.md §1.3 rows 1–5). */
 function parseBasicAuthorization(header: string | undefined): { email: string; apiKey: string } {
   if (header === undefined) throw unauthorized('Not logged in: API authentication or user session required');
   const tokens = header.trim().split(/\s+/);
@@ -56,8 +56,8 @@ export interface Authentication<Extra extends object> {
 }
 
 /**
- * Authenticates a request (spec §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
- * (§1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
+ * Authenticates a request (docs/api.md §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
+ * (docs/api.md §1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
  * address and organization checks are the statement's, so that only requests this function
  * accepts are counted.
  */
@@ -101,7 +101,7 @@ async function authenticate<Extra extends object>(
 }
 
 /**
- * preHandler of every authenticated route (spec §1.1 steps 3–4): authentication, then the rate
+ * preHandler of every authenticated route (docs/api.md §1.1 steps 3–4): authentication, then the rate
  * limit, in one statement, before any parameter is parsed. Routes declare `config.auth: false`
  * when they need no credentials, and may fold a lookup in (`config.authLookup`).
  */

@@ -6,12 +6,12 @@ import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } fr
 import { decodeForm } from './form-decoding.js';
 import { NO_FIELDS, type ParamSources } from './params.js';
 
-/** The methods whose bodies are parameter sources (spec §1.5). */
+/** The methods whose bodies are parameter sources (docs/api.md §1.5). */
 export const BODY_METHODS = new Set(['POST', 'PATCH', 'DELETE']);
 
 /**
  * At most this many fields in a form body, urlencoded or multipart (Django's
- * DATA_UPLOAD_MAX_NUMBER_FIELDS, which Zulip inherits; spec §1.9): parsing a megabyte of tiny
+ * DATA_UPLOAD_MAX_NUMBER_FIELDS, which Zulip inherits; docs/api.md §1.9): parsing a megabyte of tiny
  * fields holds the event loop before the credentials are even checked (bench/RESULTS.md).
  */
 const MAX_FORM_FIELDS = 1000;
@@ -19,7 +19,7 @@ const AMPERSAND = 0x26;
 
 /**
  * Form bodies (urlencoded and multipart) are parameter sources; every other body is read (so the
- * size limit applies) and then ignored, never an error (spec §1.5).
+ * size limit applies) and then ignored, never an error (docs/api.md §1.5).
  */
 export async function registerBodyParsers(app: FastifyInstance, bodyLimit: number): Promise<void> {
   app.removeAllContentTypeParsers();
@@ -89,7 +89,7 @@ const DEADLINE_FROM_BYTES = 65_536;
 /**
  * preParsing: a large body must arrive whole within `seconds` of the request's headers, or the
  * request gets 408 and its connection closes. The body is read before the credentials are checked
- * (spec §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
+ * (docs/api.md §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
  * up to a body limit's worth of memory; REQUEST_TIMEOUT_SECONDS (for headers and small bodies) is
  * too loose for that. Also, a body read through a stream of ours (FieldCounter, or the one below)
  * fails when its client leaves before it ended: a pipe passes no error on, and the parser would

@@ -1,10 +1,10 @@
 /**
  * Decodes an application/x-www-form-urlencoded body as the URL Standard does (`+` is a space,
  * `%XX` a byte, an invalid escape kept literally, then UTF-8 with U+FFFD for invalid bytes; spec
- * §1.5), working on the body's bytes: linear in its length whatever it holds. fast-querystring (what
+ * docs/api.md §1.5), working on the body's bytes: linear in its length whatever it holds. fast-querystring (what
  * @fastify/formbody parses with) replaces `+` with a global regular expression on the text, which
  * held the event loop on a body full of `+`, before the credentials were even checked (bench/RESULTS.md).
- * Within the body the last occurrence of a name wins (spec §1.5), so the result holds one value per name.
+ * Within the body the last occurrence of a name wins (docs/api.md §1.5), so the result holds one value per name.
  */
 export function decodeForm(body: Buffer): Map<string, string> {
   const fields = new Map<string, string>();

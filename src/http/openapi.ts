@@ -141,7 +141,7 @@ const declareJsonFormFields: SwaggerTransformObject = (documentObject) => {
   return document;
 };
 
-const PACKAGE = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+const PACKAGE = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string; license: string };
 
 /** Registers the generator (before any route, so that it sees them all) and GET /api/openapi.json. */
 export async function registerOpenApi(app: FastifyInstance, config: Config): Promise<void> {
@@ -155,6 +155,7 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
           `A subset of the Zulip REST API (feature level ${ZULIP_FEATURE_LEVEL}). Parameters are form fields (POST, PATCH, DELETE) ` +
           'or query parameters; booleans, integers, lists and objects are sent as JSON text. Success answers carry ' +
           '`ignored_parameters_unsupported` when unknown parameters were sent.',
+        license: { name: PACKAGE.license, url: 'https://www.apache.org/licenses/LICENSE-2.0' },
       },
       servers: [{ url: `${config.externalUriScheme}${config.externalHost}`, description: 'The root organization' }],
       components: {

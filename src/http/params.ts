@@ -6,17 +6,17 @@ import { badRequest, missingArgument } from './errors.js';
 /**
  * Zulip's parameter layer, declared once. Each route's schema file declares its parameters with
  * `queryParameters` / `formParameters` (and `pathParameters`): one entry per parameter, naming its
- * kind (how its text is decoded, with the spec §1.6 messages) and whether it must be sent. That one
+ * kind (how its text is decoded, with the docs/api.md §1.6 messages) and whether it must be sent. That one
  * declaration is
  * - the route's TypeBox schema, from which the OpenAPI document is generated (src/http/openapi.ts);
  * - what the one decoder (`decodeParameters`, run after authentication and the rate limit, spec
- *   §1.1) walks: body before query string, in declaration order, the first failure answered;
+ *   docs/api.md §1.1) walks: body before query string, in declaration order, the first failure answered;
  * - the type of the values the handler gets (`parametersOf`);
  * - the names that are not ignored: `ignored_parameters_unsupported` is what was received minus
- *   the declared names (spec §1.7).
+ *   the declared names (docs/api.md §1.7).
  */
 
-// --- The failure messages (spec §1.6), one template each; `name` is the <var>: a parameter name or a nested path. ---
+// --- The failure messages (docs/api.md §1.6), one template each; `name` is the <var>: a parameter name or a nested path. ---
 
 export const MESSAGES = {
   notJson: (name: string) => `${name} is not valid JSON`,
@@ -29,7 +29,7 @@ export const MESSAGES = {
   tooManyItems: (name: string, limit: number) => `${name} is too long (limit: ${limit} items)`,
   tooManyCharacters: (name: string, limit: number) => `${name} is too long (limit: ${limit} characters)`,
   fieldMissing: (name: string) => `${name} field is missing: Field required`,
-  /** The missing parameters GET /events reports after every type error, without var_name (spec §3.13). */
+  /** The missing parameters GET /events reports after every type error, without var_name (docs/api.md §3.13). */
   missingLate: (name: string) => `Missing '${name}' argument`,
   invalid: (name: string) => `Invalid ${name}`,
   tooSmall: (name: string) => `${name} is too small`,
@@ -103,7 +103,7 @@ export const jsonBoolean: Kind<boolean> = kind(Type.Boolean(), (raw, name) => ch
 
 export const jsonInteger: Kind<number> = kind(Type.Integer(), (raw, name) => checkInteger(parseJson(raw, name), name));
 
-/** A JSON list of at most `limit` items; the length is checked before any item (spec §1.6). */
+/** A JSON list of at most `limit` items; the length is checked before any item (docs/api.md §1.6). */
 function listOfAtMost(raw: string, name: string, limit: number): unknown[] {
   const list = checkList(parseJson(raw, name), name);
   if (list.length > limit) throw badRequest(MESSAGES.tooManyItems(name, limit));
@@ -332,7 +332,7 @@ function undeclared(sources: ParamSources, params: Params): string[] {
 }
 
 export function compareCodePoints(a: string, b: string): number {
-  // String comparison in JavaScript is by UTF-16 unit; compare by code point as the spec says.
+  // String comparison in JavaScript is by UTF-16 unit; compare by code point as docs/api.md says.
   const left = [...a];
   const right = [...b];
   for (let i = 0; i < Math.min(left.length, right.length); i++) {

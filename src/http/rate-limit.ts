@@ -2,7 +2,7 @@ import type { FastifyReply } from 'fastify';
 import type { RefusedLimit } from '../metrics/metrics.js';
 import { ApiError } from './errors.js';
 
-/** The per-user rule (spec §1.10): at most maxRequests accepted requests in any windowSeconds. */
+/** The per-user rule (docs/api.md §1.10): at most maxRequests accepted requests in any windowSeconds. */
 export interface RateLimitRule {
   maxRequests: number;
   windowSeconds: number;
@@ -29,7 +29,7 @@ export interface RateLimitDecision {
   retryAfterSeconds: number;
 }
 
-/** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (spec §1.8). */
+/** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (docs/api.md §1.8). */
 class RateLimitExceeded extends ApiError {
   constructor(
     readonly retryAfterSeconds: number,

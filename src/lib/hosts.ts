@@ -2,7 +2,7 @@ import type { Config } from '../config.js';
 
 type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
 
-/** The organization subdomain a request's host names (spec §1.4); "" is the root organization. */
+/** The organization subdomain a request's host names (docs/api.md §1.4); "" is the root organization. */
 export function subdomainOfHost(host: string | undefined, config: HostConfig): string {
   if (!host) return '';
   const lowered = host.toLowerCase();
@@ -35,7 +35,7 @@ function isUsableEmailDomain(host: string): boolean {
   return labels.length >= 2 && labels.every((label) => LABEL.test(label)) && last.length >= 2 && !/^\d+$/.test(last);
 }
 
-/** Domain of dummy addresses (`user<id>@...`) and bot addresses for an organization (spec §2.3). */
+/** Domain of dummy addresses (`user<id>@...`) and bot addresses for an organization (docs/api.md §2.3). */
 export function fakeEmailDomain(subdomain: string, config: HostConfig): string {
   const host = organizationHost(subdomain, config);
   let usable = usableEmailDomains.get(host);

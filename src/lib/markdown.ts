@@ -33,7 +33,7 @@ const sanitizer = new FilterXSS({
   safeAttrValue: (_tag, name, value) => ((name === 'href' || name === 'src') && !/^(https?:|mailto:)/i.test(value.trim()) ? '' : value),
 });
 
-/** Renders user-supplied Markdown into safe HTML (spec §2.6). */
+/** Renders user-supplied Markdown into safe HTML (docs/api.md §2.6). */
 export function renderMarkdown(source: string): string {
   if (source === '') return '';
   return sanitizer.process(markdown.render(source)).replace(/\n$/, '');

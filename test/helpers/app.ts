@@ -25,7 +25,7 @@ export interface TestContext {
 
 export interface TestAppOptions {
   env?: Record<string, string>;
-  /** Start from the §5.0 fixture (default true); false: a migrated database with no rows. */
+  /** Start from the docs/api.md §5.0 fixture (default true); false: a migrated database with no rows. */
   fixture?: boolean;
   /** Runs before app.ready(), e.g. to add a route for a test. */
   beforeReady?: (app: FastifyInstance) => void | Promise<void>;

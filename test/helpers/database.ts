@@ -26,7 +26,7 @@ export function createTestDatabase(options: DatabaseOptions = {}): Promise<TestD
   return copyOfTemplate(inject('templateDatabase'), options);
 }
 
-/** A fresh, migrated database holding the §5.0 fixture: a copy of the fixture template made by the global setup. */
+/** A fresh, migrated database holding the docs/api.md §5.0 fixture: a copy of the fixture template made by the global setup. */
 export function createFixtureDatabase(options: DatabaseOptions = {}): Promise<TestDatabase> {
   return copyOfTemplate(inject('fixtureTemplateDatabase'), options);
 }

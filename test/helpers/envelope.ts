@@ -2,7 +2,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
 
 /**
- * Exact response bodies of the Zulip envelope (spec §1.7, §1.8), as the JSON text the server
+ * Exact response bodies of the Zulip envelope (docs/api.md §1.7, docs/api.md §1.8), as the JSON text the server
  * sends: tests compare `res.body` with these, so the key order is part of every assertion.
  */
 

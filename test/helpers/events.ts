@@ -22,7 +22,7 @@ export function getEvents(app: FastifyInstance, query: Record<string, string>, a
   return api(app, { url: `/api/v1/events?${new URLSearchParams(query).toString()}`, as });
 }
 
-/** "events for U" of spec §5.0: everything pending, at once. */
+/** "events for U" of docs/api.md §5.0: everything pending, at once. */
 export async function pendingEvents(app: FastifyInstance, queueId: string, as: FixtureUser = 'U', lastEventId = -1) {
   const res = await getEvents(app, { queue_id: queueId, last_event_id: String(lastEventId), dont_block: 'true' }, as);
   expect(res.statusCode, res.body).toBe(200);

@@ -5,7 +5,7 @@ import { hashApiKey } from '../../src/lib/api-keys.js';
 import { renderMarkdown } from '../../src/lib/markdown.js';
 import { createEventQueue, listQueueEvents } from '../../src/modules/events/events.repository.js';
 
-/** The fixture of spec §5.0, with the same ids. */
+/** The fixture of docs/api.md §5.0, with the same ids. */
 export const ids = {
   R: 1,
   R2: 2,
@@ -151,7 +151,7 @@ export async function seedFixture(db: Database): Promise<void> {
   }
 }
 
-/** Makes R "restricted" (spec §5.0): guests see only the users they share a channel with. */
+/** Makes R "restricted" (docs/api.md §5.0): guests see only the users they share a channel with. */
 export const restrict = (db: Database) =>
   db.updateTable('realms').set({ can_access_all_users_group: 'members' }).where('id', '=', ids.R).execute();
 

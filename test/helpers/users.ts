@@ -1,4 +1,4 @@
-/** A fixture human's user object (spec §2.11), as the user endpoints and events send it. */
+/** A fixture human's user object (docs/api.md §2.11), as the user endpoints and events send it. */
 export const humanObject = (id: number, fullName: string, email: string, role: number, extra: object = {}) => ({
   email,
   user_id: id,
@@ -18,7 +18,7 @@ export const humanObject = (id: number, fullName: string, email: string, role: n
   ...extra,
 });
 
-/** The inaccessible-user placeholder (spec §2.11): in events with is_active, in register's realm_users without. */
+/** The inaccessible-user placeholder (docs/api.md §2.11): in events with is_active, in register's realm_users without. */
 export function placeholderObject(id: number, withIsActive: boolean) {
   const object = humanObject(id, 'Unknown user', `user${id}@chat.example.com`, 400, {
     date_joined: '1970-01-01T00:00:00+00:00',

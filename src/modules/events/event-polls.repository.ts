@@ -3,7 +3,7 @@ import type { Database } from '../../db/database.js';
 import type { ApiEvent } from './events.repository.js';
 
 /**
- * The statements of GET /events long polls (spec §3.13) other than their starts and heartbeats,
+ * The statements of GET /events long polls (docs/api.md §3.13) other than their starts and heartbeats,
  * which many polls share (poll-batches.repository.ts). A queue row records which poll holds it
  * (poll_id) and until when (poll_lease_until); every statement here is one round trip.
  */

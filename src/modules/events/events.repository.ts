@@ -2,7 +2,7 @@ import { type RawBuilder, sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
 
-/** An event as clients receive it, before the queue appends its "id" (spec §3.15). */
+/** An event as clients receive it, before the queue appends its "id" (docs/api.md §3.15). */
 export interface ApiEvent {
   type: string;
   [key: string]: unknown;
@@ -45,7 +45,7 @@ export interface EventWrites {
  *
  * A queue the write would leave with more than `maxPendingEvents` pending (unacknowledged) events
  * is deleted instead, with its events, and its waiting poll woken: the client's next poll gets
- * BAD_EVENT_QUEUE_ID and it registers again, as after expiry (spec §2.10). A write thus stores at
+ * BAD_EVENT_QUEUE_ID and it registers again, as after expiry (docs/api.md §2.10). A write thus stores at
  * most maxPendingEvents rows per queue, and a queue whose client stops polling stops growing.
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
@@ -333,7 +333,7 @@ export async function deleteEventQueue(db: Database, owner: { realmId: number; i
 
 /**
  * Deletes up to `limit` queues idle longer than their lifespan that no live poll holds (spec
- * §2.10 Expiry), with their events, and wakes anything still waiting on them; a lease left by a
+ * docs/api.md §2.10 Expiry), with their events, and wakes anything still waiting on them; a lease left by a
  * crashed instance runs out by itself. Bounded, so that one statement stays well within the
  * statement timeout however many queues expired at once: the sweep repeats it.
  */

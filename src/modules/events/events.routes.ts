@@ -11,7 +11,7 @@ import { LongPolling } from './long-polling.js';
 import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /**
- * Register and the event queue endpoints (spec §3.12–§3.14). The instance's long polls
+ * Register and the event queue endpoints (docs/api.md §3.12–§3.14). The instance's long polls
  * (`polling`) are started when the app is ready and answered before its server closes.
  */
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {

@@ -27,10 +27,10 @@ import {
 } from '../subscriptions/subscriptions.schemas.js';
 import { UserObject } from '../users/users.schemas.js';
 
-// The parameters and documentation of register and the event queue routes (spec §2.10,
-// §3.12–§3.15); see src/http/params.ts and src/http/openapi.ts.
+// The parameters and documentation of register and the event queue routes (docs/api.md §2.10,
+// docs/api.md §3.12–§3.15); see src/http/params.ts and src/http/openapi.ts.
 
-/** Entries of event_types and fetch_event_types (spec §3.12): bounds the matching of every event. */
+/** Entries of event_types and fetch_event_types (docs/api.md §3.12): bounds the matching of every event. */
 const MAX_EVENT_TYPES = 256;
 const eventTypeList = jsonStringList(MAX_EVENT_TYPES);
 
@@ -225,7 +225,7 @@ export const getEventsSchema = {
     '45–55 s, another poll of the same queue, or a graceful shutdown. A waited answer carries queue_id.',
   tags: ['events'],
   // Both required, but reported missing after every type error, without var_name: queue_id
-  // (spec §3.13 step 2), then last_event_id (step 3).
+  // (docs/api.md §3.13 step 2), then last_event_id (step 3).
   ...queryParameters({
     last_event_id: requiredLast(jsonInteger, 'The highest event id the client has processed (-1 for none). Required.', 3),
     queue_id: requiredLast(text, 'The queue, from register. Required.', 2),

@@ -8,7 +8,7 @@ import { PollWaiter, type QueueWakeups } from './event-wakeups.js';
 import { type ApiEvent, deleteEventQueue } from './events.repository.js';
 import type { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollStartBatches } from './poll-batches.js';
 
-/** GET and DELETE /api/v1/events (spec §3.13, §3.14). */
+/** GET and DELETE /api/v1/events (docs/api.md §3.13, docs/api.md §3.14). */
 
 // Queue ids are the lowercase UUIDs register hands out; anything else names no queue.
 const QUEUE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

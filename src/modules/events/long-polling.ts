@@ -23,7 +23,7 @@ export interface LongPollingOptions {
 }
 
 /**
- * An instance's long polls (spec §3.13): what they wait on and how they are answered: the
+ * An instance's long polls (docs/api.md §3.13): what they wait on and how they are answered: the
  * wake-ups, the batches of poll starts and heartbeats, the heartbeat wheel, the gathering of
  * blocking polls, the LISTEN connection and the periodic check. The event routes start it when
  * the app is ready, answer every waiting poll before the server closes, and close it last.

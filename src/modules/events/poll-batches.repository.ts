@@ -34,7 +34,7 @@ export interface PollStartRequest {
 }
 
 /**
- * Steps 4–8 of §3.13 for each poll, several polls of distinct queues in one statement: under the
+ * Steps 4–8 of docs/api.md §3.13 for each poll, several polls of distinct queues in one statement: under the
  * queue's row lock, checks last_event_id against the acknowledged and assigned ids, then (only when
  * it is acceptable) deletes the acknowledged events and either answers at once with the pending ones
  * (the poll ends: idle clock restarts) or takes the queue over for a waiting poll, with a lease. A

@@ -9,9 +9,9 @@ import { EVENTS_CHANNEL, type ApiEvent } from './events.repository.js';
  * change, so the change and its events commit together.
  *
  * An event's audience is the active users (bots included, as Zulip's active_user_ids) whose role
- * is in (lo, hi]: Zulip's address visibility is a role threshold (spec §2.3), so one payload goes
+ * is in (lo, hi]: Zulip's address visibility is a role threshold (docs/api.md §2.3), so one payload goes
  * to the roles that may see the real address and another, with delivery_email null, to the rest.
- * `guests` narrows it further for restricted organizations (spec §2.4).
+ * `guests` narrows it further for restricted organizations (docs/api.md §2.4).
  *
  * Consistency with register (src/modules/events/register.service.ts): every statement using these
  * CTEs runs behind the organization's membership lock (REALM_MEMBERSHIP_LOCK_NAMESPACE in
@@ -31,7 +31,7 @@ export type GuestAudience =
   | 'all'
   /** none (a restricted organization's deactivation: Zulip sends it to non-guests and DM partners, and there are no DMs here) */
   | 'none'
-  /** those sharing an active subscription with this user (a restricted organization, spec §2.4) */
+  /** those sharing an active subscription with this user (a restricted organization, docs/api.md §2.4) */
   | { sharingWith: number };
 
 export interface AudienceEvent {

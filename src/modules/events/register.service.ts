@@ -16,7 +16,7 @@ import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js'
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
 import { createEventQueue } from './events.repository.js';
 
-/** POST /api/v1/register (spec §3.12): a new queue and the initial state, consistent with each other. */
+/** POST /api/v1/register (docs/api.md §3.12): a new queue and the initial state, consistent with each other. */
 
 export interface RegisterRequest {
   /** The caller's own defaults, for clients without notification_settings_null. */

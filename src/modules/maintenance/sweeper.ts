@@ -7,7 +7,7 @@ import { deleteOldAuditRows } from '../subscriptions/subscriptions.repository.js
 
 /**
  * The periodic clean-up every instance runs, every QUEUE_SWEEP_INTERVAL_SECONDS: event queues idle
- * past their lifespan (spec §2.10) and subscription audit rows older than
+ * past their lifespan (docs/api.md §2.10) and subscription audit rows older than
  * AUDIT_LOG_RETENTION_DAYS. Both are idempotent deletes, so many instances sweeping at once is
  * harmless. Each statement deletes a bounded batch (well within the statement timeout, and never
  * one huge transaction); a sweep repeats batches until nothing is left or its budget is spent, and

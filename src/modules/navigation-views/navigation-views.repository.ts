@@ -4,7 +4,7 @@ import { reusableStatement } from '../../db/reusable-statement.js';
 import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
 import type { DB } from '../../db/types.js';
 
-/** A navigation view in its API shape and key order (spec §2.9). */
+/** A navigation view in its API shape and key order (docs/api.md §2.9). */
 export interface NavigationView {
   fragment: string;
   is_pinned: boolean;
@@ -49,7 +49,7 @@ const matchingViews = (db: QueryCreator<DB>, args: ViewWriteArgs) =>
     .where((eb) => eb.or([eb('v.fragment', '=', sql<string>`${args.fragment}::text`), eb('v.name', '=', sql<string>`${args.name}::text`)]));
 
 /**
- * POST /navigation_views after its parameter checks (spec §3.9 checks 3–4): the view is inserted,
+ * POST /navigation_views after its parameter checks (docs/api.md §3.9 checks 3–4): the view is inserted,
  * with its event, unless one of the user's views has its fragment or (when given) its name; then
  * the statement refuses (VIEW_EXISTS) and the transaction rolls back.
  */
@@ -82,7 +82,7 @@ export const addViewStatement = reusableStatement<ViewWriteArgs, { refused: bool
 );
 
 /**
- * PATCH /navigation_views/{fragment} after its parameter checks (spec §3.10 checks 2–3, in that
+ * PATCH /navigation_views/{fragment} after its parameter checks (docs/api.md §3.10 checks 2–3, in that
  * order): refuses VIEW_EXISTS when any of the user's views (this one included) has the new name,
  * VIEW_MISSING when the user has no view with the fragment; otherwise changes the given fields.
  */
@@ -119,7 +119,7 @@ export const updateViewStatement = reusableStatement<ViewWriteArgs, { refused: b
     ]),
 );
 
-/** DELETE /navigation_views/{fragment} (spec §3.11): deletes the user's view, or refuses VIEW_MISSING. */
+/** DELETE /navigation_views/{fragment} (docs/api.md §3.11): deletes the user's view, or refuses VIEW_MISSING. */
 export const removeViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(
   [...EVENT_APPEND_ARGUMENTS, 'fragment'],
   (db, args) =>

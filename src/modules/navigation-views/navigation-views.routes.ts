@@ -13,7 +13,7 @@ import {
 } from './navigation-views.schemas.js';
 import { addNavigationView, changeNavigationView, removeNavigationView } from './navigation-views.service.js';
 
-/** Navigation views of the caller (spec §3.8–§3.11). */
+/** Navigation views of the caller (docs/api.md §3.8–§3.11). */
 export const navigationViewRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const writes = { transactions, maxPendingEvents: config.queueMaxPendingEvents };
   app.get('/api/v1/navigation_views', { schema: listNavigationViewsSchema }, async (request) => {

@@ -4,7 +4,7 @@ import { AUTHENTICATED_ERRORS, errorResponse, type RouteSchema, successResponse 
 import { formParameters, jsonBoolean, kind, optional, pathSegment, required, trimmedText } from '../../http/params.js';
 import { isStorableText } from '../../lib/text.js';
 
-// The navigation view routes' parameters and documentation (spec §2.9, §3.8–§3.11); see
+// The navigation view routes' parameters and documentation (docs/api.md §2.9, docs/api.md §3.8–§3.11); see
 // src/http/params.ts and src/http/openapi.ts.
 
 export const NavigationViewObject = Type.Object(
@@ -27,7 +27,7 @@ const viewText = kind(withinLimit.schema, (raw, name) => {
 
 const NAME = 'Trimmed, non-blank, at most 500 characters. Custom views only.';
 const IS_PINNED = 'Pin (true) or hide in the menu (false).';
-/** The path's fragment: the router's percent-decoded rest of the path, used verbatim (spec §3.10). */
+/** The path's fragment: the router's percent-decoded rest of the path, used verbatim (docs/api.md §3.10). */
 const FRAGMENT_PATH = {
   fragment: pathSegment(
     Type.String({ description: 'The rest of the path, percent-decoded and used verbatim (may contain `/`).' }),

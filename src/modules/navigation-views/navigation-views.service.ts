@@ -14,7 +14,7 @@ import {
   VIEW_MISSING,
 } from './navigation-views.repository.js';
 
-/** Fragments of the views every client knows (exact, case-sensitive; spec §2.9). */
+/** Fragments of the views every client knows (exact, case-sensitive; docs/api.md §2.9). */
 const BUILT_IN_FRAGMENTS: ReadonlySet<string> = new Set([
   'inbox',
   'recent',
@@ -42,7 +42,7 @@ type ViewStatement = typeof addViewStatement;
 /**
  * Runs a view statement, which also appends its event, in the caller's transaction, one round trip. The statement
  * refuses (VIEW_EXISTS, VIEW_MISSING) by raising, which rolls everything back; `missing` is the
- * error a missing view gets (spec §4 row 7: PATCH and DELETE differ only in the code).
+ * error a missing view gets (docs/api.md §4 row 7: PATCH and DELETE differ only in the code).
  */
 async function writeView(
   writes: EventWrites,
@@ -74,7 +74,7 @@ async function writeView(
   }
 }
 
-/** POST /navigation_views: checks of spec §3.9 in order, then the row and its event. */
+/** POST /navigation_views: checks of docs/api.md §3.9 in order, then the row and its event. */
 export async function addNavigationView(
   writes: EventWrites,
   caller: Caller,
@@ -90,7 +90,7 @@ export async function addNavigationView(
   await writeView(writes, caller, addViewStatement, args, event, () => badRequest(EXISTS_MESSAGE), departure);
 }
 
-/** PATCH /navigation_views/{fragment}: checks of spec §3.10 in order, then the change and its event. */
+/** PATCH /navigation_views/{fragment}: checks of docs/api.md §3.10 in order, then the change and its event. */
 export async function changeNavigationView(
   writes: EventWrites,
   caller: Caller,
@@ -115,7 +115,7 @@ export async function changeNavigationView(
   await writeView(writes, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
 }
 
-/** DELETE /navigation_views/{fragment} (spec §3.11). */
+/** DELETE /navigation_views/{fragment} (docs/api.md §3.11). */
 export async function removeNavigationView(writes: EventWrites, caller: Caller, fragment: string, departure?: Departure): Promise<void> {
   const missing = () => new ApiError(404, MISSING_MESSAGE, 'BAD_REQUEST');
   if (!isStorableText(fragment)) throw missing();

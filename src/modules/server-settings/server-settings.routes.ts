@@ -26,7 +26,7 @@ const AUTHENTICATION_METHODS = Object.fromEntries(
   ].map((method) => [method, false]),
 );
 
-/** GET /api/v1/server_settings: discovery, no authentication (spec §3.1). */
+/** GET /api/v1/server_settings: discovery, no authentication (docs/api.md §3.1). */
 export const serverSettingsRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, config }) => {
   app.get('/api/v1/server_settings', { config: { auth: false }, schema: serverSettingsSchema }, async (request) => {
     const realm = await findActiveRealmBySubdomain(db, requestSubdomain(request, config));

@@ -1,7 +1,7 @@
 import Type from 'typebox';
 import { PUBLIC_ERRORS, type RouteSchema, successResponse } from '../../http/openapi.js';
 
-// Documentation of GET /api/v1/server_settings (spec §3.1); see src/http/openapi.ts.
+// Documentation of GET /api/v1/server_settings (docs/api.md §3.1); see src/http/openapi.ts.
 
 const ORGANIZATION_ONLY = 'Only when the Host names an active organization.';
 

@@ -111,7 +111,7 @@ export function peerEvents(op: 'peer_add' | 'peer_remove', changes: PeerChange[]
 
 /**
  * The channel as stream events carry it: the channel keys of the subscription object
- * (spec §2.12), in Zulip's stream dictionary order.
+ * (docs/api.md §2.12), in Zulip's stream dictionary order.
  */
 export function streamObject(channel: ChannelRow) {
   return {

@@ -74,7 +74,7 @@ export interface MembershipRead {
   new_ids: number[];
   /** The organization's subdomain (for the dummy addresses of the user objects of realm_user/add). */
   realm_subdomain: string;
-  /** Whether the organization restricts guests' access to users (can_access_all_users_group = members, spec §2.4). */
+  /** Whether the organization restricts guests' access to users (can_access_all_users_group = members, docs/api.md §2.4). */
   restricted: boolean;
   /**
    * Restricted organizations only: for each target, the users among the named channels' active

@@ -2,7 +2,7 @@ import Type, { type TSchema } from 'typebox';
 import type { Subscriptions } from '../../db/types.js';
 
 /**
- * The subscription settings clients may change (spec §2.8), declared once. Everything else is
+ * The subscription settings clients may change (docs/api.md §2.8), declared once. Everything else is
  * derived from this table when the modules load: the documented property list, the value rules of
  * the decoder, the columns, their SQL types and the column lists of the statements that read and
  * write them, the events of a change, and the subscription object's keys, their values and their
@@ -62,7 +62,7 @@ type StoredValue<S extends Setting> = RuleValue<S['rule']> | (S extends { nullab
 /** The settings columns of a subscription row, as the reads select them (SETTING_COLUMNS). */
 export type StoredSettings = { [P in SettingProperty as Settings[P]['column']]: StoredValue<Settings[P]> };
 
-/** The settings as the subscription object sends them (spec §2.12). */
+/** The settings as the subscription object sends them (docs/api.md §2.12). */
 export type SentSettings = { [P in SettingProperty]: StoredValue<Settings[P]> };
 
 export const SETTING_PROPERTIES = Object.keys(SETTINGS) as SettingProperty[];

@@ -32,7 +32,7 @@ export const INVALID_CHANNEL = 'invalid channel';
 export const NOT_SUBSCRIBED = 'not subscribed';
 
 /**
- * Checks f–g of every change (spec §2.7, §3.2) and, when they all pass and `write` is set, writes
+ * Checks f–g of every change (docs/api.md §2.7, docs/api.md §3.2) and, when they all pass and `write` is set, writes
  * the final settings, the audit rows and the events: one prepared statement, run in the user's
  * transaction. A change that fails makes the statement raise (refuse_write, migration 0006) with
  * the lowest failing index, so nothing is written and the transaction rolls back. One audit row per

@@ -16,7 +16,7 @@ import { stripName } from './membership.validation.js';
 import { channelObject, channelSources, selectChannels } from './channels.repository.js';
 import { channelIdSchema, getChannelSchema, listChannelsSchema } from './channels.schemas.js';
 
-/** Subscription settings (spec §3.2–§3.4), membership and channels (docs/management-api.md). */
+/** Subscription settings (docs/api.md §3.2–§3.4), membership and channels (docs/management-api.md). */
 export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const writes = { transactions, maxPendingEvents: config.queueMaxPendingEvents };
   app.get('/api/v1/users/me/subscriptions', { schema: listSubscriptionsSchema }, async (request) => {
@@ -31,7 +31,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
     return success(request);
   });
 
-  // PATCH (Zulip) and POST (the brief) behave identically (spec §4 row 1).
+  // PATCH (Zulip) and POST (an addition of this server) behave identically (docs/api.md §4 row 1).
   const updateOneSetting: RouteHandlerMethod = async (request: FastifyRequest, reply) => {
     const { stream_id, property, value } = parametersOf(request, updateSettingSchema);
     const change = checkSettingChange(stream_id, property, value);

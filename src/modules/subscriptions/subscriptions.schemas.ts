@@ -16,10 +16,10 @@ import { SETTING_PROPERTIES, sentValueSchema, settingValueSchema } from './setti
 import { type ChannelKey, isChannelKey, SUBSCRIPTION_KEYS } from './subscriptions.serializers.js';
 import { checkBulkEntries, parseSingleValue } from './subscriptions.validation.js';
 
-// The subscription routes' parameters and documentation (spec §2.8, §2.12, §3.2–§3.4); see
+// The subscription routes' parameters and documentation (docs/api.md §2.8, docs/api.md §2.12, docs/api.md §3.2–§3.4); see
 // src/http/params.ts and src/http/openapi.ts.
 
-/** Entries of one bulk update (spec §3.2): bounds the work and the rows one request can cause. */
+/** Entries of one bulk update (docs/api.md §3.2): bounds the work and the rows one request can cause. */
 const MAX_SUBSCRIPTION_CHANGES = 10_000;
 
 /**
@@ -126,7 +126,7 @@ export const updateSettingSchema = {
   documentedResponses: { 200: successResponse('The change was applied.'), ...AUTHENTICATED_ERRORS },
 } satisfies RouteSchema;
 
-/** The same endpoint under POST (the brief's form); operation ids are unique per document. */
+/** The same endpoint under POST (an addition of this server); operation ids are unique per document. */
 export const updateSettingByPostSchema = {
   ...updateSettingSchema,
   operationId: 'update-subscription-setting-post',

@@ -45,11 +45,11 @@ export const CHANNEL_KEYS = {
 
 export type ChannelKey = keyof typeof CHANNEL_KEYS;
 
-/** The subscription object of spec §2.12. */
+/** The subscription object of docs/api.md §2.12. */
 export type SubscriptionObject = { [K in ChannelKey]: ReturnType<(typeof CHANNEL_KEYS)[K]> } & SentSettings & { subscribers?: number[] };
 
 /**
- * The object's keys in the order they are sent (spec §2.12): is_archived, then the channel's keys
+ * The object's keys in the order they are sent (docs/api.md §2.12): is_archived, then the channel's keys
  * and the settings of settings.ts together in code-point order (subscribers, when asked for, last).
  * The order is Zulip's, alphabetical; a property added to the settings table takes its place in it.
  */
@@ -79,7 +79,7 @@ const build = objectBuilder<SubscriptionRow>(
   Object.fromEntries(SUBSCRIPTION_KEYS.map((key) => [key, isChannelKey(key) ? CHANNEL_KEYS[key] : sentValueReader(key)])),
 );
 
-/** The subscription object of spec §2.12, keys in the required order. */
+/** The subscription object of docs/api.md §2.12, keys in the required order. */
 export function serializeSubscription(row: SubscriptionRow): SubscriptionObject {
   const object = build(row);
   if (row.subscribers !== null) object.subscribers = row.subscribers;
@@ -95,7 +95,7 @@ const updateEvent = (property: string, value: string | boolean, streamId: number
 });
 
 /**
- * The events of one applied change (spec §3.2 event table): one per property stored in its column,
+ * The events of one applied change (docs/api.md §3.2 event table): one per property stored in its column,
  * whichever was sent; muting gives two, in_home_view first.
  */
 export function changeEvents(change: SettingChange): ApiEvent[] {

@@ -48,7 +48,7 @@ function channelError(error: unknown, changes: SettingChange[]): ApiError | unde
 }
 
 /**
- * Applies subscription setting changes all-or-nothing (spec §3.2) in the caller's transaction,
+ * Applies subscription setting changes all-or-nothing (docs/api.md §3.2) in the caller's transaction,
  * one round trip: the channel checks f–g of every change, the settings, the audit rows and the
  * events, in one statement. The lowest-index failure wins: a channel failure of a change
  * before `shapeError`'s entry (which belongs to the entry right after `changes`), else the shape
@@ -92,7 +92,7 @@ export async function applySubscriptionChanges(
 }
 
 /**
- * The user's subscription objects (spec §2.12), sorted by channel name; shared by
+ * The user's subscription objects (docs/api.md §2.12), sorted by channel name; shared by
  * GET /users/me/subscriptions and register.
  */
 export async function listSubscriptions(

@@ -3,8 +3,8 @@ import { checkDict, checkInteger, checkString, keyPath, requireKey } from '../..
 import { type SettingColumn, type SettingProperty, settingOf } from './settings.js';
 
 /**
- * The property/value rules of the subscription-setting endpoints (spec §2.8), shared by the bulk
- * endpoint (§3.2 checks a–e) and the single-channel endpoint (§3.3). Pure: no database.
+ * The property/value rules of the subscription-setting endpoints (docs/api.md §2.8), shared by the bulk
+ * endpoint (docs/api.md §3.2 checks a–e) and the single-channel endpoint (docs/api.md §3.3). Pure: no database.
  */
 
 // JavaScript's `$` (without the m flag) does not match before a trailing newline, unlike Python's.
@@ -22,7 +22,7 @@ export interface SettingChange {
 }
 
 /**
- * Applies the value rule of `property` (spec §2.8). `colorErrorPrefix` is the bulk endpoint's
+ * Applies the value rule of `property` (docs/api.md §2.8). `colorErrorPrefix` is the bulk endpoint's
  * `Invalid subscription_data[i]: Value error, `; the single-channel endpoint has none.
  */
 export function checkSettingChange(streamId: number, property: string, value: unknown, colorErrorPrefix = ''): SettingChange {
@@ -39,7 +39,7 @@ export function checkSettingChange(streamId: number, property: string, value: un
   return { streamId, property: known, value, column: setting.column, stored: 'inverted' in setting ? !value : value };
 }
 
-/** Checks a–e of one bulk entry (spec §3.2), in order; throws the entry's first failure. */
+/** Checks a–e of one bulk entry (docs/api.md §3.2), in order; throws the entry's first failure. */
 function checkBulkEntry(entry: unknown, index: number): SettingChange {
   const name = `subscription_data[${index}]`;
   const object = checkDict(entry, name);
@@ -72,7 +72,7 @@ export function checkBulkEntries(entries: unknown[]): CheckedBulkEntries {
   return { changes };
 }
 
-/** Single-channel `value` (spec §3.3): JSON true/false is a boolean, anything else the raw text. */
+/** Single-channel `value` (docs/api.md §3.3): JSON true/false is a boolean, anything else the raw text. */
 export function parseSingleValue(raw: string): string | boolean {
   try {
     const parsed: unknown = JSON.parse(raw);

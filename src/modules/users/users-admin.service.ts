@@ -21,7 +21,7 @@ import {
 } from './users-management.service.js';
 import { checkFullName, isPasswordTooWeak, isValidEmail, normalizeEmail } from './users.validation.js';
 
-/** GET /users/me, POST /users, DELETE /users/{id} and /users/me, reactivate (spec: docs/management-api.md "Users"). */
+/** GET /users/me, POST /users, DELETE /users/{id} and /users/me, reactivate (docs/management-api.md "Users"). */
 
 export interface UserAdminDeps {
   db: Database;
@@ -53,7 +53,7 @@ export function contextOf(deps: UserAdminDeps, caller: Caller, departure: Depart
   };
 }
 
-/** GET /users/me: the caller's own user object, flat, with max_message_id (spec management §2). */
+/** GET /users/me: the caller's own user object, flat, with max_message_id (docs/management-api.md U.2). */
 export async function getOwnUser(deps: UserAdminDeps, caller: Caller): Promise<ApiUser & { max_message_id: number }> {
   const own = await findUserById(deps.shortStatements, caller.realmId, caller.id, { withProfileData: true });
   if (!own) throw noSuchUser();
@@ -66,7 +66,7 @@ export function requireRealmAdmin(caller: Caller): void {
   if (!isAdmin(caller.role)) throw adminRequired();
 }
 
-/** POST /users (spec management §3), after requireRealmAdmin and the parameters. */
+/** POST /users (docs/management-api.md U.3), after requireRealmAdmin and the parameters. */
 export async function createUserByApi(
   deps: UserAdminDeps,
   caller: Caller,
@@ -192,7 +192,7 @@ const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =
   new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
 
 /**
- * DELETE /users/{user_id} (spec management §5). `deleteProfile`: the `actions` parameter's
+ * DELETE /users/{user_id} (docs/management-api.md U.5). `deleteProfile`: the `actions` parameter's
  * delete_profile (its message deletions have nothing to delete here).
  */
 export async function deactivateUserByApi(
@@ -219,7 +219,7 @@ export async function deactivateUserByApi(
   }
 }
 
-/** DELETE /users/me (spec management §6): the checks are the statement's (the last user, then the last owner). */
+/** DELETE /users/me (docs/management-api.md U.6): the checks are the statement's (the last user, then the last owner). */
 export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, departure?: Departure): Promise<void> {
   const own = await findManagedUser(deps.db, caller.realmId, caller.id);
   if (!own) throw noSuchUser();
@@ -240,7 +240,7 @@ export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, dep
 /** Guests may not create bots (can_create_bots_group and can_create_write_only_bots_group default to members). */
 const canCreateBots = (caller: Caller): boolean => caller.role !== ROLES.guest;
 
-/** POST /users/{user_id}/reactivate (spec management §7). An active human: success, nothing sent. */
+/** POST /users/{user_id}/reactivate (docs/management-api.md U.7). An active human: success, nothing sent. */
 export async function reactivateUserByApi(
   deps: UserAdminDeps,
   caller: Caller,

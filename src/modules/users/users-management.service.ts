@@ -43,7 +43,7 @@ import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUse
 export interface ManagedRealm {
   id: number;
   subdomain: string;
-  /** 'everyone' or 'members' (guests restricted, spec §2.4). */
+  /** 'everyone' or 'members' (guests restricted, docs/api.md §2.4). */
   canAccessAllUsersGroup: string;
 }
 
@@ -136,7 +136,7 @@ const commonValues = (context: ManagementContext, events: readonly AudienceEvent
   excluded,
 ];
 
-/** Which guests may see events about `userId` (spec §2.4): all, unless the organization restricts them. */
+/** Which guests may see events about `userId` (docs/api.md §2.4): all, unless the organization restricts them. */
 export function guestsSeeing(realm: ManagedRealm, target: { id: number; botType: number | null }): GuestAudience {
   return realm.canAccessAllUsersGroup === 'members' && target.botType === null ? { sharingWith: target.id } : 'all';
 }
@@ -168,7 +168,7 @@ export interface NewUserInput {
 }
 
 /**
- * Creates a user and sends realm_user/add (spec management §11.1) to everyone who may access them:
+ * Creates a user and sends realm_user/add (docs/management-api.md U.3) to everyone who may access them:
  * with the real address to the roles that may see it, with delivery_email null to the others; in
  * an organization that restricts guests, the guests get the inaccessible-user placeholder.
  * Refuses REFUSALS.emailInUse (any user of the organization, deactivated included, case-insensitively)
@@ -259,7 +259,7 @@ export interface DeactivationTarget {
  * Deactivates a user and their active bots, ends their event queues and sends, for each of them in
  * turn (bots first, then the user), subscription/peer_remove for its channels (archived included),
  * realm_user/update is_active false and, for a human in an organization that restricts guests,
- * realm_user/remove to the guests sharing a channel with it (spec management §11.3). Refuses REFUSALS.deactivated, then
+ * realm_user/remove to the guests sharing a channel with it (docs/management-api.md U.5). Refuses REFUSALS.deactivated, then
  * (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
@@ -338,7 +338,7 @@ function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): 
 }
 
 /**
- * Reactivates a user (spec management §11.4): realm_user/update is_active true, the new bot owner
+ * Reactivates a user (docs/management-api.md U.7): realm_user/update is_active true, the new bot owner
  * (a bot whose owner is deactivated gets `newBotOwnerId`), then subscription/peer_add for its
  * channels that are not archived. Refuses REFUSALS.botNameTaken.
  */

@@ -2,8 +2,8 @@ import type { Caller } from '../../http/auth.js';
 import { EMAIL_ADDRESS_VISIBILITY as VISIBILITY, ROLES } from '../../zulip.js';
 
 /**
- * Who may see what of another user: the address-visibility matrix (spec §2.3) and guest access
- * in restricted organizations (spec §2.4). Pure functions, shared by every endpoint that shows users.
+ * Who may see what of another user: the address-visibility matrix (docs/api.md §2.3) and guest access
+ * in restricted organizations (docs/api.md §2.4). Pure functions, shared by every endpoint that shows users.
  */
 
 /** The caller's facts these rules depend on (a Caller satisfies it). */
@@ -25,7 +25,7 @@ const VISIBLE_TO_ROLE: Readonly<Record<number, readonly number[]>> = {
   [ROLES.guest]: [VISIBILITY.everyone],
 };
 
-/** Bots' addresses are public whatever the stored setting says (spec §2.2: bots are always 1). */
+/** Bots' addresses are public whatever the stored setting says (docs/api.md §2.2: bots are always 1). */
 export function effectiveVisibility(target: Pick<VisibilityTarget, 'botType' | 'emailAddressVisibility'>): number {
   return target.botType !== null ? VISIBILITY.everyone : target.emailAddressVisibility;
 }
@@ -35,19 +35,19 @@ export function allowedVisibilities(viewer: Pick<UserViewer, 'role'>): readonly 
   return VISIBLE_TO_ROLE[viewer.role] ?? [VISIBILITY.everyone];
 }
 
-/** Whether the viewer may see the target's real address (spec §2.3). */
+/** Whether the viewer may see the target's real address (docs/api.md §2.3). */
 export function canSeeDeliveryEmail(viewer: UserViewer, target: Omit<VisibilityTarget, 'isActive'>): boolean {
   if (viewer.id === target.id) return true;
   return allowedVisibilities(viewer).includes(effectiveVisibility(target));
 }
 
-/** A guest in an organization that limits guests' view of other users (spec §2.4). */
+/** A guest in an organization that limits guests' view of other users (docs/api.md §2.4). */
 export function isRestrictedViewer(viewer: UserViewer): boolean {
   return viewer.role === ROLES.guest && viewer.realmCanAccessAllUsersGroup === 'members';
 }
 
 /**
- * Spec §2.4. `sharesActiveChannelWithViewer` only matters for restricted viewers; repositories
+ * docs/api.md §2.4. `sharesActiveChannelWithViewer` only matters for restricted viewers; repositories
  * compute it only for them (undefined counts as "no shared channel").
  */
 export function canAccessUser(viewer: UserViewer, target: VisibilityTarget & { sharesActiveChannelWithViewer?: boolean }): boolean {
@@ -58,7 +58,7 @@ export function canAccessUser(viewer: UserViewer, target: VisibilityTarget & { s
 }
 
 /**
- * The highest (least privileged) role that may see an address of this visibility (spec §2.3): the
+ * The highest (least privileged) role that may see an address of this visibility (docs/api.md §2.3): the
  * matrix above is a threshold on the role, so the users who see it are those with role ≤ this.
  */
 export function maxRoleSeeingAddress(visibility: number): number {

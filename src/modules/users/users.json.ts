@@ -20,7 +20,7 @@ import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOp
  * non-ASCII address, which JavaScript lowercases by Unicode's rules; a date outside years 1000–9999)
  * comes with its columns instead, from the same statement (the same snapshot), and is built as
  * before. test/users-json.test.ts compares the two. Only for viewers who may access every user: a
- * restricted guest's list (spec §2.4) is built as before.
+ * restricted guest's list (docs/api.md §2.4) is built as before.
  */
 
 /** Whether the SQL-built text can serve this viewer and configuration (else: buildUserObject). */

@@ -16,7 +16,7 @@ export interface UserLoadOptions {
   /** Load every custom profile field value of each user. */
   withProfileData: boolean;
   /**
-   * Id of a restricted viewer (spec §2.4): also load whether each user shares an active
+   * Id of a restricted viewer (docs/api.md §2.4): also load whether each user shares an active
    * subscription with them. Omit for everyone else.
    */
   sharedChannelsWithUserId?: number;
@@ -37,7 +37,7 @@ const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
       .orderBy('v.field_id'),
   );
 
-// Archived channels count too (spec §2.4 row 5), so the channel itself is not consulted.
+// Archived channels count too (docs/api.md §2.4 row 5), so the channel itself is not consulted.
 const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: number) =>
   eb.exists(
     eb

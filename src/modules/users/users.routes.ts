@@ -18,7 +18,7 @@ function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | und
 }
 
 /**
- * GET /api/v1/users and GET /api/v1/users/{user_id | email} (spec §3.5–§3.7). Fastify cannot hold
+ * GET /api/v1/users and GET /api/v1/users/{user_id | email} (docs/api.md §3.5–§3.7). Fastify cannot hold
  * two parametric routes at one position, so one route takes every segment except `me` and the
  * service tells ids from emails.
  */

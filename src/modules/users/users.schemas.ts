@@ -3,7 +3,7 @@ import { AUTHENTICATED_ERRORS, type RouteSchema, successResponse } from '../../h
 import { USER_OBJECT_PROPERTIES } from './users.serializers.js';
 import { jsonBoolean, jsonIntegerList, optional, pathSegment, queryParameters } from '../../http/params.js';
 
-// The user routes' parameters and documentation (spec §2.11, §3.5–§3.7); see src/http/params.ts
+// The user routes' parameters and documentation (docs/api.md §2.11, docs/api.md §3.5–§3.7); see src/http/params.ts
 // and src/http/openapi.ts.
 
 /** The user object: its keys are declared with their values (users.serializers.ts). Keys that do not apply are absent. */

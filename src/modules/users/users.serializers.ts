@@ -9,7 +9,7 @@ import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, ROLES } from '.
 import { allowedVisibilities, canSeeDeliveryEmail, effectiveVisibility, type UserViewer } from './users.access.js';
 
 /**
- * The user object of spec §2.11, declared once (USER_FIELDS): each key with the columns it reads,
+ * The user object of docs/api.md §2.11, declared once (USER_FIELDS): each key with the columns it reads,
  * its value in JavaScript and as the JSON text PostgreSQL builds, when it is sent and what the
  * inaccessible-user placeholder says. Derived from it: the columns the user statements select
  * (USER_COLUMNS), the record they load (UserRecord), buildUserObject, the placeholder and
@@ -34,7 +34,7 @@ export interface ProfileFieldValue {
 export interface UserObjectOptions {
   clientGravatar: boolean;
   includeCustomProfileFields: boolean;
-  /** register's realm_users / realm_non_active_users leave is_active out (spec §3.12). */
+  /** register's realm_users / realm_non_active_users leave is_active out (docs/api.md §3.12). */
   omitIsActive?: boolean;
 }
 
@@ -47,7 +47,7 @@ type Camel<S extends string> = S extends `${infer Head}_${infer Tail}` ? `${Head
 type Column = keyof Users;
 /** A users row under the record's names (deliveryEmail for delivery_email). */
 type StoredUser = { [C in Column as Camel<C>]: Selectable<Users>[C] };
-/** What a load adds to the columns: profile values when asked for, the shared-channel fact for restricted viewers (spec §2.4). */
+/** What a load adds to the columns: profile values when asked for, the shared-channel fact for restricted viewers (docs/api.md §2.4). */
 interface Loaded {
   profileValues?: ProfileFieldValue[];
   sharesActiveChannelWithViewer?: boolean;
@@ -138,7 +138,7 @@ const VISIBILITY_COLUMNS = ['id', 'bot_type', 'email_address_visibility'] as con
 
 /** The user object's keys in the order they are sent. */
 const USER_FIELDS = {
-  // Real only when the address is public, for every viewer (spec §2.3).
+  // Real only when the address is public, for every viewer (docs/api.md §2.3).
   email: field({
     from: [...VISIBILITY_COLUMNS, 'delivery_email'],
     js: (user, { fakeDomain }) =>
@@ -240,7 +240,7 @@ export type UserColumn = Fields[keyof Fields]['from'][number];
 /** A user as the statements load it (users.repository.ts): the columns USER_FIELDS reads. */
 export type UserRecord = Pick<StoredUser, Camel<UserColumn>> & Loaded;
 
-/** The user object of spec §2.11. */
+/** The user object of docs/api.md §2.11. */
 export type ApiUser = { [K in Exclude<keyof Fields, OptionalKey>]: ReturnType<Fields[K]['js']> } & {
   [K in OptionalKey]?: ReturnType<Fields[K]['js']>;
 };
@@ -276,7 +276,7 @@ const contextOf = (viewer: UserViewer, options: UserObjectOptions, config: UserO
   return { viewer, options, config, fakeDomain: fakeEmailDomain(viewer.realmSubdomain, config) };
 };
 
-/** The user object of spec §2.11 for this viewer, keys in the required order. */
+/** The user object of docs/api.md §2.11 for this viewer, keys in the required order. */
 export function buildUserObject(viewer: UserViewer, target: UserRecord, options: UserObjectOptions, config: UserObjectConfig): ApiUser {
   const context = contextOf(viewer, options, config);
   const user: Record<string, unknown> = {};
@@ -286,7 +286,7 @@ export function buildUserObject(viewer: UserViewer, target: UserRecord, options:
   return user as ApiUser;
 }
 
-/** Stand-in for a user the viewer may not access (spec §2.11), keys in the required order. */
+/** Stand-in for a user the viewer may not access (docs/api.md §2.11), keys in the required order. */
 export function buildInaccessibleUserPlaceholder(
   viewer: UserViewer,
   userId: number,
@@ -331,7 +331,7 @@ export const GRAVATAR_SOURCE = 'G';
 const UPLOADED_SOURCE = 'U';
 const UNKNOWN_USER_AVATAR = '/static/images/unknown-user-avatar.png';
 
-/** `2024-01-02T03:04+00:00`: UTC, truncated to minutes (spec §2.11). */
+/** `2024-01-02T03:04+00:00`: UTC, truncated to minutes (docs/api.md §2.11). */
 export function formatDateJoined(date: Date): string {
   // Built from the UTC fields: toISOString was a measurable part of GET /users/{id} (bench/).
   const month = twoDigits(date.getUTCMonth() + 1);
@@ -342,13 +342,13 @@ export function formatDateJoined(date: Date): string {
 
 const twoDigits = (value: number): string => (value < 10 ? `0${value}` : String(value));
 
-/** First 40 hex digits of SHA-256 of "<user_id>:<avatar_version>:<salt>" (spec §2.5 row 2). */
+/** First 40 hex digits of SHA-256 of "<user_id>:<avatar_version>:<salt>" (docs/api.md §2.5 row 2). */
 export function uploadedAvatarHash(userId: number, avatarVersion: number, salt: string): string {
   return createHash('sha256').update(`${userId}:${avatarVersion}:${salt}`, 'utf8').digest('hex').slice(0, 40);
 }
 
 /**
- * spec §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address.
+ * docs/api.md §2.5, rows in order. `deliveryEmailVisible` is whether the viewer may see the address.
  * `medium`: Zulip's medium size (avatar_url_medium): `&s=500` for a gravatar, `-medium.png` uploaded.
  */
 export function avatarUrl(

@@ -21,7 +21,7 @@ import {
 } from './users.repository.js';
 import { type ApiUser, buildUserObject, type UserObjectOptions, type UserRecord } from './users.serializers.js';
 
-/** The lookups of GET /users/{user_id}, /users/{email} and /users (spec §3.5–§3.7). */
+/** The lookups of GET /users/{user_id}, /users/{email} and /users (docs/api.md §3.5–§3.7). */
 
 export type UserViewerInRealm = UserViewer & { realmId: number };
 
@@ -65,7 +65,7 @@ async function findTarget(
     return userId === undefined ? undefined : findUserById(shortStatements, viewer.realmId, userId, load);
   }
   if (!isStorableText(pathValue)) return undefined;
-  // A hidden address behaves exactly like an unknown one (spec §3.6 step 2).
+  // A hidden address behaves exactly like an unknown one (docs/api.md §3.6 step 2).
   const target = await findUserByDeliveryEmail(db, viewer.realmId, pathValue.trim(), load);
   return target && canSeeDeliveryEmail(viewer, target) ? target : undefined;
 }
@@ -106,7 +106,7 @@ export async function getUserForViewer(
 /**
  * The users of the viewer's organization the viewer can access (all of them, or those of
  * `userIds`). Since feature level 437 an inaccessible user is left out, not replaced by a
- * placeholder as register still does (spec §3.7).
+ * placeholder as register still does (docs/api.md §3.7).
  */
 export async function listUsersForViewer(
   db: Database,

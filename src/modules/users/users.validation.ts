@@ -19,7 +19,7 @@ function isInvalidNameCodePoint(char: string): boolean {
   return (code >= 0xfdd0 && code <= 0xfdef) || (code & 0xfffe) === 0xfffe;
 }
 
-/** check_full_name: the stripped name, or Zulip's error (spec management §3 row 4). */
+/** check_full_name: the stripped name, or Zulip's error (docs/management-api.md U.3 row 4). */
 export function checkFullName(raw: string): string {
   const name = raw.trim();
   if ([...name].length > MAX_NAME_LENGTH) throw badRequest('Name too long!');
