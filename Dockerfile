@@ -42,5 +42,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
 # Node 24 sizes the young generation by the machine (two 64 MB semi-spaces on 24 GiB): up to 112 MB
 # more heap than this for a busy instance. 8 MB semi-spaces, which the benchmarks measure, keep an
 # instance holding 10,000 long polls at 293-295 MB on Node 24 (16 MB: 307-313) for no CPU that
-# the runs could tell apart (bench/RESULTS.md, fifteenth session).
+# the runs could tell apart (bench/RESULTS.md).
 CMD ["node", "--max-semi-space-size=8", "dist/server.js"]

@@ -8,7 +8,7 @@ import { createServer } from 'node:http';
  * answers at once. What it costs is what Node's HTTP alone costs for the cycle (bench/longpoll.ts).
  * As the server does (HeartbeatWheel), the heartbeats falling due in one 250 ms tick are sent
  * together by one timer: with a timer per poll, each firing on its own, the floor cost 7.2 to 8.5 %
- * of a core at 10,000 polls here (thirteenth session) against 5.3 to 5.6 % this way.
+ * of a core at 10,000 polls here against 5.3 to 5.6 % this way.
  *
  * Environment: PORT, HOST (default 127.0.0.1), HEARTBEAT_SECONDS, HEARTBEAT_JITTER_SECONDS.
  */

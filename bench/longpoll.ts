@@ -12,7 +12,7 @@ import { connectClient, type PollingClient } from './polling-client.js';
 import type { Account } from './seed.js';
 
 /**
- * The idle long-poll scenario (issue 17): N event queues registered through instance A, each held
+ * The idle long-poll scenario: N event queues registered through instance A, each held
  * by a blocking GET /events on instance B, then nothing happens for a while; then deliveries, each
  * a navigation view added through A, answered by the poll waiting on B. It reports what the idle
  * polls cost (PostgreSQL transactions/s of the whole cluster, B's CPU, B's memory per poll) and
@@ -393,7 +393,7 @@ export async function measureCycleFloor(options: {
 }
 
 /**
- * The steady state (issue 27): the polls are opened again, evenly over one heartbeat interval
+ * The steady state: the polls are opened again, evenly over one heartbeat interval
  * (50 s), so that their heartbeats come as they do all day (N / 50 per second) rather than all
  * at once; each client polls again at once after every answer, with the new last_event_id, as the
  * official clients do. Measured once the first heartbeats have come, for `steadySeconds`, with a

@@ -4,7 +4,7 @@ import { bulkBody, rotating, updateSetting } from './scenarios.js';
 import type { Seeded } from './seed.js';
 
 /**
- * The noisy neighbour across instances (issue 31): 1,000 victims send 1-entry settings updates to
+ * The noisy neighbour across instances: 1,000 victims send 1-entry settings updates to
  * instance A, first alone, then while one account sends 1,000-entry updates (large writes, which
  * hold its user lock for their whole transaction) to instance B, one after the other on 2
  * connections (or `largePerSecond` of them), and 1-entry updates to A on 2 connections, each as

@@ -8,7 +8,7 @@ import type { Account } from './seed.js';
 import type { SteadyLoadSpec } from './steady-load.js';
 
 /**
- * One caller must not hurt another (issue 31): the latency of a small read in a small organization
+ * One caller must not hurt another: the latency of a small read in a small organization
  * (B), alone and while one account of the benchmark's large organization (A, about 21,000 users)
  * keeps asking for the whole user list (GET /users, and register with fetch_event_types
  * ["realm_user"]). The ratio of B's two medians is the figure.

@@ -81,7 +81,7 @@ const LARGE_ORG_REQUESTS = positiveInteger('BENCH_LARGE_ORG_REQUESTS', 3);
 const LONG_POLL_COUNT = positiveInteger('BENCH_LONG_POLLS', 10_000);
 // 0 skips the idle window (and its deliveries): only the steady state is measured.
 const LONG_POLL_IDLE_SECONDS = process.env.BENCH_LONG_POLL_IDLE_SECONDS === '0' ? 0 : positiveInteger('BENCH_LONG_POLL_IDLE_SECONDS', 20);
-// The steady state after it (issue 27): heartbeats and re-polls; 0 skips it.
+// The steady state after it: heartbeats and re-polls; 0 skips it.
 const LONG_POLL_STEADY_SECONDS = Number(process.env.BENCH_LONG_POLL_STEADY_SECONDS ?? 120);
 // B's heartbeat interval (Zulip's 45 s, with 10 s of jitter): a shorter one gives the same rate of
 // heartbeat cycles with fewer polls (1,000 polls at 5 s ≈ 10,000 at 45 s), for a quick look.

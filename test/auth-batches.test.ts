@@ -7,7 +7,7 @@ import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { apiKeys, basicAuth, emails, type FixtureUser, ids } from './helpers/fixture.js';
 
-// One caller's credentials never fail the requests batched with theirs (issue 31): a credential
+// One caller's credentials never fail the requests batched with theirs: a credential
 // the shared authentication statement cannot carry is refused before it joins a batch, and a batch
 // that fails for any other reason sends each of its requests again alone.
 

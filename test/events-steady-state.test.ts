@@ -15,7 +15,7 @@ import { getEvents, originalMethod, pinEvent, queueRow, registerQueue, setPinToT
 import { eventually } from './helpers/wait.js';
 
 /**
- * The steady state of connected clients (issue 27): a poll answered by its heartbeat and opened
+ * The steady state of connected clients: a poll answered by its heartbeat and opened
  * again at once, 200 times a second at 10,000 clients. Polls starting in one turn of the event loop
  * share one statement, heartbeats due within 250 ms of each other one transaction; each test here
  * pins a guarantee the batching must keep: the same outcomes as a poll alone, no gap between a

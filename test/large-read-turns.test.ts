@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { LargeReadTurns } from '../src/lib/large-read-turns.js';
 
-/** Large reads take turns: one at a time per user, a few per instance, in arrival order (issue 31). */
+/** Large reads take turns: one at a time per user, a few per instance, in arrival order. */
 
 function gate() {
   let open!: () => void;

@@ -10,7 +10,7 @@ import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { ids } from './helpers/fixture.js';
 
 /**
- * Large reads (issue 31): GET /users and register of a large organization are built and serialized
+ * Large reads: GET /users and register of a large organization are built and serialized
  * a slice at a time (src/lib/slices.ts) and their rows decoded a chunk per turn
  * (src/db/socket-reads.ts), with exactly the bytes the one-piece serializer produced.
  */

@@ -363,7 +363,7 @@ export function decodeRequestParameters(request: FastifyRequest, _reply: Fastify
     );
     request.parameters = values;
     request.ignoredParameters = ignored;
-    // Read by nothing after this; a long poll holds its request for a minute (issue 27).
+    // Read by nothing after this; a long poll holds its request for a minute.
     request.parameterSources = NO_SOURCES;
   } catch (error) {
     return done(error as Error);

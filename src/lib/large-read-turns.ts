@@ -1,6 +1,6 @@
 /**
  * Large reads (a large organization's whole user list: GET /users, register with realm_user) take
- * turns (issue 31): at most one at a time per user, and at most `maxInFlight` per instance. Each
+ * turns: at most one at a time per user, and at most `maxInFlight` per instance. Each
  * one keeps a pooled connection, megabytes of rows and its share of the event loop's slices
  * (src/lib/slices.ts) until its answer is built; without turns, one account with many connections
  * started as many at once, and everyone else's requests waited behind all of them. The others

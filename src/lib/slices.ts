@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 /**
  * Long CPU work done a little at a time, so that one request's large answer (a 20,000-user
  * organization's user list: building the objects, serializing megabytes of JSON) never holds
- * the event loop, which every other request of the instance shares (issue 31).
+ * the event loop, which every other request of the instance shares.
  *
  * All the work waiting here shares ONE budget per turn of the event loop, whatever the number of
  * requests it belongs to: between two turns, everything else (arriving requests, database

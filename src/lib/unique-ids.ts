@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
  * UUID-shaped ids unique across instances and restarts, for ids made on every request (request
  * ids, poll ids): a random prefix per process (a UUID's first 24 characters: 74 random bits) and a
  * counter. randomUUID() builds its string from 13 pieces that V8 keeps as 12 concatenation nodes,
- * about 450 bytes for each of a waiting poll's two ids (issue 27); this is two pieces, about 100.
+ * about 450 bytes for each of a waiting poll's two ids; this is two pieces, about 100.
  */
 const COUNTER_DIGITS = 12;
 const COUNTER_LIMIT = 16 ** COUNTER_DIGITS;

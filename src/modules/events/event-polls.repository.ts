@@ -42,7 +42,7 @@ export const leaseRenewalSeconds = (checkIntervalSeconds: number): number => Mat
 /**
  * The array literal of UUIDs (`{a,b,…}`), sent as one text value: pg's own serialization of a
  * JavaScript array escapes and quotes each element, 20,000 of them every POLL_RECHECK_SECONDS at
- * 10,000 waiting polls (issue 27). UUIDs need neither.
+ * 10,000 waiting polls. UUIDs need neither.
  */
 const uuidArray = (ids: readonly string[]): string => `{${ids.join(',')}}`;
 

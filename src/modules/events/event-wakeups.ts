@@ -20,7 +20,7 @@ export class PollWaiter {
 
 /**
  * A queue's waiters: almost always one poll, kept as itself (a Set per queue was about 200 bytes of
- * each waiting poll's memory, issue 27); a Set only while a queue has several.
+ * each waiting poll's memory); a Set only while a queue has several.
  */
 type Waiters = PollWaiter | Set<PollWaiter>;
 

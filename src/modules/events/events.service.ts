@@ -72,7 +72,7 @@ export function heartbeatDelay(
  * One long poll. While it waits it is only this object, in its queue's waiters and in the
  * heartbeat wheel: no suspended async function, promise or timer of its own (those were about a
  * third of a waiting poll's memory, which 10,000 connected clients hold all day and the garbage
- * collector copies, issue 27). A notification, the instance's periodic check, the client leaving,
+ * collector copies). A notification, the instance's periodic check, the client leaving,
  * shutdown or the heartbeat's tick wakes it; it then checks and answers, or waits again.
  */
 class LongPoll extends PollWaiter {

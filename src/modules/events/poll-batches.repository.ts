@@ -4,7 +4,7 @@ import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from '
 import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
 
 /**
- * The statements of many long polls at once (issue 27): the starts of the polls that arrive in one
+ * The statements of many long polls at once: the starts of the polls that arrive in one
  * turn of the event loop, and the heartbeats that fall due within a few hundred milliseconds of
  * each other. 10,000 connected clients answer about 200 heartbeats a second and poll again at once;
  * one transaction per poll start and two per heartbeat made that 600 transactions a second.

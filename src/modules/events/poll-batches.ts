@@ -11,7 +11,7 @@ import {
 } from './poll-batches.repository.js';
 
 /**
- * Batching of the long polls' own statements (issue 27): what 10,000 connected clients cost all day
+ * Batching of the long polls' own statements: what 10,000 connected clients cost all day
  * is their heartbeats and the polls they open again right after, about 200 a second; one statement
  * for many of them costs the database about what one of them did.
  */
@@ -205,7 +205,7 @@ export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
  * The polls whose clients left within `tickMs` of each other end in one statement (endLeftPolls):
  * when a load balancer restarts or a network drops, every client of an instance leaves at once, and
  * a statement each was 10,000 statements queued on the pool and a few seconds of 60 to 80 MB more
- * memory (bench/RESULTS.md, fifteenth session). Nothing is answered (nobody is there); resolves
+ * memory (bench/RESULTS.md). Nothing is answered (nobody is there); resolves
  * true, or null when the queue is gone.
  */
 export class LeftPollBatches extends PollEndBatches<true> {
@@ -222,7 +222,7 @@ export interface HeartbeatDue {
 /**
  * The waiting polls by the tick (of `tickMs`, on performance.now()) their heartbeat falls due in:
  * one timer for all of them, firing each tick while any waits, instead of a timer per poll (with
- * its closures, the part of a waiting poll's memory that was ours, issue 27). A poll is told at the
+ * its closures, the part of a waiting poll's memory that was ours). A poll is told at the
  * first tick boundary at least its delay after it was added; `onTick` then runs once (the
  * heartbeats of that tick go as one statement). It reads the global performance.now(), which tests
  * can fake.

@@ -8,7 +8,7 @@ import { realmUserRecord } from './users.repository.js';
 import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOptions, userJsonSql } from './users.serializers.js';
 
 /**
- * A whole organization's user objects with their JSON text built by PostgreSQL (issue 31): the
+ * A whole organization's user objects with their JSON text built by PostgreSQL: the
  * event loop then decodes one text column per 256 users instead of fifteen typed ones per user,
  * builds no objects and serializes nothing, which was most of the time a large organization's
  * GET /users and register held the loop that every other request of the instance shares.
