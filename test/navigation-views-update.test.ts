@@ -158,11 +158,11 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
     );
   });
 
-  it('the path fragment is used verbatim: not trimmed, + kept, %20 decoded, slashes kept', async () => {
+  it('the path fragment is used verbatim: not trimmed, + kept, %20 decoded, slashes kept (repeated ones collapse, docs/api.md §1.1)', async () => {
     await seedViews(ctx, 'U', [
       RECENT,
       { fragment: 'a+b c', is_pinned: true, name: 'Plus' },
-      { fragment: 'narrow//x/', is_pinned: true, name: 'Slashes' },
+      { fragment: 'narrow/x/', is_pinned: true, name: 'Slashes' },
     ]);
     await expectRefused(ctx, () => patch(ctx, '%20recent', { is_pinned: 'false' }), 404, UPDATE_MISSING);
     await expectRefused(ctx, () => patch(ctx, 'a%20b%20c', { is_pinned: 'false' }), 404, UPDATE_MISSING);
