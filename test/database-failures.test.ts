@@ -50,6 +50,12 @@ describe('a pooled connection lent out with no statement in flight', () => {
     }
   });
 
+  it("a statement the session has not prepared (26000: pg's record of a pipelined connection out of step) is unavailable: a 503, not a 500", async () => {
+    const failure = await sql`EXECUTE never_prepared`.execute(ctx.db).catch((error: unknown) => error);
+    expect((failure as { code?: string }).code).toBe('26000');
+    expect(isDatabaseUnavailable(failure)).toBe(true);
+  });
+
   it('a server that refuses connections fails statements as unavailable', async () => {
     const handle = createDatabase('postgres://nobody@127.0.0.1:1/none', { connectTimeoutMs: 500 });
     try {

@@ -31,12 +31,21 @@ export class CommitOutcomeUnknown extends DatabaseUnavailable {
 const READ_ONLY = '25006';
 
 /**
+ * SQLSTATE invalid_sql_statement_name: a named statement the session does not have. On a pipelined
+ * connection pg skips the Parse of a statement another query in flight has already sent; when that
+ * query fails (a terminated backend, an aborted transaction) the second one finds no statement.
+ * Nothing of its transaction ran, and its connection is replaced (pipelined-connections.ts): a 503,
+ * not a 500.
+ */
+const STATEMENT_NOT_PREPARED = '26000';
+
+/**
  * SQLSTATEs that mean "not now" rather than "wrong statement": admin and crash shutdown, cannot
  * connect now, too many connections, a statement cancelled by statement_timeout or by a request
- * whose client went away (57014), and a write refused by a server that turned read-only (25006:
- * the connection reached a standby). Class 08 (connection exceptions) is added below.
+ * whose client went away (57014), a write refused by a server that turned read-only (25006:
+ * the connection reached a standby), and a statement pg believed prepared (26000). Class 08 (connection exceptions) is added below.
  */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014', READ_ONLY]);
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014', READ_ONLY, STATEMENT_NOT_PREPARED]);
 
 /** Whether an error means "the database cannot be reached right now" (answered with 503). */
 export function isDatabaseUnavailable(error: unknown): boolean {
