@@ -7,7 +7,7 @@ import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { errorBody } from './helpers/envelope.js';
 import { forgetStatement } from './helpers/statements.js';
 
-// Issue 26: every named statement is in scripts/lib/sql-registry.ts, whose sql/ files reviewers read and
+// Every named statement is in scripts/lib/sql-registry.ts, whose sql/ files reviewers read and
 // CI checks against the code (npm run sql:check); the setup file test/helpers/statements.ts fails
 // any test file that makes the server compile a statement the registry lacks.
 
