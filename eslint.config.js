@@ -16,6 +16,11 @@ const FASTIFY = {
 };
 const DB = ['src/db/**'];
 const WEB = ['src/app.ts', 'src/http/**', 'src/metrics/**', 'src/**/*.routes.ts'];
+// Nothing below the modules (src/db/, src/lib/, src/http/, src/metrics/, config, Zulip's facts) imports one.
+const MODULES = {
+  paths: [],
+  patterns: [{ group: ['**/modules/**'], message: 'src/modules/ stands above src/db/, src/lib/, src/http/ and src/metrics/.' }],
+};
 const fence = (...kept) => ({
   'no-restricted-imports': ['error', { paths: kept.flatMap((k) => k.paths), patterns: kept.flatMap((k) => k.patterns) }],
 });
@@ -69,8 +74,10 @@ export default tseslint.config(
     },
   },
   { files: ['src/**/*.ts'], ignores: [...DB, ...WEB], rules: fence(PG, FASTIFY) },
-  { files: DB, rules: fence(FASTIFY) },
+  { files: ['src/lib/**', 'src/config.ts', 'src/zulip.ts'], rules: fence(PG, FASTIFY, MODULES) },
+  { files: DB, rules: fence(FASTIFY, MODULES) },
   { files: WEB, rules: fence(PG) },
+  { files: ['src/http/**', 'src/metrics/**'], rules: fence(PG, MODULES) },
   ...floorFences,
   {
     // A parameter is read through its route's schema (parametersOf, src/http/params.ts), never by hand.
