@@ -16,9 +16,28 @@ const FASTIFY = {
 };
 const DB = ['src/db/**'];
 const WEB = ['src/app.ts', 'src/http/**', 'src/metrics/**', 'src/**/*.routes.ts'];
+// Nothing below the modules (src/db/, src/lib/, src/http/, src/metrics/, config, Zulip's facts) imports one.
+const MODULES = {
+  paths: [],
+  patterns: [{ group: ['**/modules/**'], message: 'src/modules/ stands above src/db/, src/lib/, src/http/ and src/metrics/.' }],
+};
 const fence = (...kept) => ({
   'no-restricted-imports': ['error', { paths: kept.flatMap((k) => k.paths), patterns: kept.flatMap((k) => k.patterns) }],
 });
+// The modules' floors, bottom to top (docs/architecture.md): a module imports only from its own
+// floor or below, so the event log, which every write uses, never reaches register or polls.
+const FLOORS = ['event-log', 'users', 'server-settings', 'subscriptions', 'navigation-views', 'user-management', 'events', 'maintenance'];
+const above = (floor) => ({
+  paths: [],
+  patterns: FLOORS.slice(FLOORS.indexOf(floor) + 1).map((higher) => ({
+    group: [`**/modules/${higher}/*`, `../${higher}/*`],
+    message: `src/modules/${floor}/ stands below ${higher}/: move what both need down, not the import up.`,
+  })),
+});
+const floorFences = FLOORS.flatMap((floor) => [
+  { files: [`src/modules/${floor}/**`], ignores: WEB, rules: fence(PG, FASTIFY, above(floor)) },
+  { files: [`src/modules/${floor}/*.routes.ts`], rules: fence(PG, above(floor)) },
+]);
 
 export default tseslint.config(
   { ignores: ['dist/', '.tmp/', 'node_modules/', 'coverage/'] },
@@ -55,8 +74,24 @@ export default tseslint.config(
     },
   },
   { files: ['src/**/*.ts'], ignores: [...DB, ...WEB], rules: fence(PG, FASTIFY) },
-  { files: DB, rules: fence(FASTIFY) },
+  { files: ['src/lib/**', 'src/config.ts', 'src/zulip.ts'], rules: fence(PG, FASTIFY, MODULES) },
+  { files: DB, rules: fence(FASTIFY, MODULES) },
   { files: WEB, rules: fence(PG) },
+  { files: ['src/http/**', 'src/metrics/**'], rules: fence(PG, MODULES) },
+  ...floorFences,
+  {
+    // A parameter is read through its route's schema (parametersOf, src/http/params.ts), never by hand.
+    files: ['src/modules/**'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "MemberExpression[object.name='request'][property.name=/^(query|params|body)$/]",
+          message: 'Read parameters with parametersOf(request, schema) (src/http/params.ts).',
+        },
+      ],
+    },
+  },
   { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
   { files: ['**/*.mjs'], languageOptions: { globals: { process: 'readonly', console: 'readonly' } } },
 );

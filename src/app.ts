@@ -24,7 +24,7 @@ import { Sweeper } from './modules/maintenance/sweeper.js';
 import { navigationViewRoutes } from './modules/navigation-views/navigation-views.routes.js';
 import { serverSettingsRoutes } from './modules/server-settings/server-settings.routes.js';
 import { subscriptionRoutes } from './modules/subscriptions/subscriptions.routes.js';
-import { userAdminRoutes } from './modules/users/users-admin.routes.js';
+import { userAdminRoutes } from './modules/user-management/users-admin.routes.js';
 import { userRoutes } from './modules/users/users.routes.js';
 
 /**

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { runAdmin } from '../src/cli/admin.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { createEventQueue, listQueueEvents } from '../src/modules/events/events.repository.js';
+import { createEventQueue, listQueueEvents } from '../src/modules/events/event-queues.repository.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { basicAuth } from './helpers/fixture.js';
 

@@ -8,9 +8,9 @@ import {
 } from '../../src/modules/navigation-views/navigation-views.repository.js';
 import { MEMBERSHIP_READ, writeMembershipStatement } from '../../src/modules/subscriptions/membership.repository.js';
 import { writeSettingsStatement } from '../../src/modules/subscriptions/subscriptions.repository.js';
-import { canCreateUsersQuery } from '../../src/modules/users/users-admin.routes.js';
+import { canCreateUsersQuery } from '../../src/modules/user-management/users-admin.routes.js';
 import { userByIdLookupQueries, userByIdStatements } from '../../src/modules/users/users.repository.js';
-import { CREATE_USER, DEACTIVATE_USER, REACTIVATE_USER, UPDATE_USER } from '../../src/modules/users/users.writes.js';
+import { CREATE_USER, DEACTIVATE_USER, REACTIVATE_USER, UPDATE_USER } from '../../src/modules/user-management/users.writes.js';
 
 /**
  * Every named (prepared) statement the server runs, each with the file of sql/ that shows its SQL
@@ -30,7 +30,7 @@ export interface RegisteredStatement {
 /** The authentication statement with each lookup, with the rate-limit decision and without (src/http/auth.repository.ts). */
 const AUTH_LOOKUPS: readonly [AuthLookupQuery<object>, string][] = [
   [NO_LOOKUP, 'src/http/auth.repository.ts'],
-  [canCreateUsersQuery, 'src/modules/users/users-admin.routes.ts'],
+  [canCreateUsersQuery, 'src/modules/user-management/users-admin.routes.ts'],
   [notificationDefaultsQuery, 'src/modules/events/register.service.ts'],
   [userByIdLookupQueries.plain, 'src/modules/users/users.repository.ts'],
   [userByIdLookupQueries.withProfileData, 'src/modules/users/users.repository.ts'],
@@ -67,7 +67,7 @@ export const registeredStatements: readonly RegisteredStatement[] = [
     ] as const
   ).map(([name, statement]) => ({
     file: `users/${name}.sql`,
-    source: 'src/modules/users/users.writes.ts',
+    source: 'src/modules/user-management/users.writes.ts',
     statement: constant(statement),
   })),
   ...(

@@ -1,4 +1,4 @@
--- Built in src/http/auth.repository.ts with the lookup of src/modules/users/users-admin.routes.ts.
+-- Built in src/http/auth.repository.ts with the lookup of src/modules/user-management/users-admin.routes.ts.
 -- Prepared as s_9c26acc7591c62720d376a1678eeceeb, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.

@@ -1,4 +1,4 @@
--- Built in src/http/auth.repository.ts with the lookup of src/modules/users/users-admin.routes.ts.
+-- Built in src/http/auth.repository.ts with the lookup of src/modules/user-management/users-admin.routes.ts.
 -- Prepared as s_669a893d9075d561be21fdc58842b8d7, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.

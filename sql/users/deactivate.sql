@@ -1,4 +1,4 @@
--- Built in src/modules/users/users.writes.ts.
+-- Built in src/modules/user-management/users.writes.ts.
 -- Prepared as s_ab19a64047235df8e75e56e127a63e2e, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.

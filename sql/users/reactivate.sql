@@ -1,4 +1,4 @@
--- Built in src/modules/users/users.writes.ts.
+-- Built in src/modules/user-management/users.writes.ts.
 -- Prepared as s_77098db0988e5568832ab8d8adc041da, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.

@@ -1,4 +1,4 @@
--- Built in src/modules/users/users.writes.ts.
+-- Built in src/modules/user-management/users.writes.ts.
 -- Prepared as s_a880ed7954f9e2379f868903edfca52b, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.

@@ -6,7 +6,7 @@ import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
 import { fakeEmailDomain } from '../lib/hosts.js';
 import { renderMarkdown } from '../lib/markdown.js';
 import { ApiError } from '../http/errors.js';
-import { apiErrorOfRefusal, findManagedUser, isLastOwner } from '../modules/users/users-admin.service.js';
+import { apiErrorOfRefusal, findManagedUser, isLastOwner } from '../modules/user-management/users-admin.service.js';
 import {
   createUserWithEvents,
   deactivateUserWithEvents,
@@ -14,11 +14,11 @@ import {
   ManagementRefusal,
   reactivateUserWithEvents,
   updateUserWithEvents,
-} from '../modules/users/users-management.service.js';
-import { roleChangeEvents } from '../modules/users/users-update.service.js';
+} from '../modules/user-management/users-management.service.js';
+import { roleChangeEvents } from '../modules/user-management/users-update.service.js';
 import type { UserObjectConfig } from '../modules/users/users.serializers.js';
-import { REFUSALS, UPDATE_USER } from '../modules/users/users.writes.js';
-import type { EventWrites } from '../modules/events/events.repository.js';
+import { REFUSALS, UPDATE_USER } from '../modules/user-management/users.writes.js';
+import type { EventWrites } from '../modules/event-log/event-log.repository.js';
 import { ChannelNotFound, subscribeAsOperator, unsubscribeUsers } from '../modules/subscriptions/membership.service.js';
 import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../zulip.js';
 
@@ -166,7 +166,7 @@ async function insertAccount(
 
 const alreadyExists = (email: string) => new AdminError(`A user with email "${email}" already exists in this organization`);
 
-/** Creates a user through the API's service (src/modules/users/users-management.service.ts): the same statement and realm_user/add events. */
+/** Creates a user through the API's service (src/modules/user-management/users-management.service.ts): the same statement and realm_user/add events. */
 export async function createUser(
   db: Database,
   options: NewUser,

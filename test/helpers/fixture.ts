@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import type { Database } from '../../src/db/database.js';
 import { hashApiKey } from '../../src/lib/api-keys.js';
 import { renderMarkdown } from '../../src/lib/markdown.js';
-import { createEventQueue, listQueueEvents } from '../../src/modules/events/events.repository.js';
+import { createEventQueue, listQueueEvents } from '../../src/modules/events/event-queues.repository.js';
 
 /** The fixture of docs/api.md §5.0, with the same ids. */
 export const ids = {

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
-import type { ApiEvent } from './events.repository.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
 
 /**
  * The statements of GET /events long polls (docs/api.md §3.13) other than their starts and heartbeats,

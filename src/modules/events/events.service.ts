@@ -5,7 +5,8 @@ import { uniqueId } from '../../lib/unique-ids.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { finishPoll, finishPollIfReady, type QueueOwner } from './event-polls.repository.js';
 import { PollWaiter, type QueueWakeups } from './event-wakeups.js';
-import { type ApiEvent, deleteEventQueue } from './events.repository.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
+import { deleteEventQueue } from './event-queues.repository.js';
 import type { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollStartBatches } from './poll-batches.js';
 
 /** GET and DELETE /api/v1/events (docs/api.md §3.13, docs/api.md §3.14). */

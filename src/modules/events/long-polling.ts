@@ -5,7 +5,7 @@ import type { Database } from '../../db/database.js';
 import { EventListener } from '../../db/event-listener.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { QueueWakeups } from './event-wakeups.js';
-import { EVENTS_CHANNEL } from './events.repository.js';
+import { EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 import type { EventsDeps, PollAnswer } from './events.service.js';
 import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollGathering, PollStartBatches } from './poll-batches.js';
 import { PollRechecks } from './poll-rechecks.js';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from './event-polls.repository.js';
-import { type ApiEvent, EVENTS_CHANNEL } from './events.repository.js';
+import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
 /**
  * The statements of many long polls at once: the starts of the polls that arrive in one

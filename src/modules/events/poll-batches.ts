@@ -1,6 +1,6 @@
 import type { Database } from '../../db/database.js';
 import { KeyedTurns } from '../../lib/keyed-turns.js';
-import type { ApiEvent } from './events.repository.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
   answerHeartbeats,
   endLeftPolls,

@@ -14,7 +14,7 @@ import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
 import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from '../users/users.json.js';
 import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
 import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
-import { createEventQueue } from './events.repository.js';
+import { createEventQueue } from './event-queues.repository.js';
 
 /** POST /api/v1/register (docs/api.md §3.12): a new queue and the initial state, consistent with each other. */
 

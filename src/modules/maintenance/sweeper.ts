@@ -2,7 +2,7 @@ import type { BaseLogger } from 'pino';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
 import type { Metrics } from '../../metrics/metrics.js';
-import { deleteExpiredQueues } from '../events/events.repository.js';
+import { deleteExpiredQueues } from '../events/event-queues.repository.js';
 import { deleteOldAuditRows } from '../subscriptions/subscriptions.repository.js';
 
 /**

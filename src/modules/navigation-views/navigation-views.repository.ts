@@ -1,7 +1,7 @@
 import { type QueryCreator, sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { reusableStatement } from '../../db/reusable-statement.js';
-import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
+import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../event-log/event-log.repository.js';
 import type { DB } from '../../db/types.js';
 
 /** A navigation view in its API shape and key order (docs/api.md §2.9). */

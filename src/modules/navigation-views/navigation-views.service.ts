@@ -3,7 +3,7 @@ import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { isStorableText } from '../../lib/text.js';
-import type { ApiEvent, EventWrites } from '../events/events.repository.js';
+import type { ApiEvent, EventWrites } from '../event-log/event-log.repository.js';
 import {
   addViewStatement,
   type NavigationView,

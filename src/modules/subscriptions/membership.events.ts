@@ -1,5 +1,5 @@
 import { ROLES } from '../../zulip.js';
-import type { AddressedEvent, ApiEvent } from '../events/events.repository.js';
+import type { AddressedEvent, ApiEvent } from '../event-log/event-log.repository.js';
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord, userRecordOf } from '../users/users.serializers.js';
 import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';

@@ -4,7 +4,7 @@ import { preparedStatement, reusableStatement, type StatementRunner } from '../.
 import { ROLES } from '../../zulip.js';
 import { USER_COLUMNS, type UserColumn } from '../users/users.serializers.js';
 import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
-import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../events/events.repository.js';
+import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../event-log/event-log.repository.js';
 
 /**
  * The statements of subscribing and unsubscribing (docs/management-api.md, "Subscriptions"): one

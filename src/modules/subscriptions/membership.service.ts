@@ -7,7 +7,7 @@ import { fakeEmailDomain } from '../../lib/hosts.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableText } from '../../lib/text.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
-import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../events/events.repository.js';
+import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../event-log/event-log.repository.js';
 import { effectiveVisibility } from '../users/users.access.js';
 import type { UserObjectConfig } from '../users/users.serializers.js';
 import { dummyAddressDigits } from '../users/users.service.js';

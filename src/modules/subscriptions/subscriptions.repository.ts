@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { jsonBuildObject } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import { reusableStatement } from '../../db/reusable-statement.js';
-import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../events/events.repository.js';
+import { EVENT_APPEND_ARGUMENTS, type EventAppendArgs, withEventAppend } from '../event-log/event-log.repository.js';
 import { SETTING_COLUMNS, type SettingValues, settingSqlType } from './settings.js';
 
 // The settings columns as the statements name them (derived from src/modules/subscriptions/settings.ts).

@@ -1,4 +1,4 @@
-import type { ApiEvent } from '../events/events.repository.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
   COLUMN_EVENTS,
   type SentSettings,

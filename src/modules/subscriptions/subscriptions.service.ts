@@ -4,7 +4,7 @@ import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { type ApiError, badRequest } from '../../http/errors.js';
 import { isIdInRange, ROLES } from '../../zulip.js';
-import type { ApiEvent, EventWrites } from '../events/events.repository.js';
+import type { ApiEvent, EventWrites } from '../event-log/event-log.repository.js';
 import type { SettingColumn, SettingValues } from './settings.js';
 import { INVALID_CHANNEL, NOT_SUBSCRIBED, selectActiveSubscriptions, writeSettingsStatement } from './subscriptions.repository.js';
 import { changeEvents, serializeSubscription, type SubscriptionObject } from './subscriptions.serializers.js';

@@ -1,6 +1,6 @@
 import type { StatementRunner } from '../../db/reusable-statement.js';
-import type { ApiEvent } from '../events/events.repository.js';
-import { type AudienceEvent, EVERY_ROLE } from '../events/realm-events.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
+import { type AudienceEvent, EVERY_ROLE } from '../event-log/audiences.js';
 import { inaccessibleUserRemoval, peerEvents, type PeerChange, Recipients } from '../subscriptions/membership.events.js';
 import type { ChannelRow } from '../subscriptions/membership.repository.js';
 

@@ -8,8 +8,8 @@ import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
 import { EMAIL_ADDRESS_VISIBILITY, ROLES } from '../../zulip.js';
 import type { ChannelRow } from '../subscriptions/membership.repository.js';
-import { findUserById } from './users.repository.js';
-import { type ApiUser, buildUserObject } from './users.serializers.js';
+import { findUserById } from '../users/users.repository.js';
+import { type ApiUser, buildUserObject } from '../users/users.serializers.js';
 import { REFUSALS } from './users.writes.js';
 import {
   createUserWithEvents,

@@ -19,8 +19,8 @@ import {
   text,
 } from '../../http/params.js';
 import { ROLES } from '../../zulip.js';
-import { USER_PATH, UserObject } from './users.schemas.js';
-import { parseUserId } from './users.service.js';
+import { USER_PATH, UserObject } from '../users/users.schemas.js';
+import { parseUserId } from '../users/users.service.js';
 import type { ProfileDataEntry } from './users-update.service.js';
 
 // The parameters and documentation of user management (docs/management-api.md "Users").

@@ -21,7 +21,7 @@ import {
   requireRealmAdmin,
 } from './users-admin.service.js';
 import { updateUserByApi } from './users-update.service.js';
-import { resolveUserPath } from './users.service.js';
+import { resolveUserPath } from '../users/users.service.js';
 
 /** The caller's can_create_users permission, read with the authentication statement (POST /users). */
 export const canCreateUsersQuery = new AuthLookupQuery<{ can_create_users: boolean }>('caller-can-create-users', (account) =>

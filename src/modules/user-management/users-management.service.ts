@@ -11,8 +11,8 @@ import {
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
-import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience } from '../events/realm-events.js';
-import { maxRoleSeeingAddress, type UserViewer } from './users.access.js';
+import { type AudienceEvent, audienceEventsJson, EVERY_ROLE, type GuestAudience } from '../event-log/audiences.js';
+import { maxRoleSeeingAddress, type UserViewer } from '../users/users.access.js';
 import {
   avatarUrl,
   buildInaccessibleUserPlaceholder,
@@ -20,7 +20,7 @@ import {
   GRAVATAR_SOURCE,
   type UserObjectConfig,
   type UserRecord,
-} from './users.serializers.js';
+} from '../users/users.serializers.js';
 import {
   CREATE_USER,
   DEACTIVATE_USER,

@@ -1,10 +1,10 @@
 import { ROLES } from '../../zulip.js';
-import { EVENTS_CHANNEL, type ApiEvent } from './events.repository.js';
+import { EVENTS_CHANNEL, type ApiEvent } from './event-log.repository.js';
 
 /**
  * Events about one user sent to the OTHER users of the organization (realm_user add / update, and
  * the subscription peer events of a deactivation or reactivation, to explicit `users`):
- * withEventAppend (events.repository.ts) serves a user's own queues; these CTEs append to every
+ * withEventAppend (event-log.repository.ts) serves a user's own queues; these CTEs append to every
  * queue of the organization whose user is in an event's audience, in the statement that makes the
  * change, so the change and its events commit together.
  *

@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
-import type { ApiEvent } from '../events/events.repository.js';
+import type { ApiEvent } from '../event-log/event-log.repository.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { badRequest } from '../../http/errors.js';
 import { renderMarkdown } from '../../lib/markdown.js';
 import { isStorableInJson } from '../../lib/text.js';
 import { isIdInRange, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_TYPES, ROLES } from '../../zulip.js';
-import { type AudienceEvent, EVERY_ROLE } from '../events/realm-events.js';
+import { type AudienceEvent, EVERY_ROLE } from '../event-log/audiences.js';
 import { streamDeletion, streamObject } from '../subscriptions/membership.events.js';
 import {
   adminRequired,

@@ -2,18 +2,18 @@ import { CompiledQuery } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { preparedStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
-import { realmEventAppend } from '../events/realm-events.js';
-import { GRAVATAR_SOURCE } from './users.serializers.js';
+import { realmEventAppend } from '../event-log/audiences.js';
+import { GRAVATAR_SOURCE } from '../users/users.serializers.js';
 
 /**
  * The statements of user management (POST /users, PATCH / DELETE /users/{id}, DELETE /users/me,
  * reactivate), one per request, each run behind the organization's user-management lock
- * (realm-events.ts). Each re-checks, after the lock, the facts a concurrent change could have
+ * (event-log/audiences.ts). Each re-checks, after the lock, the facts a concurrent change could have
  * altered since the service read them (the last owner, the target's state); a failed check calls
  * refuse_write (migration 0006), which rolls everything back. The change, the deletion of a
  * deactivated user's queues and the events to the rest of the organization are one statement.
  *
- * Every statement takes $1 realm id, $2 QUEUE_MAX_PENDING_EVENTS, $3 the events (realm-events.ts
+ * Every statement takes $1 realm id, $2 QUEUE_MAX_PENDING_EVENTS, $3 the events (event-log/audiences.ts
  * audienceEventsJson), $4 the users who get none; its own arguments follow.
  */
 
