@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectionStream } from '../src/db/socket-writes.js';
-import { largeReadTurns } from '../src/lib/large-read-turns.js';
+import { largeReads } from '../src/lib/keyed-queue.js';
 import { jsonInSlices } from '../src/lib/slices.js';
 import { canAccessUser } from '../src/modules/users/users.access.js';
 import { realmUserRecord, selectRealmUsers } from '../src/modules/users/users.repository.js';
@@ -139,7 +139,7 @@ describe('register of a large organization', () => {
 });
 
 describe('large reads of one user at once', () => {
-  it('all answer, one after the other (src/lib/large-read-turns.ts)', async () => {
+  it('all answer, one after the other (src/lib/keyed-queue.ts, largeReads)', async () => {
     const [first, ...others] = await Promise.all([
       api(ctx.app, { url: '/api/v1/users', as: 'U' }),
       api(ctx.app, { url: '/api/v1/users', as: 'U' }),
@@ -150,7 +150,7 @@ describe('large reads of one user at once', () => {
     for (const res of others) expect(res.statusCode).toBe(200);
     expect(others[0].body).toBe(first.body);
     expect(others[2].body).toBe(first.body);
-    expect(largeReadTurns.inFlight).toBe(0);
+    expect(largeReads.running).toBe(0);
   });
 });
 

@@ -8,7 +8,7 @@ import { connectionStream } from './socket-writes.js';
  * it returns to the event loop: the rows of up to 2 MB were decoded in one piece, a long stretch
  * in which no other request of the instance was served (bench/RESULTS.md). Pausing the
  * socket after each large chunk and resuming it on the next turn lets everything else run between
- * two chunks. The chunks of every connection wait their turn in the same line as the other large
+ * two chunks. The chunks of every connection wait in the same line as the other large
  * work (src/lib/slices.ts): one chunk per turn, whatever the number of large answers arriving. An
  * answer smaller than LARGE_CHUNK_BYTES never pauses.
  */

@@ -1,6 +1,5 @@
 import type pg from 'pg';
-import { KeyedTurns } from '../lib/keyed-turns.js';
-import { KeyedReadWriteTurns, type TurnMode } from '../lib/keyed-read-write-turns.js';
+import { KeyedQueue, type QueueMode } from '../lib/keyed-queue.js';
 import {
   closesConnection,
   CommitOutcomeUnknown,
@@ -19,7 +18,7 @@ import { interactiveTransaction, sendTransaction, transactionProgress, type Tran
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
  * at a time, across instances and within one (docs/api.md §2.10 "Register consistency").
  *
- * - Within this process a user's transactions first wait their turn in memory, WITHOUT a pool
+ * - Within this process a user's transactions first wait in the user's queue in memory, WITHOUT a pool
  *   connection: otherwise a burst of one user's writes would fill the pool with connections
  *   waiting for that user's lock, and every other request of the instance would time out (503).
  * - A transaction is data: the statements with their values (BoundStatement), known before it is
@@ -44,8 +43,8 @@ import { interactiveTransaction, sendTransaction, transactionProgress, type Tran
  *   it waits there for the lock within the pool's statement timeout (past it: 57014, a 503), is
  *   cancelled if its client goes away, and is not sent at all if the client has already gone.
  *   Its client sees one answer, that of the second attempt; the refusal is never shown. Both the
- *   refusal and the retry happen during the user's turn, so the user's next write still waits.
- * - When the client goes away (`departure`) before the turn comes, nothing is sent; while a large
+ *   refusal and the retry happen while the transaction holds the user's queue, so the user's next write still waits.
+ * - When the client goes away (`departure`) before its queue lets it through, nothing is sent; while a large
  *   transaction's statements run, they are cancelled (pg_cancel_backend), so it rolls back and its
  *   connection is closed rather than reused.
  */
@@ -69,28 +68,28 @@ export const REALM_MEMBERSHIP_LOCK = { name: 'realm_membership_lock', text: 'SEL
 export const REALM_MEMBERSHIP_LOCK_SHARED = { name: 'realm_membership_lock_shared', text: 'SELECT pg_advisory_xact_lock_shared($1, $2)' };
 
 /**
- * Within this process the holders of an organization's membership lock first wait their turn in
- * memory (RealmTurn), without a connection: a burst of subscribes of one organization, or
+ * Within this process the holders of an organization's membership lock first wait in its queue in
+ * memory (RealmQueue), without a connection: a burst of subscribes of one organization, or
  * registers behind one, would otherwise each hold a pool connection while PostgreSQL makes them
  * wait for the lock, and other organizations' requests would get 503s. The lock is still taken (it
  * serializes across instances), so at most one exclusive holder per organization and instance
- * waits for it on a connection. The order is: the user's turn, the organization's turn (both in
- * memory, taken before a connection), then on the connection the user's lock, the organization's
+ * waits for it on a connection. The order is: the user's queue, the organization's queue (both in
+ * memory, before a connection), then on the connection the user's lock, the organization's
  * lock. No one waits in memory while holding a lock of PostgreSQL, and the locks are taken in the
  * same order everywhere, so they cannot deadlock. The lock is waited for, so its holders are large
  * or interactive transactions, never small ones (which would wait on a shared write connection).
  */
-export interface RealmTurn {
+export interface RealmQueue {
   realmId: number;
   /** 'exclusive' with REALM_MEMBERSHIP_LOCK, 'shared' with REALM_MEMBERSHIP_LOCK_SHARED. */
-  mode: TurnMode;
+  mode: QueueMode;
 }
 
 const LOCK = { name: 'user_transaction_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 /** The lock of a small transaction, on a shared connection: refused at once (ZU002) rather than waited for. */
 const LOCK_NOW = { name: 'user_transaction_lock_now', text: 'SELECT user_lock_now($1, $2)' };
 
-/** The request's client went away before its turn: nothing was sent. */
+/** The request's client went away while it waited in its queue: nothing was sent. */
 export class ClientGone extends Error {
   constructor() {
     super('the client went away');
@@ -134,8 +133,8 @@ export type TransactionRows<S extends TransactionStatements> = { -readonly [K in
 const MAX_GROUP_STATEMENTS = 64;
 
 export class UserTransactions {
-  private readonly turns = new KeyedTurns<number>();
-  private readonly realmTurns = new KeyedReadWriteTurns<number>();
+  private readonly users = new KeyedQueue<number>();
+  private readonly realms = new KeyedQueue<number>();
   private readonly groups: CommitGroups;
 
   constructor(private readonly options: UserTransactionOptions) {
@@ -144,17 +143,17 @@ export class UserTransactions {
 
   /** How many users have a transaction running or waiting in this process. */
   get activeUsers(): number {
-    return this.turns.activeKeys;
+    return this.users.activeKeys;
   }
 
   /** How many organizations have a membership-lock holder running or waiting in this process. */
   get activeRealms(): number {
-    return this.realmTurns.activeKeys;
+    return this.realms.activeKeys;
   }
 
-  /** The user's turn, then (when the work takes the organization's membership lock) the organization's. */
-  private inTurns<T>(userId: number, realm: RealmTurn | undefined, work: () => Promise<T>): Promise<T> {
-    return this.turns.run(userId, realm ? () => this.realmTurns.run(realm.realmId, realm.mode, work) : work);
+  /** The user's queue, then (when the work takes the organization's membership lock) the organization's. */
+  private inQueues<T>(userId: number, realm: RealmQueue | undefined, work: () => Promise<T>): Promise<T> {
+    return this.users.run(userId, realm ? () => this.realms.run(realm.realmId, work, realm.mode) : work);
   }
 
   /**
@@ -163,16 +162,16 @@ export class UserTransactions {
    * statement's rows. A statement left out (undefined: a section the caller does not want) is not
    * sent and resolves to undefined. The statements are data, all known before anything is sent:
    * none can depend on another's rows (runInteractive is for writes that read first). `realm`: the
-   * organization's turn, when the statements take its membership lock.
+   * organization's queue, when the statements take its membership lock.
    */
   run<const S extends TransactionStatements>(
     userId: number,
     statements: S,
     departure?: Departure,
     size: TransactionSize = 'small',
-    realm?: RealmTurn,
+    realm?: RealmQueue,
   ): Promise<TransactionRows<S>> {
-    return this.inTurns(userId, realm, async () => {
+    return this.inQueues(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
       const sent: TransactionStatement[] = [{ ...(size === 'small' ? LOCK_NOW : LOCK), values: [USER_EVENT_LOCK_NAMESPACE, userId] }];
       for (const statement of statements) if (statement) sent.push(statement);
@@ -190,13 +189,13 @@ export class UserTransactions {
    * users and the recipients of the events are read under the locks, then written). BEGIN and the
    * user's lock (waited for) leave with the work's first statement, then the work's other
    * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all back. It
-   * waits its turn with the user's other transactions of this process, as run() does, and its
+   * waits in the user's queue with the user's other transactions of this process, as run() does, and its
    * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
-   * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's turn, when `work`
+   * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's queue, when `work`
    * takes its membership lock.
    */
-  runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmTurn): Promise<T> {
-    return this.inTurns(userId, realm, async () => {
+  runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmQueue): Promise<T> {
+    return this.inQueues(userId, realm, async () => {
       if (departure?.gone) throw new ClientGone();
       const { failedClients, onStatement } = this.options;
       const client = await connectOrUnavailable(this.options.pool);

@@ -5,7 +5,7 @@ import { userBodyMemoryExceeded } from './rate-limit.js';
 
 /**
  * Bounds the memory an instance gives to the bodies of authenticated requests while they are
- * served. Once read, a body is parsed and decoded, then may wait for its user's turn (a
+ * served. Once read, a body is parsed and decoded, then may wait in its user's queue (a
  * user's writes run one at a time, src/db/user-transactions.ts); a decoded bulk update holds
  * several times its size, and until now the only bound on how many wait was the rate limit. So,
  * right after authentication and the rate limit, before its parameters are decoded:

@@ -7,8 +7,7 @@ import { performance } from 'node:perf_hooks';
  *
  * All the work waiting here shares ONE budget per turn of the event loop, whatever the number of
  * requests it belongs to: between two turns, everything else (arriving requests, database
- * answers, timers) runs. The tasks take turns in arrival order, each running until the budget is
- * spent.
+ * answers, timers) runs. The tasks run round robin in arrival order, each until the budget is spent.
  */
 
 /** CPU time large work may take per turn of the event loop. */

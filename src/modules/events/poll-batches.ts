@@ -1,5 +1,5 @@
 import type { Database } from '../../db/database.js';
-import { KeyedTurns } from '../../lib/keyed-turns.js';
+import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
   answerHeartbeats,
@@ -38,7 +38,7 @@ interface PendingStart {
 export class PollStartBatches {
   private pending: PendingStart[] = [];
   private scheduled = false;
-  private readonly queues = new KeyedTurns<string>();
+  private readonly queues = new KeyedQueue<string>();
 
   constructor(private readonly db: Database) {}
 

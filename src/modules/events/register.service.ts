@@ -4,7 +4,7 @@ import { bindStatement, queryStatement } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
 import { type AuthLookup, AuthLookupQuery, type Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
-import { largeReadTurns } from '../../lib/large-read-turns.js';
+import { largeReads } from '../../lib/keyed-queue.js';
 import { forEachInSlices, JsonTextList } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { type NavigationView, selectNavigationViews } from '../navigation-views/navigation-views.repository.js';
@@ -150,7 +150,7 @@ export async function registerEventQueue(
       departure,
       // Large: it reads the whole organization's users.
       'large',
-      // The organization's turn in this process, shared, with its lock (RealmTurn).
+      // The organization's queue in this process, shared, before its lock (RealmQueue).
       { realmId: caller.realmId, mode: 'shared' },
     );
     // The objects are built once the transaction is over: building a large organization's users
@@ -164,8 +164,8 @@ export async function registerEventQueue(
     }
     return { subscriptions, views };
   };
-  // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
-  const read = await (wanted('realm_user') ? largeReadTurns.run(caller.id, readState) : readState());
+  // A whole organization's users: in the large reads' queue, keyed by the caller (src/lib/keyed-queue.ts).
+  const read = await (wanted('realm_user') ? largeReads.run(caller.id, readState) : readState());
   if (read.subscriptions) {
     const objects = read.subscriptions.map(serializeSubscription);
     state.subscriptions = request.notificationSettingsNull

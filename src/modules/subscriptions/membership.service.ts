@@ -41,15 +41,15 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  *
  * Locking: such a change alters several users' state (the principals' subscriptions) and sends
  * events to many more (peer_add to every member for a public channel). It runs as an interactive
- * transaction of the caller's (UserTransactions.runInteractive: the caller's turn and user lock),
+ * transaction of the caller's (UserTransactions.runInteractive: the caller's queue and user lock),
  * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE),
  * which register takes shared: every register of the organization sees the change either in its
  * state or among its queue's events, and two membership changes of an organization never
  * interleave, so what the read statement found still holds when the write runs. The principals'
  * own user locks are not taken: a user's settings writes change only rows of that user's active
  * subscriptions, row by row, and take no organization lock, so neither waits for the other's
- * locks in a cycle. Within this process the change first waits for the organization's turn
- * (RealmTurn in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
+ * locks in a cycle. Within this process the change first waits in the organization's queue
+ * (RealmQueue in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
  * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
  */
 

@@ -5,7 +5,7 @@ import { bindStatement, type Statement, type StatementRunner } from '../../db/re
 import {
   REALM_MEMBERSHIP_LOCK,
   REALM_MEMBERSHIP_LOCK_NAMESPACE,
-  type RealmTurn,
+  type RealmQueue,
   type UserTransactions,
 } from '../../db/user-transactions.js';
 import type { Departure } from '../../lib/departure.js';
@@ -79,8 +79,8 @@ function refusalOf(error: unknown): unknown {
 }
 
 const lockOf = (context: ManagementContext) => [REALM_MEMBERSHIP_LOCK_NAMESPACE, context.realm.id];
-/** The organization's turn in this process, taken with its lock (RealmTurn). */
-const turnOf = (context: ManagementContext): RealmTurn => ({ realmId: context.realm.id, mode: 'exclusive' });
+/** The organization's queue in this process, waited in before its lock (RealmQueue). */
+const queueOf = (context: ManagementContext): RealmQueue => ({ realmId: context.realm.id, mode: 'exclusive' });
 
 /** Runs `statement` behind the organization's user-management lock, in one transaction (one round trip on the server's way). */
 async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
@@ -92,7 +92,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
         [bindStatement(REALM_MEMBERSHIP_LOCK, lockOf(context)), bindStatement(statement, values)],
         transactions.departure,
         'large',
-        turnOf(context),
+        queueOf(context),
       );
       return;
     }
@@ -114,7 +114,7 @@ async function runManagementInteractive(context: ManagementContext, work: (tx: S
     await work(tx);
   };
   try {
-    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure, turnOf(context));
+    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure, queueOf(context));
     else await runInTransaction(context.db, locked);
   } catch (error) {
     throw refusalOf(error);

@@ -3,7 +3,7 @@ import type { AppDeps } from '../../deps.js';
 import { type AuthLookup, callerOf, lookupRowOf } from '../../http/auth.js';
 import { sendSuccessInSlices, success } from '../../http/envelope.js';
 import { parametersOf, peekParameter, routePath } from '../../http/params.js';
-import { largeReadTurns } from '../../lib/large-read-turns.js';
+import { largeReads } from '../../lib/keyed-queue.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
 
@@ -27,8 +27,8 @@ export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, shortSt
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);
     const options = { clientGravatar: client_gravatar, includeCustomProfileFields: include_custom_profile_fields };
     const caller = callerOf(request);
-    // A whole organization's users: in the caller's turn of large reads (src/lib/large-read-turns.ts).
-    return largeReadTurns.run(caller.id, async () =>
+    // A whole organization's users: in the large reads' queue, keyed by the caller (src/lib/keyed-queue.ts).
+    return largeReads.run(caller.id, async () =>
       sendSuccessInSlices(request, reply, { members: await listUsersForViewer(db, config, caller, options, user_ids) }),
     );
   });

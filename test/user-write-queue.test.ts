@@ -3,7 +3,6 @@ import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
-import { KeyedTurns } from '../src/lib/keyed-turns.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
@@ -50,7 +49,7 @@ async function until(condition: () => Promise<boolean>): Promise<void> {
   throw new Error('condition not reached in 2 s');
 }
 
-describe("one user's writes wait their turn without holding pool connections", () => {
+describe("one user's writes wait in the user's queue without holding pool connections", () => {
   it("a burst by U while U's lock is held elsewhere uses one connection; V is served meanwhile", async () => {
     // Another instance (here: another session) holds U's event lock.
     await lockHolder.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, U]);
@@ -88,31 +87,5 @@ describe("one user's writes wait their turn without holding pool connections", (
     for (let i = 1; i < audit.length; i++) expect(audit[i]!.old_value).toBe(audit[i - 1]!.new_value);
     expect((await subscriptionOf(ctx, U, P)).color).toBe(audit.at(-1)!.new_value);
     expect(handle.transactions.activeUsers).toBe(0);
-  });
-});
-
-describe('KeyedTurns', () => {
-  it('runs one call at a time per key, in call order; other keys and failures do not wait or block', async () => {
-    const turns = new KeyedTurns<string>();
-    const log: string[] = [];
-    let releaseFirst!: () => void;
-    const first = turns.run('a', async () => {
-      log.push('a1 start');
-      await new Promise<void>((resolve) => (releaseFirst = resolve));
-      log.push('a1 end');
-      throw new Error('a1 failed');
-    });
-    const second = turns.run('a', async () => void log.push('a2'));
-    const other = turns.run('b', async () => void log.push('b1'));
-    await other;
-    await new Promise((resolve) => setTimeout(resolve, 0));
-    expect(log).toEqual(['a1 start', 'b1']);
-    expect(turns.activeKeys).toBe(1);
-    releaseFirst();
-    await expect(first).rejects.toThrow('a1 failed');
-    await second;
-    expect(log).toEqual(['a1 start', 'b1', 'a1 end', 'a2']);
-    await new Promise((resolve) => setTimeout(resolve, 0));
-    expect(turns.activeKeys).toBe(0);
   });
 });

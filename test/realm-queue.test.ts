@@ -8,8 +8,8 @@ import { MEMBERSHIP_URL, subscribe } from './helpers/membership.js';
 import { eventually } from './helpers/wait.js';
 
 /**
- * The holders of an organization's membership lock wait their turn in memory, without a pool
- * connection (RealmTurn in src/db/user-transactions.ts): a burst of subscribes and registers of
+ * The holders of an organization's membership lock wait in its queue in memory, without a pool
+ * connection (RealmQueue in src/db/user-transactions.ts): a burst of subscribes and registers of
  * one organization, behind a membership change of another instance, must not take every pool
  * connection, or another organization's requests would get 503s.
  */
@@ -49,11 +49,11 @@ const SUBSCRIBERS: FixtureUser[] = ['O', 'M', 'U', 'B'];
 const REGISTERING: FixtureUser[] = ['V', 'G', 'O'];
 const SUBSCRIPTION_EVENTS = { fetch_event_types: '["subscription"]', event_types: '["subscription"]', include_subscribers: 'true' };
 
-describe("an organization's membership changes wait their turn without holding pool connections", () => {
+describe("an organization's membership changes wait in its queue without holding pool connections", () => {
   it('subscribes and registers behind another instance’s change use one connection; another organization is served', async () => {
     // Another instance (here: another session) holds R's membership lock: a change in progress.
     await lockHolder.query('SELECT pg_advisory_lock($1, $2)', [REALM_MEMBERSHIP_LOCK_NAMESPACE, ids.R]);
-    // More subscribers than pool connections, each another user (no user turn orders them), and registers.
+    // More subscribers than pool connections, each another user (no user's queue orders them), and registers.
     const subscribes = SUBSCRIBERS.map((user) => tracked(subscribe(ctx, { subscriptions: [{ name: 'Q' }] }, user)));
     await eventually(async () => (await realmLockWaiters(ids.R)) === 1);
     const registers = REGISTERING.map((user) => tracked(register(ctx.app, SUBSCRIPTION_EVENTS, user)));
