@@ -245,7 +245,7 @@ describe('heartbeats due together, one transaction', () => {
       .where('id', '=', queueId)
       .execute();
     const batches = new HeartbeatBatches(ctx.db, 50);
-    const answers = await Promise.all([batches.answer(queueId, oldPoll), batches.answer(queueId, newPoll)]);
+    const answers = await Promise.all([batches.add({ queueId, pollId: oldPoll }), batches.add({ queueId, pollId: newPoll })]);
     expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
     expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(1);
     expect(await storedEventIds(ctx.db, queueId)).toEqual([0]);
@@ -311,7 +311,7 @@ describe('polls whose clients left, ended together', () => {
     const writer = await writeInProgress(queueId);
     try {
       const batches = new LeftPollBatches(ctx.db, 10);
-      const ended = batches.answer(queueId, pollId);
+      const ended = batches.add({ queueId, pollId });
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect((await queueRow(ctx.db, queueId))!.poll_id).toBe(pollId);
       await writer.query('COMMIT');
