@@ -60,26 +60,14 @@ export class PollStartBatches {
  * what a heartbeat cycle costs beyond the heartbeat; a poll that waits anyway loses nothing, and an
  * event committed meanwhile is in its answer (it answers at once when events are pending).
  */
-export class PollGathering {
-  private waiting: (() => void)[] = [];
-  private timer: NodeJS.Timeout | undefined;
-
-  constructor(private readonly gatherMs: number) {}
-
-  /** Resolves with every other poll that arrived within gatherMs of the first, in one turn. */
-  wait(): Promise<void> {
-    const gathered = new Promise<void>((resolve) => this.waiting.push(resolve));
-    this.timer ??= setTimeout(() => this.release(), this.gatherMs);
-    return gathered;
+export class PollGathering extends Batcher<undefined, void> {
+  constructor(gatherMs: number) {
+    super({ delayMs: gatherMs, max: Infinity, send: async (polls) => polls.map(() => undefined) });
   }
 
-  /** Lets the waiting polls through now (shutdown). */
-  release(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    const waiting = this.waiting;
-    this.waiting = [];
-    for (const resolve of waiting) resolve();
+  /** Resolves with every other poll that arrived within gatherMs of the first (or at shutdown's flush). */
+  wait(): Promise<void> {
+    return this.add(undefined);
   }
 }
 
