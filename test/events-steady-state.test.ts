@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { heartbeatDelay } from '../src/modules/events/events.service.js';
 import { PollWaiter, QueueWakeups } from '../src/modules/events/event-wakeups.js';
+import { Batcher } from '../src/lib/batcher.js';
 import { HeartbeatBatches, HeartbeatWheel, LeftPollBatches, PollGathering } from '../src/modules/events/poll-batches.js';
 import { answerHeartbeats, endLeftPolls, type PollStartRequest, startPolls } from '../src/modules/events/poll-batches.repository.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
@@ -245,7 +246,7 @@ describe('heartbeats due together, one transaction', () => {
       .where('id', '=', queueId)
       .execute();
     const batches = new HeartbeatBatches(ctx.db, 50);
-    const answers = await Promise.all([batches.answer(queueId, oldPoll), batches.answer(queueId, newPoll)]);
+    const answers = await Promise.all([batches.add({ queueId, pollId: oldPoll }), batches.add({ queueId, pollId: newPoll })]);
     expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
     expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(1);
     expect(await storedEventIds(ctx.db, queueId)).toEqual([0]);
@@ -311,7 +312,7 @@ describe('polls whose clients left, ended together', () => {
     const writer = await writeInProgress(queueId);
     try {
       const batches = new LeftPollBatches(ctx.db, 10);
-      const ended = batches.answer(queueId, pollId);
+      const ended = batches.add({ queueId, pollId });
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect((await queueRow(ctx.db, queueId))!.poll_id).toBe(pollId);
       await writer.query('COMMIT');
@@ -547,13 +548,13 @@ describe('blocking polls arriving close together', () => {
     // The gathering's 50 ms end once all four have arrived: a loaded machine may run the four turns
     // further apart than that.
     let arrived = 0;
-    const [wait, release] = [originalMethod(PollGathering.prototype, 'wait'), originalMethod(PollGathering.prototype, 'release')];
+    const [wait, flush] = [originalMethod(PollGathering.prototype, 'wait'), originalMethod(Batcher.prototype, 'flush')];
     vi.spyOn(PollGathering.prototype, 'wait').mockImplementation(function (this: PollGathering) {
       arrived++;
       return wait.call(this);
     });
-    vi.spyOn(PollGathering.prototype, 'release').mockImplementation(function (this: PollGathering) {
-      void eventually(() => arrived === users.length).then(() => release.call(this));
+    vi.spyOn(PollGathering.prototype, 'flush').mockImplementation(function (this: PollGathering) {
+      void eventually(() => arrived === users.length).then(() => flush.call(this));
     });
     const before = ctx.database.statements.length;
     // Separate turns of the event loop, as clients' polls arrive.

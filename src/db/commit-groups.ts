@@ -1,3 +1,4 @@
+import { Batcher } from '../lib/batcher.js';
 import { isUserLockRefusal } from './errors.js';
 import type { PipelinedConnections } from './pipelined-connections.js';
 import { transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
@@ -33,81 +34,55 @@ import { transactionProgress, type TransactionStatement } from './pipelined-tran
  * holds one user twice.
  */
 export class CommitGroups {
-  private pending: Member[] = [];
+  private readonly batcher: Batcher<Member, Rows>;
 
   constructor(
     private readonly writes: PipelinedConnections,
     /** Bounds a group's statements: the transactions queued behind it on its connection wait for all of it. */
-    private readonly maxStatements: number,
-  ) {}
-
-  /** Commits `statements` (a user's lock first) as one transaction, with others of this turn; resolves to each statement's rows. */
-  commit(userId: number, statements: readonly TransactionStatement[]): Promise<unknown[][]> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ userId, statements, resolve, reject });
-      if (this.pending.length === 1) setImmediate(() => this.flush());
+    maxStatements: number,
+  ) {
+    this.batcher = new Batcher({
+      max: maxStatements,
+      weight: (member) => member.statements.length,
+      order: (a, b) => a.userId - b.userId,
+      send: (group) => this.send(group),
     });
   }
 
-  private flush(): void {
-    const members = this.pending.sort((a, b) => a.userId - b.userId);
-    this.pending = [];
-    let group: Member[] = [];
-    let size = 0;
-    for (const member of members) {
-      if (group.length > 0 && size + member.statements.length > this.maxStatements) {
-        this.send(group);
-        group = [];
-        size = 0;
-      }
-      group.push(member);
-      size += member.statements.length;
-    }
-    this.send(group);
+  /** Commits `statements` (a user's lock first) as one transaction, with others of this turn; resolves to each statement's rows. */
+  commit(userId: number, statements: readonly TransactionStatement[]): Promise<Rows> {
+    return this.batcher.add({ userId, statements });
   }
 
   /** `again`: the group is what remained of a failed one; a second failure sends each member alone. */
-  private send(group: Member[], again = false): void {
+  private async send(group: Member[], again = false): Promise<(Rows | Promise<Rows>)[]> {
     if (!again) this.writes.observer.commitGroup?.(group.length);
-    if (group.length === 1) return this.alone(group[0]!);
+    if (group.length === 1) return [this.alone(group[0]!)];
     const progress = transactionProgress();
-    this.writes
-      .transaction(
+    try {
+      const rows = await this.writes.transaction(
         group.flatMap((member) => member.statements),
         progress,
-      )
-      .then(
-        (rows) => {
-          let at = 0;
-          for (const member of group) {
-            member.resolve(rows.slice(at, at + member.statements.length));
-            at += member.statements.length;
-          }
-        },
-        (error: unknown) => {
-          // Not rolled back: nothing sent (no connection), or the connection lost: each member fails alike.
-          if (!progress.rolledBack) return group.forEach((member) => member.reject(error));
-          // The COMMIT's own failure names no member: each goes alone.
-          const failed = memberAt(group, progress.completed);
-          if (failed && isUserLockRefusal(error)) {
-            failed.reject(error);
-            return this.send(
-              group.filter((member) => member !== failed),
-              again,
-            );
-          }
-          if (again || !failed) return group.forEach((member) => this.alone(member));
-          this.alone(failed);
-          this.send(
-            group.filter((member) => member !== failed),
-            true,
-          );
-        },
       );
+      let at = 0;
+      return group.map((member) => rows.slice(at, (at += member.statements.length)));
+    } catch (error) {
+      // Not rolled back: nothing sent (no connection), or the connection lost: each member fails alike.
+      if (!progress.rolledBack) throw error;
+      const failed = memberAt(group, progress.completed);
+      const refused = isUserLockRefusal(error);
+      // The COMMIT's own failure names no member: each goes alone.
+      if (!failed || (again && !refused)) return group.map((member) => this.alone(member));
+      const others = group.filter((member) => member !== failed);
+      const rest = this.send(others, again || !refused);
+      return group.map((member) =>
+        member !== failed ? rest.then((results) => results[others.indexOf(member)]!) : refused ? Promise.reject(error) : this.alone(member),
+      );
+    }
   }
 
-  private alone(member: Member): void {
-    this.writes.transaction(member.statements).then(member.resolve, member.reject);
+  private alone(member: Member): Promise<Rows> {
+    return this.writes.transaction(member.statements);
   }
 }
 
@@ -121,9 +96,9 @@ function memberAt(group: Member[], index: number): Member | undefined {
   return undefined;
 }
 
+type Rows = unknown[][];
+
 interface Member {
   userId: number;
   statements: readonly TransactionStatement[];
-  resolve: (rows: unknown[][]) => void;
-  reject: (error: unknown) => void;
 }

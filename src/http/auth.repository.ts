@@ -1,6 +1,7 @@
 import { type Expression, type QueryCreator, sql } from 'kysely';
 import type { DB } from '../db/types.js';
 import { valueMayCause } from '../db/errors.js';
+import { Batcher } from '../lib/batcher.js';
 import { type ReusableStatement, reusableStatement, type Statement, type StatementRunner } from '../db/reusable-statement.js';
 import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
 
@@ -228,28 +229,22 @@ export const NO_LOOKUP = new AuthLookupQuery<object>('caller', (account) => acco
 /** Bounds one statement's work (and its time ahead of the statements pipelined behind it). */
 const MAX_BATCH = 256;
 
-interface Pending {
-  request: AccountRequestFields;
-  resolve(row: AuthenticationRow<object> | undefined): void;
-  reject(error: unknown): void;
-}
-
-interface Batch {
-  variant: AuthVariant;
-  rule: RateLimitRule | undefined;
-  pending: Pending[];
-  keyHashes: Set<string>;
-}
+type Found = AuthenticationRow<object> | undefined;
 
 /**
  * The authentication statements of one app: the requests handled in one turn of the event loop
- * (before setImmediate runs) that need the same statement are sent together, as one statement, when
- * the turn ends. A request whose key is already in the waiting batch sends that batch first: one
- * user's decisions stay one after the other.
+ * that need the same statement are sent together, as one statement, when the turn ends. Requests
+ * with one key go in separate batches, sent in their order: one user's decisions stay one after
+ * the other.
+ *
+ * When a batch fails in a way one request's values can cause (a data exception or an integrity
+ * violation, or a value the driver cannot convert), each request is sent again alone: one request
+ * whose values the statement cannot take must not fail the others of its turn, whatever its
+ * organization. Any other failure (the database unavailable, read-only or out of space) each would
+ * meet alone too: sending each alone would only add load then.
  */
 export class AccountBatches {
-  private readonly batches = new Map<string, Batch>();
-  private scheduled = false;
+  private readonly batchers = new Map<string, Batcher<AccountRequestFields, Found>>();
 
   constructor(
     private readonly shortStatements: StatementRunner,
@@ -264,59 +259,24 @@ export class AccountBatches {
     rule: RateLimitRule | undefined,
   ): Promise<AuthenticationRow<Extra> | undefined> {
     const variant = (lookup?.query ?? NO_LOOKUP).variant(rule !== undefined);
-    const group = `${variant.key}|${rule ? `${rule.maxRequests}/${rule.windowSeconds}` : ''}`;
-    let batch = this.batches.get(group);
-    if (batch && (batch.keyHashes.has(request.key_hash) || batch.pending.length >= MAX_BATCH)) {
-      this.send(group);
-      batch = undefined;
+    const statement = `${variant.key}|${rule ? `${rule.maxRequests}/${rule.windowSeconds}` : ''}`;
+    let batcher = this.batchers.get(statement);
+    if (!batcher) {
+      const send = (requests: AccountRequestFields[]) => this.send(requests, variant, rule);
+      batcher = new Batcher({ max: MAX_BATCH, key: (sent) => sent.key_hash, send, retryAlone: valueMayCause });
+      this.batchers.set(statement, batcher);
     }
-    if (!batch) this.batches.set(group, (batch = { variant, rule, pending: [], keyHashes: new Set() }));
-    batch.keyHashes.add(request.key_hash);
-    const pending = batch.pending;
-    const found = new Promise<AuthenticationRow<object> | undefined>((resolve, reject) => {
-      pending.push({ request, resolve, reject });
-    });
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(() => {
-        this.scheduled = false;
-        for (const waiting of [...this.batches.keys()]) this.send(waiting);
-      });
-    }
-    return found as Promise<AuthenticationRow<Extra> | undefined>;
+    return batcher.add(request) as Promise<AuthenticationRow<Extra> | undefined>;
   }
 
-  private send(group: string): void {
-    const batch = this.batches.get(group);
-    if (!batch) return;
-    this.batches.delete(group);
-    const { pending, variant, rule } = batch;
-    this.run(pending, variant, rule);
-  }
-
-  /**
-   * Sends `pending` as one statement. When it fails in a way one request's values can cause (a
-   * data exception or an integrity violation, or a value the driver cannot convert), each member is
-   * sent again alone: one request whose values the statement cannot take must not fail the others
-   * of its turn, whatever its organization. Any other failure (the database unavailable, read-only
-   * or out of space) each would meet alone too: fanning the batch out would only add load then.
-   */
-  private run(pending: Pending[], variant: AuthVariant, rule: RateLimitRule | undefined): void {
+  private async send(requests: AccountRequestFields[], variant: AuthVariant, rule: RateLimitRule | undefined): Promise<Found[]> {
     const args = {
-      requests: JSON.stringify(pending.map((entry, ord) => ({ ...entry.request, ord }))),
+      requests: JSON.stringify(requests.map((request, ord) => ({ ...request, ord }))),
       maxRequests: rule?.maxRequests ?? 0,
       windowSeconds: rule?.windowSeconds ?? 0,
     };
-    this.onBatch?.(pending.length);
-    variant.run(this.shortStatements, args).then(
-      (rows) => {
-        const byOrd = new Map(rows.map((row) => [row.ord, row]));
-        pending.forEach((entry, ord) => entry.resolve(byOrd.get(ord)));
-      },
-      (error: unknown) => {
-        if (pending.length === 1 || !valueMayCause(error)) return pending.forEach((entry) => entry.reject(error));
-        for (const entry of pending) this.run([entry], variant, rule);
-      },
-    );
+    this.onBatch?.(requests.length);
+    const byOrd = new Map((await variant.run(this.shortStatements, args)).map((row) => [row.ord, row]));
+    return requests.map((_, ord) => byOrd.get(ord));
   }
 }

@@ -151,7 +151,7 @@ class LongPoll extends PollWaiter {
       this.notified = false;
       if (this.clientGone.gone) {
         // Nothing is sent; the pending events stay for the next poll. Ended with the others that left meanwhile.
-        await this.deps.leftPolls.answer(queueId, pollId);
+        await this.deps.leftPolls.add({ queueId, pollId });
         return this.answer(null, null);
       }
       if (wakeups.closing) {
@@ -161,7 +161,7 @@ class LongPoll extends PollWaiter {
       }
       if (this.due) {
         // Appended only while this poll holds the queue; the poll ends with every pending event.
-        const events = await heartbeats.answer(queueId, pollId);
+        const events = await heartbeats.add({ queueId, pollId });
         if (events === null) throw badEventQueueId(queueId);
         return this.answer(null, { events, waited: true });
       }

@@ -79,7 +79,7 @@ export class LongPolling {
   async answerAll(): Promise<void> {
     // The polls answer first: a check in progress may wait on the database for seconds.
     this.rechecks.stop();
-    this.gathering.release();
+    this.gathering.flush();
     this.deps.wheel.stop();
     this.deps.heartbeats.flush();
     this.deps.leftPolls.flush();

@@ -1,4 +1,5 @@
 import type { Database } from '../../db/database.js';
+import { Batcher } from '../../lib/batcher.js';
 import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
@@ -19,69 +20,35 @@ import {
 /** Bounds one statement's work. */
 const MAX_BATCH = 500;
 
-interface PendingStart {
-  request: PollStartRequest;
-  resolve: (start: PollStart) => void;
-  reject: (error: unknown) => void;
-}
-
 /**
  * The starts of the polls handled in one turn of the event loop go as one statement (startPolls)
  * when the turn ends, skipping rows held by writes; those, and a start alone, are sent without
- * skipping (they wait for the row). The starts of one queue take their turns, in arrival order,
- * each once the previous one's statement is done, as Zulip's one process handles them: each
+ * skipping (they wait for the row). The starts of one queue go one after another, in arrival
+ * order, each once the previous one's statement is done, as Zulip's one process handles them: each
  * replaces the poll before it, which answers with what is pending, and the last one waits. So
  * one statement never updates a row twice, and 200 polls of one queue at once (a client's retry
  * loop) hold one pooled connection at a time, not the whole pool with 200 statements waiting for
  * one row.
  */
 export class PollStartBatches {
-  private pending: PendingStart[] = [];
-  private scheduled = false;
+  private readonly batcher = new Batcher({ max: MAX_BATCH, send: (requests: PollStartRequest[]) => this.send(requests) });
   private readonly queues = new KeyedQueue<string>();
 
   constructor(private readonly db: Database) {}
 
   start(request: PollStartRequest): Promise<PollStart> {
-    return this.queues.run(request.queueId, () => this.gather(request));
+    return this.queues.run(request.queueId, () => this.batcher.add(request));
   }
 
-  private gather(request: PollStartRequest): Promise<PollStart> {
-    if (this.pending.length >= MAX_BATCH) this.send();
-    const started = new Promise<PollStart>((resolve, reject) => this.pending.push({ request, resolve, reject }));
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(() => {
-        this.scheduled = false;
-        this.send();
-      });
-    }
-    return started;
+  private async send(requests: PollStartRequest[]): Promise<(PollStart | Promise<PollStart>)[]> {
+    if (requests.length === 1) return [this.alone(requests[0]!)];
+    const starts = await startPolls(this.db, requests, true);
+    // Unknown, or its row held by a write: alone, waiting for the row (or answering 'missing').
+    return requests.map((request, index) => starts[index] ?? this.alone(request));
   }
 
-  private send(): void {
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
-    if (batch.length === 1) return this.alone(batch[0]!);
-    startPolls(
-      this.db,
-      batch.map((entry) => entry.request),
-      true,
-    ).then(
-      (starts) =>
-        batch.forEach((entry, index) => {
-          const start = starts[index];
-          // Unknown, or its row held by a write: alone, waiting for the row (or answering 'missing').
-          if (start) entry.resolve(start);
-          else this.alone(entry);
-        }),
-      (error: unknown) => batch.forEach((entry) => entry.reject(error)),
-    );
-  }
-
-  private alone({ request, resolve, reject }: PendingStart): void {
-    startPolls(this.db, [request], false).then((starts) => resolve(starts[0]!), reject);
+  private async alone(request: PollStartRequest): Promise<PollStart> {
+    return (await startPolls(this.db, [request], false))[0]!;
   }
 }
 
@@ -93,34 +60,15 @@ export class PollStartBatches {
  * what a heartbeat cycle costs beyond the heartbeat; a poll that waits anyway loses nothing, and an
  * event committed meanwhile is in its answer (it answers at once when events are pending).
  */
-export class PollGathering {
-  private waiting: (() => void)[] = [];
-  private timer: NodeJS.Timeout | undefined;
+export class PollGathering extends Batcher<undefined, void> {
+  constructor(gatherMs: number) {
+    super({ delayMs: gatherMs, max: Infinity, send: async (polls) => polls.map(() => undefined) });
+  }
 
-  constructor(private readonly gatherMs: number) {}
-
-  /** Resolves with every other poll that arrived within gatherMs of the first, in one turn. */
+  /** Resolves with every other poll that arrived within gatherMs of the first (or at shutdown's flush). */
   wait(): Promise<void> {
-    const gathered = new Promise<void>((resolve) => this.waiting.push(resolve));
-    this.timer ??= setTimeout(() => this.release(), this.gatherMs);
-    return gathered;
+    return this.add(undefined);
   }
-
-  /** Lets the waiting polls through now (shutdown). */
-  release(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    const waiting = this.waiting;
-    this.waiting = [];
-    for (const resolve of waiting) resolve();
-  }
-}
-
-interface PollEnd<R> {
-  queueId: string;
-  pollId: string;
-  resolve: (result: R | null) => void;
-  reject: (error: unknown) => void;
 }
 
 /** A statement that ends many polls: by poll id, its result, or null when its queue is gone; absent when its row was skipped. */
@@ -128,63 +76,26 @@ type EndPolls<R> = (db: Database, polls: readonly HeartbeatRequest[], skipLocked
 
 /**
  * Ends of polls due within `tickMs` of each other go as one statement (`endPolls`), one poll per
- * queue in a statement; one due otherwise starts a tick of its own, so none waits longer than
- * that. A row another transaction holds is skipped and its poll ended again alone, waiting for it.
+ * queue in a statement (two would meet one row twice: one of them was replaced); one due otherwise
+ * starts a tick of its own, so none waits longer than that; `flush()` sends what is due now (each
+ * tick, and shutdown). A row another transaction holds is skipped and its poll ended again alone,
+ * waiting for it. A poll's end: the statement's result; null when its queue is gone.
  */
-class PollEndBatches<R> {
-  private due: PollEnd<R>[] = [];
-  private timer: NodeJS.Timeout | undefined;
-
-  constructor(
-    private readonly db: Database,
-    readonly tickMs: number,
-    private readonly endPolls: EndPolls<R>,
-  ) {}
-
-  /** The poll's end: the statement's result; null when its queue is gone. */
-  answer(queueId: string, pollId: string): Promise<R | null> {
-    const answered = new Promise<R | null>((resolve, reject) => this.due.push({ queueId, pollId, resolve, reject }));
-    this.timer ??= setTimeout(() => this.flush(), this.tickMs);
-    return answered;
-  }
-
-  /** Sends what is due now (each tick, and shutdown: the polls are answering). */
-  flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    let rest = this.due;
-    this.due = [];
-    // One poll per queue in a statement: two would meet one row twice (one of them was replaced).
-    while (rest.length > 0) {
-      const batch: PollEnd<R>[] = [];
-      const later: PollEnd<R>[] = [];
-      const queueIds = new Set<string>();
-      for (const entry of rest) {
-        if (batch.length < MAX_BATCH && !queueIds.has(entry.queueId)) {
-          queueIds.add(entry.queueId);
-          batch.push(entry);
-        } else later.push(entry);
-      }
-      this.send(batch);
-      rest = later;
-    }
-  }
-
-  private send(batch: PollEnd<R>[]): void {
-    this.endPolls(this.db, batch, true).then(
-      (results) => {
-        for (const entry of batch) {
-          const result = results.get(entry.pollId);
-          if (result !== undefined) {
-            entry.resolve(result);
-            continue;
-          }
-          // Its row was held by another transaction (or is gone): alone, waiting for it.
-          this.endPolls(this.db, [entry], false).then((alone) => entry.resolve(alone.get(entry.pollId) ?? null), entry.reject);
-        }
+class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
+  constructor(db: Database, tickMs: number, endPolls: EndPolls<R>) {
+    const alone = async (poll: HeartbeatRequest) => (await endPolls(db, [poll], false)).get(poll.pollId) ?? null;
+    super({
+      delayMs: tickMs,
+      max: MAX_BATCH,
+      key: (poll) => poll.queueId,
+      send: async (polls) => {
+        const results = await endPolls(db, polls, true);
+        return polls.map((poll) => {
+          const result = results.get(poll.pollId);
+          return result === undefined ? alone(poll) : result;
+        });
       },
-      (error: unknown) => batch.forEach((entry) => entry.reject(error)),
-    );
+    });
   }
 }
 
