@@ -198,7 +198,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('onRoute', (route) => {
       const takesBody = [route.method].flat().some((method) => BODY_METHODS.has(method));
       const authenticate = authentication(route);
-      route.onRequest = [...(route.url.includes(':') ? [rejectEmptyPathParams] : []), ...hooks(route.onRequest)];
+      route.onRequest = [...(/[:*]/.test(route.url) ? [rejectEmptyPathParams] : []), ...hooks(route.onRequest)];
       // After limitFormFields: the stream it fails is the one the parser reads (a pipe passes no error on).
       if (takesBody) route.preParsing = [limitFormFields, timeBody, ...hooks(route.preParsing)];
       route.preHandler = [
