@@ -4,15 +4,15 @@ import { sql } from 'kysely';
 import { PipelinedConnections } from './db/pipelined-connections.js';
 import { ClientGone } from './db/user-transactions.js';
 import type { AppDeps } from './deps.js';
-import { authenticationHook } from './http/auth.js';
+import { authenticationHooks } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
-import { CLIENT_LEFT, clientLeft } from './http/client-gone.js';
-import { bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
+import { CLIENT_LEFT, clientLeft, watchDeparture } from './http/client-gone.js';
+import { BODY_METHODS, bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { bodyRefusalOf, malformedRequest, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
-import { decodeRequestParameters } from './http/params.js';
+import { parameterDecoder } from './http/params.js';
 import { rejectEmptyPathParams, ROUTER_OPTIONS, trackRoutes, unmatchedRouteError } from './http/routing.js';
 import { echoRequestId, logClientLeaving, RequestLog, RequestLogger, requestId } from './http/request-log.js';
 import { refusedLimit } from './http/rate-limit.js';
@@ -183,27 +183,39 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     userRequests: config.userRequestBodies,
     retryAfterSeconds: config.retryAfterSeconds,
   });
+  const authentication = authenticationHooks(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config);
+  const timeBody = bodyDeadline(config.bodyTimeoutSeconds);
   await app.register(async (api) => {
-    // Route schemas declare the parameters: decodeRequestParameters decodes them Zulip's way, and
+    // Route schemas declare the parameters: parameterDecoder decodes them Zulip's way, and
     // the OpenAPI document is generated from them; Fastify itself neither validates nor coerces.
     api.setValidatorCompiler(documentationOnly);
-    api.addHook('onRequest', rejectEmptyPathParams);
-    if (logging) api.addHook('onRequest', logClientLeaving);
-    api.addHook('preParsing', limitFormFields);
-    // After limitFormFields: the stream it fails is the one the parser reads (a pipe passes no error on).
-    api.addHook('preParsing', bodyDeadline(config.bodyTimeoutSeconds));
-    requestMemory.register(api);
+    api.decorateReply('departure', null);
+    if (logging) api.addHook('onRequest', watchDeparture(logClientLeaving));
     api.addHook('preValidation', parameterCollector(config.bodyLimitBytes, config.bodyTimeoutSeconds));
-    api.addHook(
-      'preHandler',
-      authenticationHook(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config),
-    );
-    api.addHook('preHandler', requestMemory.admit);
-    // After authentication and the rate limit (docs/api.md §1.1): a bad parameter of an unknown caller is a 401.
-    api.addHook('preHandler', decodeRequestParameters);
+    // Each route gets the hooks it needs, made for it once: a GET (a long poll, above all) has no
+    // body to count, time or hold memory for, and no empty path parameter to refuse without a path
+    // parameter. Route hooks run after the app's and before the route's own.
+    api.addHook('onRoute', (route) => {
+      const takesBody = [route.method].flat().some((method) => BODY_METHODS.has(method));
+      const authenticate = authentication(route);
+      route.onRequest = [...(/[:*]/.test(route.url) ? [rejectEmptyPathParams] : []), ...hooks(route.onRequest)];
+      // After limitFormFields: the stream it fails is the one the parser reads (a pipe passes no error on).
+      if (takesBody) route.preParsing = [limitFormFields, timeBody, ...hooks(route.preParsing)];
+      route.preHandler = [
+        ...(authenticate ? [authenticate] : []),
+        ...(authenticate && takesBody ? [requestMemory.admit] : []),
+        // After authentication and the rate limit (docs/api.md §1.1): a bad parameter of an unknown caller is a 401.
+        parameterDecoder(route),
+        ...hooks(route.preHandler),
+      ];
+      if (authenticate && takesBody) route.onSend = [requestMemory.release, ...hooks(route.onSend)];
+    });
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);
   });
 
   return app;
 }
+
+/** A route's own hooks of one kind, as a list. */
+const hooks = <T>(own: T | T[] | undefined): T[] => (own === undefined ? [] : Array.isArray(own) ? own : [own]);

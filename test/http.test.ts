@@ -205,3 +205,38 @@ describe('bodies and failures (docs/api.md §1.9, cases 15–17, 19)', () => {
     expect((await api(ctx.app, { url: '/ready' })).json()).toEqual({ status: 'ready' });
   });
 });
+
+describe('hooks', () => {
+  /** The hooks Fastify runs for one route, by kind, as its printRoutes lists them. */
+  function hooksOf(method: string, url: string): Record<string, number> {
+    const lines = ctx.app.printRoutes({ includeHooks: true, commonPrefix: false, method }).split('\n');
+    const at = lines.findIndex((line) => line.endsWith(`── ${url} (${method})`));
+    expect(at, `${method} ${url}`).toBeGreaterThanOrEqual(0);
+    const counts: Record<string, number> = {};
+    for (const line of lines.slice(at + 1)) {
+      const hook = /• \((\w+)\) (\[.*\])$/.exec(line);
+      if (!hook) break;
+      counts[hook[1]!] = (JSON.parse(hook[2]!) as string[]).length;
+    }
+    return counts;
+  }
+
+  it('each route runs the hooks it needs and no more: a long poll none of the body hooks', () => {
+    const poll = hooksOf('GET', '/api/v1/events');
+    // No body to count, time or hold memory for; authentication and the parameters only.
+    expect(poll.preParsing).toBeUndefined();
+    expect(poll.preHandler).toBe(2);
+    const register = hooksOf('POST', '/api/v1/register');
+    // The field counter and the body deadline; authentication, the body's memory, the parameters.
+    expect(register.preParsing).toBe(2);
+    expect(register.preHandler).toBe(3);
+    expect(register.onSend).toBe(poll.onSend! + 1);
+    // No credentials needed: the parameters only.
+    expect(hooksOf('GET', '/api/v1/server_settings').preHandler).toBe(1);
+    // A route with a path parameter refuses an empty one (onRequest), a wildcard's too (printed as `*`
+    // under its parent); a route without one has no such check.
+    const plain = hooksOf('DELETE', '/api/v1/events').onRequest!;
+    expect(hooksOf('DELETE', '*').onRequest).toBe(plain + 1);
+    expect(hooksOf('DELETE', '/api/v1/users/:user(^\\d+$)').onRequest).toBe(plain + 1);
+  });
+});

@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import type { Config } from '../config.js';
 import { API_KEY_PATTERN, apiKeyDigest, storedDigestMatches } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
@@ -101,24 +101,27 @@ async function authenticate<Extra extends object>(
 }
 
 /**
- * preHandler of every authenticated route (docs/api.md §1.1 steps 3–4): authentication, then the rate
- * limit, in one statement, before any parameter is parsed. Routes declare `config.auth: false`
- * when they need no credentials, and may fold a lookup in (`config.authLookup`).
+ * The preHandler of an authenticated route (docs/api.md §1.1 steps 3–4): authentication, then the
+ * rate limit, in one statement, before any parameter is parsed. Made once per route: a route that
+ * declares `config.auth: false` needs no credentials and gets none (undefined); a route may fold a
+ * lookup in (`config.authLookup`).
  */
-export function authenticationHook(accounts: AccountBatches, config: Config) {
+export function authenticationHooks(accounts: AccountBatches, config: Config) {
   const rule = config.rateLimiting ? { maxRequests: config.rateLimitMaxRequests, windowSeconds: config.rateLimitWindowSeconds } : undefined;
-  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    const { auth, authLookup } = request.routeOptions.config;
-    if (auth === false) return;
-    const lookup = authLookup?.(request);
-    const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, lookup, rule);
-    request.caller = caller;
-    if (lookup && lookupResult) request.authLookupRow = { lookup, row: lookupResult };
-    if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
+  return (route: RouteOptions) => {
+    if (route.config?.auth === false) return undefined;
+    const authLookup = route.config?.authLookup;
+    return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+      const lookup = authLookup?.(request);
+      const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, lookup, rule);
+      request.caller = caller;
+      if (lookup && lookupResult) request.authLookupRow = { lookup, row: lookupResult };
+      if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
+    };
   };
 }
 
-/** The authenticated caller of a route that needs credentials (authenticationHook ran). */
+/** The authenticated caller of a route that needs credentials (its authentication hook ran). */
 export function callerOf(request: FastifyRequest): Caller {
   if (!request.caller) throw new Error('callerOf: the route needs no credentials, so it has no caller');
   return request.caller;

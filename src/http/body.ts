@@ -72,14 +72,14 @@ function declaredTooShortForTheLimit(request: FastifyRequest): boolean {
   );
 }
 
-/** preParsing: urlencoded bodies are read through a FieldCounter. A callback hook (see echoRequestId). */
+/** preParsing of the routes that take a body: urlencoded bodies are read through a FieldCounter. A callback hook (see echoRequestId). */
 export function limitFormFields(
   request: FastifyRequest,
   _reply: FastifyReply,
   payload: RequestPayload,
   done: (error: Error | null, payload?: RequestPayload) => void,
 ): void {
-  if (!BODY_METHODS.has(request.method) || !isUrlencoded(request) || declaredTooShortForTheLimit(request)) return done(null, payload);
+  if (!isUrlencoded(request) || declaredTooShortForTheLimit(request)) return done(null, payload);
   done(null, payload.pipe(new FieldCounter()));
 }
 
@@ -87,7 +87,7 @@ export function limitFormFields(
 const DEADLINE_FROM_BYTES = 65_536;
 
 /**
- * preParsing: a large body must arrive whole within `seconds` of the request's headers, or the
+ * preParsing of the routes that take a body: a large body must arrive whole within `seconds` of the request's headers, or the
  * request gets 408 and its connection closes. The body is read before the credentials are checked
  * (docs/api.md §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
  * up to a body limit's worth of memory; REQUEST_TIMEOUT_SECONDS (for headers and small bodies) is
@@ -104,7 +104,7 @@ export function bodyDeadline(seconds: number) {
   ): void => {
     // Multipart is read from request.raw when its fields are collected, which keeps its own deadline
     // (request.isMultipart() is only known once its parser ran, after this hook).
-    if (!BODY_METHODS.has(request.method) || hasMediaType(request, 'multipart/form-data')) return done(null, payload);
+    if (hasMediaType(request, 'multipart/form-data')) return done(null, payload);
     const raw = request.raw;
     const declared = request.headers['content-length'];
     const large = request.headers['transfer-encoding'] !== undefined || (declared !== undefined && Number(declared) >= DEADLINE_FROM_BYTES);

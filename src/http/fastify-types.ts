@@ -1,4 +1,5 @@
 import type { TSchema } from 'typebox';
+import type { Departure } from '../lib/departure.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AccountRow, AuthLookup } from './auth.repository.js';
 import type { Caller } from './auth.js';
@@ -12,16 +13,21 @@ declare module 'fastify' {
   }
 
   interface FastifyRequest {
-    /** The authenticated caller (authenticationHook); absent on routes that need no credentials. */
+    /** The authenticated caller (authenticationHooks); absent on routes that need no credentials. */
     caller?: Caller;
-    /** The route's lookup and its row, when it has one (authenticationHook; read through lookupRowOf). */
+    /** The route's lookup and its row, when it has one (authenticationHooks; read through lookupRowOf). */
     authLookupRow?: { lookup: AuthLookup<object>; row: AccountRow };
     /** The request's raw parameters (src/http/body.ts). */
     parameterSources: ParamSources;
-    /** The decoded parameters of the route's declaration (decodeRequestParameters). */
+    /** The decoded parameters of the route's declaration (parameterDecoder). */
     parameters: Record<string, unknown>;
     /** Received names the route does not declare: ignored_parameters_unsupported. */
     ignoredParameters: string[];
+  }
+
+  interface FastifyReply {
+    /** Whether the request's client left, and who hears of it (src/http/client-gone.ts); null until asked or watched. */
+    departure: Departure | null;
   }
 
   interface FastifyContextConfig {

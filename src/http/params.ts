@@ -1,4 +1,4 @@
-import type { FastifyReply, FastifyRequest, FastifySchema, HookHandlerDoneFunction } from 'fastify';
+import type { FastifyReply, FastifyRequest, FastifySchema, HookHandlerDoneFunction, RouteOptions } from 'fastify';
 import Type, { type TSchema } from 'typebox';
 import { ROLES } from '../zulip.js';
 import { badRequest, missingArgument } from './errors.js';
@@ -350,25 +350,28 @@ const NON_GUESTS_ONLY = Symbol('refuses guests before its parameters');
  */
 export const nonGuestsOnly = <S extends object>(schema: S): S => ({ ...schema, [NON_GUESTS_ONLY]: true });
 
-/** preHandler, after authentication and the rate limit: the route's parameters, decoded. A callback hook. */
-export function decodeRequestParameters(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
-  const schema = request.routeOptions.schema as { [NON_GUESTS_ONLY]?: true } | undefined;
-  if (schema?.[NON_GUESTS_ONLY] && request.caller?.role === ROLES.guest) return done(badRequest('Not allowed for guest users'));
-  try {
-    request.routeOptions.config.beforeParameters?.(request);
-    const { values, ignored } = decodeParameters(
-      request.routeOptions.schema,
-      request.parameterSources,
-      request.params as Record<string, string>,
-    );
-    request.parameters = values;
-    request.ignoredParameters = ignored;
-    // Read by nothing after this; a long poll holds its request for a minute.
-    request.parameterSources = NO_SOURCES;
-  } catch (error) {
-    return done(error as Error);
-  }
-  done();
+/**
+ * The preHandler of `route`, after authentication and the rate limit: its parameters, decoded. A
+ * callback hook, made once per route (so a request reads nothing of its route's options).
+ */
+export function parameterDecoder(route: RouteOptions) {
+  const { schema } = route;
+  const guestsRefused = (schema as { [NON_GUESTS_ONLY]?: true } | undefined)?.[NON_GUESTS_ONLY] === true;
+  const beforeParameters = route.config?.beforeParameters;
+  return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    if (guestsRefused && request.caller?.role === ROLES.guest) return done(badRequest('Not allowed for guest users'));
+    try {
+      beforeParameters?.(request);
+      const { values, ignored } = decodeParameters(schema, request.parameterSources, request.params as Record<string, string>);
+      request.parameters = values;
+      request.ignoredParameters = ignored;
+      // Read by nothing after this; a long poll holds its request for a minute.
+      request.parameterSources = NO_SOURCES;
+    } catch (error) {
+      return done(error as Error);
+    }
+    done();
+  };
 }
 
 /** The request's decoded parameters, typed by the route's schema. */

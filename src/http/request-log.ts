@@ -65,22 +65,20 @@ function requestFields(request: FastifyRequest) {
 }
 
 /**
- * onRequest: a request whose client leaves before its answer gets its line when it leaves. Fastify
- * writes none (the response never finishes), and whatever the request then meets (ClientGone, a
- * cancelled statement, a success nobody reads) is the client's doing, not a failure: info, status
- * CLIENT_LEFT. (Fastify's onRequestAbort hears only of clients that leave before their body ends.)
+ * The line of a request whose client left before its answer (watchDeparture calls it when it
+ * leaves). Fastify writes none (the response never finishes), and whatever the request then meets
+ * (ClientGone, a cancelled statement, a success nobody reads) is the client's doing, not a
+ * failure: info, status CLIENT_LEFT. (Fastify's onRequestAbort hears only of clients that leave
+ * before their body ends.)
  */
-export function logClientLeaving(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
-  reply.raw.once('close', () => {
-    if (!clientLeft(reply)) return;
-    infoLine(request.log, {
-      ...requestFields(request),
-      statusCode: CLIENT_LEFT,
-      clientLeft: true,
-      responseTimeMs: Math.round(reply.elapsedTime * 10) / 10,
-    });
+export function logClientLeaving(reply: FastifyReply): void {
+  if (!clientLeft(reply)) return;
+  infoLine(reply.log, {
+    ...requestFields(reply.request),
+    statusCode: CLIENT_LEFT,
+    clientLeft: true,
+    responseTimeMs: Math.round(reply.elapsedTime * 10) / 10,
   });
-  done();
 }
 
 const REQUEST_COMPLETED = 'request completed';

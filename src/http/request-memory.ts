@@ -1,5 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { BODY_METHODS } from './body.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { serviceUnavailable } from './errors.js';
 import { userBodyMemoryExceeded } from './rate-limit.js';
 
@@ -44,21 +43,10 @@ export class RequestMemory {
 
   constructor(private readonly limits: RequestMemoryLimits) {}
 
-  /** Releases each request's reservation once it is answered, on the routes of `app`. */
-  register(app: FastifyInstance): void {
-    app.addHook(
-      'onSend',
-      (request: FastifyRequest, _reply: FastifyReply, payload: unknown, done: (error: Error | null, payload?: unknown) => void) => {
-        this.release(request);
-        done(null, payload);
-      },
-    );
-  }
-
-  /** preHandler, after authentication and the rate limit: the body counts against its user and the instance. */
+  /** preHandler of the authenticated routes that take a body, after authentication and the rate limit: the body counts against its user and the instance. */
   readonly admit = (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
     const userId = request.caller?.id;
-    if (userId === undefined || !BODY_METHODS.has(request.method)) return done();
+    if (userId === undefined) return done();
     const bytes = bodyBytes(request);
     const held = this.users.get(userId) ?? { bytes: 0, requests: 0 };
     if (held.requests > 0 && (held.requests >= this.limits.userRequests || held.bytes + bytes > this.limits.userBytes)) {
@@ -73,17 +61,26 @@ export class RequestMemory {
     done();
   };
 
-  private release(request: FastifyRequest): void {
+  /** onSend of the same routes: the request's reservation ends once it is answered. */
+  readonly release = (
+    request: FastifyRequest,
+    _reply: FastifyReply,
+    payload: unknown,
+    done: (error: Error | null, payload?: unknown) => void,
+  ): void => {
     const reservation = reservations.get(request);
-    if (!reservation) return;
-    reservations.delete(request);
-    this.total -= reservation.bytes;
-    const held = this.users.get(reservation.userId);
-    if (!held) return;
-    held.bytes -= reservation.bytes;
-    held.requests -= 1;
-    if (held.requests === 0) this.users.delete(reservation.userId);
-  }
+    if (reservation) {
+      reservations.delete(request);
+      this.total -= reservation.bytes;
+      const held = this.users.get(reservation.userId);
+      if (held) {
+        held.bytes -= reservation.bytes;
+        held.requests -= 1;
+        if (held.requests === 0) this.users.delete(reservation.userId);
+      }
+    }
+    done(null, payload);
+  };
 }
 
 /** The body's size: as declared, or (chunked) what its fields hold. */
