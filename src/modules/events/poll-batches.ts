@@ -1,4 +1,5 @@
 import type { Database } from '../../db/database.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import { KeyedTurns } from '../../lib/keyed-turns.js';
 import type { ApiEvent } from './events.repository.js';
 import {
@@ -124,7 +125,7 @@ interface PollEnd<R> {
 }
 
 /** A statement that ends many polls: by poll id, its result, or null when its queue is gone; absent when its row was skipped. */
-type EndPolls<R> = (db: Database, polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
+type EndPolls<R> = (polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
 
 /**
  * Ends of polls due within `tickMs` of each other go as one statement (`endPolls`), one poll per
@@ -136,7 +137,6 @@ class PollEndBatches<R> {
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly db: Database,
     readonly tickMs: number,
     private readonly endPolls: EndPolls<R>,
   ) {}
@@ -171,7 +171,7 @@ class PollEndBatches<R> {
   }
 
   private send(batch: PollEnd<R>[]): void {
-    this.endPolls(this.db, batch, true).then(
+    this.endPolls(batch, true).then(
       (results) => {
         for (const entry of batch) {
           const result = results.get(entry.pollId);
@@ -180,7 +180,7 @@ class PollEndBatches<R> {
             continue;
           }
           // Its row was held by another transaction (or is gone): alone, waiting for it.
-          this.endPolls(this.db, [entry], false).then((alone) => entry.resolve(alone.get(entry.pollId) ?? null), entry.reject);
+          this.endPolls([entry], false).then((alone) => entry.resolve(alone.get(entry.pollId) ?? null), entry.reject);
         }
       },
       (error: unknown) => batch.forEach((entry) => entry.reject(error)),
@@ -196,8 +196,8 @@ class PollEndBatches<R> {
  * pending events, the heartbeat last; null when its queue is gone.
  */
 export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
-  constructor(db: Database, tickMs: number) {
-    super(db, tickMs, answerHeartbeats);
+  constructor(transactions: UserTransactions, tickMs: number) {
+    super(tickMs, (polls, skipLocked) => answerHeartbeats(transactions, polls, skipLocked));
   }
 }
 
@@ -210,7 +210,7 @@ export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
  */
 export class LeftPollBatches extends PollEndBatches<true> {
   constructor(db: Database, tickMs: number) {
-    super(db, tickMs, endLeftPolls);
+    super(tickMs, (polls, skipLocked) => endLeftPolls(db, polls, skipLocked));
   }
 }
 
