@@ -3,7 +3,6 @@ import { performance } from 'node:perf_hooks';
 import { brotliCompressSync, constants, gunzipSync, gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import * as ops from '../src/cli/operations.js';
-import type { Database } from '../src/db/database.js';
 import { cpuSeconds } from './cpu.js';
 import type { RunningProcess } from '../scripts/lib/processes.js';
 
@@ -55,10 +54,11 @@ function send(
   });
 }
 
-async function seedOrganization(db: Database, users: number): Promise<{ host: string; authorization: string }> {
+async function seedOrganization(operator: ops.Operator, users: number): Promise<{ host: string; authorization: string }> {
+  const { db } = operator;
   const subdomain = `large${users}`;
   await ops.createRealm(db, { subdomain, name: `Large organization of ${users}` });
-  const caller = await ops.createUser(db, { realm: subdomain, email: `caller@${subdomain}.example`, fullName: 'Large Caller' });
+  const caller = await ops.createUser(operator, { realm: subdomain, email: `caller@${subdomain}.example`, fullName: 'Large Caller' });
   const realm = await db.selectFrom('realms').select('id').where('subdomain', '=', subdomain).executeTakeFirstOrThrow();
   await sql`
     INSERT INTO users (realm_id, delivery_email, full_name, date_joined, role, timezone, avatar_source,
@@ -117,14 +117,14 @@ async function floorRatios(
 }
 
 export async function measureLargeOrganizations(options: {
-  db: Database;
+  operator: ops.Operator;
   server: RunningProcess;
   floor: RunningProcess;
   requests: number;
   rounds: number;
   log: (line: string) => void;
 }): Promise<string> {
-  const { db, server, floor, requests, rounds, log } = options;
+  const { operator, server, floor, requests, rounds, log } = options;
   const ratioLines = [
     '| users | json_agg floor ms | GET /users ms | GET /users / floor (rounds) | register ms | register / floor (rounds) |',
     '|---:|---:|---:|---|---:|---|',
@@ -136,7 +136,7 @@ export async function measureLargeOrganizations(options: {
   let largest: Buffer | undefined;
   for (const users of SIZES) {
     const started = Date.now();
-    const organization = await seedOrganization(db, users);
+    const organization = await seedOrganization(operator, users);
     log(`large organization of ${users} users seeded in ${Date.now() - started} ms`);
     for (const [method, path, label] of [
       ['GET', '/api/v1/users', 'GET /users'],

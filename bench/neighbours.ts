@@ -1,7 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import * as ops from '../src/cli/operations.js';
-import type { Database } from '../src/db/database.js';
 import { basicAuth, FORM, formBody, type Measurement, runLoad } from './load.js';
 import type { RunningProcess } from '../scripts/lib/processes.js';
 import type { Account } from './seed.js';
@@ -43,10 +42,15 @@ export interface Neighbour {
 }
 
 /** A second, small organization: a caller and the user it reads. */
-export async function seedNeighbour(db: Database): Promise<Neighbour> {
+export async function seedNeighbour(operator: ops.Operator): Promise<Neighbour> {
+  const { db } = operator;
   await ops.createRealm(db, { subdomain: NEIGHBOUR_SUBDOMAIN, name: 'Neighbour organization' });
-  const caller = await ops.createUser(db, { realm: NEIGHBOUR_SUBDOMAIN, email: 'caller@neighbour.example', fullName: 'Nina Neighbour' });
-  const target = await ops.createUser(db, { realm: NEIGHBOUR_SUBDOMAIN, email: 'target@neighbour.example', fullName: 'Ned Target' });
+  const caller = await ops.createUser(operator, {
+    realm: NEIGHBOUR_SUBDOMAIN,
+    email: 'caller@neighbour.example',
+    fullName: 'Nina Neighbour',
+  });
+  const target = await ops.createUser(operator, { realm: NEIGHBOUR_SUBDOMAIN, email: 'target@neighbour.example', fullName: 'Ned Target' });
   return { caller: { id: caller.user_id, email: caller.email, apiKey: caller.api_key }, targetUserId: target.user_id };
 }
 

@@ -234,8 +234,8 @@ async function main(): Promise<number> {
   } = await startScratchDatabase({ prefix: 'zulip-bench-', handle: { poolMax: 4 }, onCleanup: (step) => void cleanups.push(step) });
   const postgresVersion = (await sql<{ v: string }>`SELECT current_setting('server_version') AS v`.execute(handle.db)).rows[0]!.v;
   const seedStart = Date.now();
-  const seeded = await seedOrganization(handle.db, SIZES);
-  const neighbourOrganization = await seedNeighbour(handle.db);
+  const seeded = await seedOrganization(handle, SIZES);
+  const neighbourOrganization = await seedNeighbour(handle);
   log(`PostgreSQL ${postgresVersion}; seeded in ${Date.now() - seedStart} ms: ${JSON.stringify(seeded.counts)}`);
 
   const ours = await startServer({
@@ -403,7 +403,7 @@ async function main(): Promise<number> {
   let largeOrganizations: string | undefined;
   if (ONLY.test(LARGE_ORGANIZATIONS)) {
     largeOrganizations = await measureLargeOrganizations({
-      db: handle.db,
+      operator: handle,
       server: oursProduction,
       floor: floorProduction,
       requests: LARGE_ORG_REQUESTS,

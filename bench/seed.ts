@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import * as ops from '../src/cli/operations.js';
 import type { Database } from '../src/db/database.js';
+import type { Operator } from '../src/cli/operations.js';
 import { renderMarkdown } from '../src/lib/markdown.js';
 
 /**
@@ -64,17 +65,18 @@ const PROFILE_FIELDS = [
 ] as const;
 const TIMEZONES = ['', 'Europe/Berlin', 'America/New_York', 'Asia/Kolkata', 'America/Sao_Paulo', 'Australia/Sydney'];
 
-export async function seedOrganization(db: Database, sizes: SeedSizes): Promise<Seeded> {
+export async function seedOrganization(operator: Operator, sizes: SeedSizes): Promise<Seeded> {
+  const { db } = operator;
   await ops.createRealm(db, { subdomain: REALM, name: 'Benchmark organization', description: 'Load test **data**.' });
-  const owner = await ops.createUser(db, { realm: REALM, email: 'owner@bench.example', fullName: 'Olga Owner', role: 'owner' });
-  const caller = await ops.createUser(db, {
+  const owner = await ops.createUser(operator, { realm: REALM, email: 'owner@bench.example', fullName: 'Olga Owner', role: 'owner' });
+  const caller = await ops.createUser(operator, {
     realm: REALM,
     email: 'caller@bench.example',
     fullName: 'Carla Caller',
     timezone: 'Europe/Berlin',
   });
-  const poller = await ops.createUser(db, { realm: REALM, email: 'poller@bench.example', fullName: 'Paul Poller' });
-  const target = await ops.createUser(db, {
+  const poller = await ops.createUser(operator, { realm: REALM, email: 'poller@bench.example', fullName: 'Paul Poller' });
+  const target = await ops.createUser(operator, {
     realm: REALM,
     email: 'target@bench.example',
     fullName: 'Tara Target',

@@ -74,8 +74,8 @@ async function main(): Promise<void> {
     });
     await ops.createRealm(handle.db, { subdomain: '', name: 'Metrics check' });
     await ops.createStream(handle.db, { realm: '', name: 'general' });
-    const user = await ops.createUser(handle.db, { realm: '', email: 'user@metrics.example', fullName: 'Metrics User' });
-    const other = await ops.createUser(handle.db, { realm: '', email: 'other@metrics.example', fullName: 'Other User' });
+    const user = await ops.createUser(handle, { realm: '', email: 'user@metrics.example', fullName: 'Metrics User' });
+    const other = await ops.createUser(handle, { realm: '', email: 'other@metrics.example', fullName: 'Other User' });
     const { stream_id: streamId } = await ops.subscribe(
       { db: handle.db, transactions: handle.transactions, maxPendingEvents: 10_000 },
       { realm: '', email: user.email, stream: 'general' },

@@ -94,17 +94,18 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
 
   const routes = trackRoutes(app);
   // Metrics only when they can be scraped (METRICS_PORT): off, they cost nothing at all.
-  const { pool, writes } = deps;
+  const { pool, writes } = deps.transactions.options;
   const shortStatementLanes = shortStatements instanceof PipelinedConnections ? shortStatements : undefined;
   const metrics =
     config.metricsPort === undefined
       ? undefined
       : new Metrics({
-          ...(pool && { pool }),
-          ...(deps.observer && { observer: deps.observer }),
+          pool,
+          // One observer for the whole database layer: the write connections carry it.
+          observer: writes.observer,
           lanes: {
             ...(shortStatementLanes && { shortStatements: () => shortStatementLanes.inFlightByLane() }),
-            ...(writes && { writes: () => writes.inFlightByLane() }),
+            writes: () => writes.inFlightByLane(),
           },
         });
   app.decorate('metrics', metrics);

@@ -110,7 +110,7 @@ describe("realm list, user list (Zulip's list_realms, list_users)", () => {
 describe("user set-role (Zulip's change_user_role)", () => {
   it("changes the role with the API's events", async () => {
     const queue = await registerQueue(ctx.app, { event_types: '["realm_user"]' }, 'V');
-    expect(await ops.setUserRole(ctx.db, ctx.config, { realm: '', email: 'U@example.com', role: 'admin' })).toEqual({
+    expect(await ops.setUserRole(ctx.database, ctx.config, { realm: '', email: 'U@example.com', role: 'admin' })).toEqual({
       user_id: 13,
       role: 'admin',
     });
@@ -119,15 +119,15 @@ describe("user set-role (Zulip's change_user_role)", () => {
       { type: 'realm_user', op: 'update', person: { user_id: 13, role: 200 }, id: 0 },
     ]);
     // The same role again: nothing to do, nothing sent.
-    await ops.setUserRole(ctx.db, ctx.config, { realm: '', email: 'u@example.com', role: 'admin' });
+    await ops.setUserRole(ctx.database, ctx.config, { realm: '', email: 'u@example.com', role: 'admin' });
     expect(await pendingEvents(ctx.app, queue, 'V', 0)).toEqual([]);
   });
 
   it("refuses an unknown role and the only owner's demotion, changing nothing", async () => {
-    await expect(ops.setUserRole(ctx.db, ctx.config, { realm: '', email: 'u@example.com', role: 'boss' })).rejects.toThrow(
+    await expect(ops.setUserRole(ctx.database, ctx.config, { realm: '', email: 'u@example.com', role: 'boss' })).rejects.toThrow(
       new ops.AdminError('Unknown role "boss": use owner, admin, moderator, member, guest'),
     );
-    await expect(ops.setUserRole(ctx.db, ctx.config, { realm: '', email: 'owner@example.com', role: 'member' })).rejects.toThrow(
+    await expect(ops.setUserRole(ctx.database, ctx.config, { realm: '', email: 'owner@example.com', role: 'member' })).rejects.toThrow(
       new ops.AdminError('The owner permission cannot be removed from the only organization owner.'),
     );
     expect((await userRow(10)).role).toBe(100);
@@ -138,10 +138,10 @@ describe("user set-role (Zulip's change_user_role)", () => {
 describe("user reactivate (Zulip's reactivate_user)", () => {
   it('reactivates a deactivated user; an active one stays as it is', async () => {
     expect((await userRow(18)).is_active).toBe(false);
-    expect(await ops.reactivateUser(ctx.db, ctx.config, '', 'd@example.com')).toEqual({ user_id: 18, is_active: true });
+    expect(await ops.reactivateUser(ctx.database, ctx.config, '', 'd@example.com')).toEqual({ user_id: 18, is_active: true });
     expect((await userRow(18)).is_active).toBe(true);
-    expect(await ops.reactivateUser(ctx.db, ctx.config, '', 'u@example.com')).toEqual({ user_id: 13, is_active: true });
-    await expect(ops.reactivateUser(ctx.db, ctx.config, '', 'nobody@example.com')).rejects.toThrow(
+    expect(await ops.reactivateUser(ctx.database, ctx.config, '', 'u@example.com')).toEqual({ user_id: 13, is_active: true });
+    await expect(ops.reactivateUser(ctx.database, ctx.config, '', 'nobody@example.com')).rejects.toThrow(
       new ops.AdminError('No user with email "nobody@example.com" in this organization'),
     );
   });

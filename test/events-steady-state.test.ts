@@ -197,7 +197,7 @@ describe('heartbeats due together, one transaction', () => {
     ctx = await createTestContext();
     const { mine, replaced, minePoll, oldPoll, newPoll, gonePoll, polls } = await queuesToEnd();
     await appendEvent(undefined, replaced, { type: 'b' });
-    const skipping = await answerHeartbeats(ctx.db, polls, true);
+    const skipping = await answerHeartbeats(ctx.database.transactions, polls, true);
     expect(Object.fromEntries(skipping)).toEqual({
       [minePoll]: [
         { type: 'a', id: 0 },
@@ -207,7 +207,7 @@ describe('heartbeats due together, one transaction', () => {
       [oldPoll]: [{ type: 'b', id: 0 }],
     });
     // Alone (no skipping), a queue gone answers null.
-    expect(Object.fromEntries(await answerHeartbeats(ctx.db, [polls[2]!], false))).toEqual({ [gonePoll]: null });
+    expect(Object.fromEntries(await answerHeartbeats(ctx.database.transactions, [polls[2]!], false))).toEqual({ [gonePoll]: null });
 
     const row = (await queueRow(ctx.db, mine))!;
     expect([row.poll_id, row.poll_lease_until, row.next_event_id]).toEqual([null, null, 2]);
@@ -223,8 +223,8 @@ describe('heartbeats due together, one transaction', () => {
     const writer = await writeInProgress(queueId);
     try {
       // The batch skips the held row; alone, the heartbeat waits for it.
-      expect((await answerHeartbeats(ctx.db, [{ queueId, pollId }], true)).size).toBe(0);
-      const alone = answerHeartbeats(ctx.db, [{ queueId, pollId }], false);
+      expect((await answerHeartbeats(ctx.database.transactions, [{ queueId, pollId }], true)).size).toBe(0);
+      const alone = answerHeartbeats(ctx.database.transactions, [{ queueId, pollId }], false);
       await new Promise((resolve) => setTimeout(resolve, 200));
       await writer.query('COMMIT');
       expect((await alone).get(pollId)).toEqual([
@@ -245,7 +245,7 @@ describe('heartbeats due together, one transaction', () => {
       .set({ poll_id: newPoll, poll_lease_until: new Date(Date.now() + 60_000) })
       .where('id', '=', queueId)
       .execute();
-    const batches = new HeartbeatBatches(ctx.db, 50);
+    const batches = new HeartbeatBatches(ctx.database.transactions, 50);
     const answers = await Promise.all([batches.add({ queueId, pollId: oldPoll }), batches.add({ queueId, pollId: newPoll })]);
     expect(answers.map((events) => events!.filter((event) => event.type === 'heartbeat'))).toContainEqual([{ type: 'heartbeat', id: 0 }]);
     expect((await queueRow(ctx.db, queueId))!.next_event_id).toBe(1);

@@ -157,6 +157,26 @@ describe('PipelinedConnections', () => {
     expect(await backendPid(lanes)).not.toBe(first);
   });
 
+  it('a transaction that finds a named statement unprepared (26000: the one that sent its Parse failed first) is sent again once, on another connection, and commits', async () => {
+    const lanes = pipelined();
+    const named = { name: 'pipelined_test_shared', text: 'SELECT $1::int + 1 AS n' };
+    const pid = await backendPid(lanes);
+    // The first sends the statement's Parse after a failure: refused (25P02), never prepared. The
+    // second, in flight on the same connection, skips the Parse pg believes sent.
+    const first = lanes.transaction([
+      { text: 'SELECT 1 / 0', values: [] },
+      { ...named, values: [1] },
+    ]);
+    const second = lanes.transaction([
+      { ...named, values: [2] },
+      { text: 'SELECT pg_backend_pid() AS pid', values: [] },
+    ]);
+    await expect(first).rejects.toMatchObject({ code: '22012' });
+    const [rows, [backend]] = (await second) as [unknown[], { pid: number }[]];
+    expect(rows).toEqual([{ n: 3 }]);
+    expect(backend!.pid).not.toBe(pid);
+  });
+
   it('after end, statements fail as unavailable and the connections are closed', async () => {
     const lanes = pipelined({ connections: 2 });
     const pids = new Set(await Promise.all([backendPid(lanes), backendPid(lanes), backendPid(lanes)]));

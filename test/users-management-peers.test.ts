@@ -349,7 +349,7 @@ describe("the admin command line's user delete: the service's deactivation, then
       .values([{ realm_id: 1, user_id: ids.U, field_id: 1, value: 'Lead' }])
       .execute();
     const queues = await queuesOf(['V', 'U', 'B']);
-    expect(await deleteUser(ctx.db, ctx.config, '', 'u@example.com')).toEqual({ user_id: ids.U, is_deleted: true });
+    expect(await deleteUser(ctx.database, ctx.config, '', 'u@example.com')).toEqual({ user_id: ids.U, is_deleted: true });
     expect(await queueEvents(ctx.db, queues.V!)).toEqual([
       isActiveEvent(ids.B, false, 0),
       isActiveEvent(ids.H, false, 1),
@@ -383,7 +383,7 @@ describe("the admin command line's user delete: the service's deactivation, then
 
   it('a deactivated user: nothing is sent, the data still goes', async () => {
     const queueU = await createQueue(ctx.db, 'U');
-    expect(await deleteUser(ctx.db, ctx.config, '', 'd@example.com')).toEqual({ user_id: ids.D, is_deleted: true });
+    expect(await deleteUser(ctx.database, ctx.config, '', 'd@example.com')).toEqual({ user_id: ids.D, is_deleted: true });
     expect(await queueEvents(ctx.db, queueU)).toEqual([]);
     expect(await ctx.db.selectFrom('subscriptions').select('stream_id').where('user_id', '=', ids.D).execute()).toEqual([]);
     expect(await ctx.db.selectFrom('users').select(['is_deleted', 'full_name']).where('id', '=', ids.D).executeTakeFirstOrThrow()).toEqual({

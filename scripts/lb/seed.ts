@@ -18,7 +18,7 @@ export async function seedLoadUsers(
   for (const name of channels) await ops.createStream(db, { realm: '', name });
   const users: LoadUser[] = [];
   for (let index = 0; index < options.users; index++) {
-    const account = await ops.createUser(db, {
+    const account = await ops.createUser(handle, {
       realm: '',
       email: `user${index}@${options.emailDomain}`,
       fullName: `${options.fullName} ${index}`,

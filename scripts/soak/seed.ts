@@ -79,7 +79,7 @@ export async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; 
   const foreignChannel = (await ops.createStream(db, { realm: 'other', name: 'elsewhere' })).stream_id;
   const accounts: { realm: string; label: string; account: { user_id: number; email: string; api_key: string }; streams: string[] }[] = [];
   for (let i = 0; i < USER_COUNT; i++) {
-    const account = await ops.createUser(db, {
+    const account = await ops.createUser(handle, {
       realm: '',
       email: `user${i}@soak.example`,
       fullName: `Soak User ${i}`,
@@ -88,7 +88,7 @@ export async function seed(handle: DatabaseHandle): Promise<{ users: SimUser[]; 
     const streams = ['general', 'random', 'design', 'ops', 'old', ...(i % 2 === 0 ? ['secret'] : []), ...(i % 3 === 0 ? ['web'] : [])];
     accounts.push({ realm: '', label: `user${i}`, account, streams });
   }
-  const outsider = await ops.createUser(db, { realm: 'other', email: 'outsider@soak.example', fullName: 'Other Org User' });
+  const outsider = await ops.createUser(handle, { realm: 'other', email: 'outsider@soak.example', fullName: 'Other Org User' });
   accounts.push({ realm: 'other', label: 'outsider', account: outsider, streams: ['elsewhere'] });
   for (const { realm, account, streams } of accounts) {
     for (const stream of streams) await ops.subscribe(writes, { realm, email: account.email, stream });

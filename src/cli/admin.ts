@@ -84,12 +84,12 @@ const COMMANDS: Record<string, Command> = {
   'realm deactivate': (db, v) => ops.deactivateRealm(db, need(v, 'realm')),
   'realm list': (db) => ops.listRealms(db),
   'user list': (db, v) => ops.listUsers(db, need(v, 'realm')),
-  'user set-role': (db, v, config) =>
-    ops.setUserRole(db, config, { realm: need(v, 'realm'), email: need(v, 'email'), role: need(v, 'role') }),
-  'user reactivate': (db, v, config) => ops.reactivateUser(db, config, need(v, 'realm'), need(v, 'email')),
-  'user create': (db, v, config) =>
+  'user set-role': (_db, v, config, handle) =>
+    ops.setUserRole(handle, config, { realm: need(v, 'realm'), email: need(v, 'email'), role: need(v, 'role') }),
+  'user reactivate': (_db, v, config, handle) => ops.reactivateUser(handle, config, need(v, 'realm'), need(v, 'email')),
+  'user create': (_db, v, config, handle) =>
     ops.createUser(
-      db,
+      handle,
       {
         realm: need(v, 'realm'),
         email: need(v, 'email'),
@@ -102,8 +102,8 @@ const COMMANDS: Record<string, Command> = {
       },
       config,
     ),
-  'user deactivate': (db, v, config) => ops.deactivateUser(db, need(v, 'realm'), need(v, 'email'), config),
-  'user delete': (db, v, config) => ops.deleteUser(db, config, need(v, 'realm'), need(v, 'email')),
+  'user deactivate': (_db, v, config, handle) => ops.deactivateUser(handle, need(v, 'realm'), need(v, 'email'), config),
+  'user delete': (_db, v, config, handle) => ops.deleteUser(handle, config, need(v, 'realm'), need(v, 'email')),
   'bot create': (db, v, config) =>
     ops.createBot(db, config, {
       realm: need(v, 'realm'),

@@ -22,15 +22,17 @@ export async function createDemoOrganization(
   const { db } = handle;
   const existing = await db.selectFrom('realms').select('id').limit(1).executeTakeFirst();
   if (existing) return undefined;
-  const accounts = await db.transaction().execute(async (trx) => {
+  // One transaction of the write API: a failed first start leaves no half-made organization.
+  const accounts = await ops.inTransaction(handle, async (inside) => {
+    const trx = inside.db;
     await ops.createRealm(trx, { subdomain: '', name: 'Demo organization', description: 'A **demo** organization.' });
-    const owner = await ops.createUser(trx, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' }, config);
+    const owner = await ops.createUser(inside, { realm: '', email: 'owner@example.com', fullName: 'Olivia Owner', role: 'owner' }, config);
     const member = await ops.createUser(
-      trx,
+      inside,
       { realm: '', email: 'member@example.com', fullName: 'Max Member', timezone: 'Europe/Berlin' },
       config,
     );
-    const guest = await ops.createUser(trx, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' }, config);
+    const guest = await ops.createUser(inside, { realm: '', email: 'guest@example.com', fullName: 'Greta Guest', role: 'guest' }, config);
     const bot = await ops.createBot(trx, config, { realm: '', ownerEmail: owner.email, fullName: 'Demo Bot', shortName: 'demo' });
     await ops.createStream(trx, { realm: '', name: 'general', description: 'Everything else' });
     await ops.createStream(trx, { realm: '', name: 'random', description: 'Off topic' });

@@ -1,6 +1,7 @@
 import { type Insertable, sql } from 'kysely';
 import { type Config, loadConfig } from '../config.js';
-import type { Database } from '../db/database.js';
+import { type Database, type DatabaseHandle, kyselyIn } from '../db/database.js';
+import type { StatementRunner } from '../db/reusable-statement.js';
 import type { Users } from '../db/types.js';
 import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
 import { fakeEmailDomain } from '../lib/hosts.js';
@@ -37,14 +38,36 @@ type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEm
  */
 export type ManagementConfig = UserObjectConfig & Pick<Config, 'queueMaxPendingEvents'>;
 
-/** The service's context for a write by the operator (no acting user: a Kysely connection or transaction). */
-function managementContext(db: Database, config: ManagementConfig, realm: Awaited<ReturnType<typeof findRealm>>): ManagementContext {
-  return {
-    db,
-    realm: { id: realm.id, subdomain: realm.subdomain, canAccessAllUsersGroup: realm.can_access_all_users_group },
-    maxPendingEvents: config.queueMaxPendingEvents,
-    config,
-  };
+/**
+ * What an operation runs on: Kysely over the pool (reads, single statements) and the write API for
+ * its transactions; `tx`, when given, is a transaction of it already open, `db` bound to it (the
+ * demo organization's, a deletion's): the operation runs in it.
+ */
+export type Operator = Pick<DatabaseHandle, 'db' | 'transactions'> & { tx?: StatementRunner };
+
+/** Runs `work` in `operator.tx` when open, else in a transaction of its own (the operator's: no user's turn or lock). */
+export function inTransaction<T>(operator: Operator, work: (inside: Operator & { tx: StatementRunner }) => Promise<T>): Promise<T> {
+  const { tx } = operator;
+  if (tx) return work({ ...operator, tx });
+  return operator.transactions.interactive((open) => work({ ...operator, db: kyselyIn(open), tx: open }));
+}
+
+/** Runs a service write by the operator (no acting user), in a transaction (inTransaction). */
+function asOperator<T>(
+  operator: Operator,
+  config: ManagementConfig,
+  realm: Awaited<ReturnType<typeof findRealm>>,
+  write: (context: ManagementContext) => Promise<T>,
+): Promise<T> {
+  return inTransaction(operator, ({ db, tx }) =>
+    write({
+      db,
+      transactions: { open: tx },
+      realm: { id: realm.id, subdomain: realm.subdomain, canAccessAllUsersGroup: realm.can_access_all_users_group },
+      maxPendingEvents: config.queueMaxPendingEvents,
+      config,
+    }),
+  );
 }
 
 async function findRealm(db: Database, subdomain: string) {
@@ -168,11 +191,11 @@ const alreadyExists = (email: string) => new AdminError(`A user with email "${em
 
 /** Creates a user through the API's service (src/modules/user-management/users-management.service.ts): the same statement and realm_user/add events. */
 export async function createUser(
-  db: Database,
+  operator: Operator,
   options: NewUser,
   config: ManagementConfig = loadConfig(),
 ): Promise<{ user_id: number; email: string; api_key: string }> {
-  const realm = await findRealm(db, options.realm);
+  const realm = await findRealm(operator.db, options.realm);
   const email = requireText(options.email, '--email');
   if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AdminError(`Invalid email address "${email}"`);
   const role = ROLES[options.role ?? 'member'];
@@ -183,16 +206,18 @@ export async function createUser(
   checkTimezone(timezone);
   const fullName = requireText(options.fullName, '--full-name');
   try {
-    const created = await createUserWithEvents(managementContext(db, config, realm), {
-      email,
-      fullName,
-      role,
-      timezone,
-      emailAddressVisibility: visibility,
-      isImportedStub: options.importedStub ?? false,
-      canCreateUsers: options.canCreateUsers ?? false,
-      passwordTooWeak: false,
-    });
+    const created = await asOperator(operator, config, realm, (context) =>
+      createUserWithEvents(context, {
+        email,
+        fullName,
+        role,
+        timezone,
+        emailAddressVisibility: visibility,
+        isImportedStub: options.importedStub ?? false,
+        canCreateUsers: options.canCreateUsers ?? false,
+        passwordTooWeak: false,
+      }),
+    );
     return { user_id: created.userId, email, api_key: created.apiKey };
   } catch (error) {
     if (error instanceof ManagementRefusal && error.reason === REFUSALS.emailInUse) throw alreadyExists(email);
@@ -227,24 +252,31 @@ export async function createBot(
  * the last owner included; an already deactivated user stays so.
  */
 export async function deactivateUser(
-  db: Database,
+  operator: Operator,
   realmName: string,
   email: string,
   config: ManagementConfig = loadConfig(),
 ): Promise<{ user_id: number; is_active: false }> {
-  const realm = await findRealm(db, realmName);
-  const user = await findUser(db, realm.id, email);
-  await deactivateQuietly(managementContext(db, config, realm), user);
+  const realm = await findRealm(operator.db, realmName);
+  const user = await findUser(operator.db, realm.id, email);
+  await deactivateQuietly(operator, config, realm, user);
   return { user_id: user.id, is_active: false };
 }
 
 /** The service's deactivation by the operator: anyone, the last owner included; a deactivated user stays so, silently. */
-async function deactivateQuietly(context: ManagementContext, user: Awaited<ReturnType<typeof findUser>>): Promise<void> {
+async function deactivateQuietly(
+  operator: Operator,
+  config: ManagementConfig,
+  realm: Awaited<ReturnType<typeof findRealm>>,
+  user: Awaited<ReturnType<typeof findUser>>,
+): Promise<void> {
   try {
-    await deactivateUserWithEvents(
-      context,
-      { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids },
-      { self: false, keepLastOwner: false },
+    await asOperator(operator, config, realm, (context) =>
+      deactivateUserWithEvents(
+        context,
+        { id: user.id, botType: user.bot_type, activeBotIds: user.active_bot_ids },
+        { self: false, keepLastOwner: false },
+      ),
     );
   } catch (error) {
     if (!(error instanceof ManagementRefusal && error.reason === REFUSALS.deactivated)) throw error;
@@ -263,16 +295,17 @@ async function deactivateQuietly(context: ManagementContext, user: Awaited<Retur
  * no event about the scrubbed name or address, nor here.
  */
 export async function deleteUser(
-  db: Database,
+  operator: Operator,
   config: HostConfig & ManagementConfig,
   realm: string,
   email: string,
 ): Promise<{ user_id: number; is_deleted: true }> {
-  const found = await findRealm(db, realm);
-  const user = await findUser(db, found.id, email);
-  await db.transaction().execute(async (trx) => {
+  const found = await findRealm(operator.db, realm);
+  const user = await findUser(operator.db, found.id, email);
+  await inTransaction(operator, async (inside) => {
+    const trx = inside.db;
     // Not for a deactivated user: the statement's refusal would abort the transaction.
-    if (user.is_active) await deactivateQuietly(managementContext(trx, config, found), user);
+    if (user.is_active) await deactivateQuietly(inside, config, found, user);
     await trx.deleteFrom('custom_profile_field_values').where('user_id', '=', user.id).execute();
     await trx.deleteFrom('subscriptions').where('user_id', '=', user.id).execute();
     await trx
@@ -468,12 +501,13 @@ function adminErrorOf(error: unknown, operation: Parameters<typeof apiErrorOfRef
  * (users-update.service.ts), without the API's permission checks; like it, never the only owner's.
  */
 export async function setUserRole(
-  db: Database,
+  operator: Operator,
   config: ManagementConfig,
   options: { realm: string; email: string; role: string },
 ): Promise<{ user_id: number; role: string }> {
   const role = ROLES[options.role as keyof typeof ROLES];
   if (role === undefined) throw new AdminError(`Unknown role "${options.role}": use ${Object.keys(ROLES).join(', ')}`);
+  const { db } = operator;
   const realm = await findRealm(db, options.realm);
   const user = await findUser(db, realm.id, options.email);
   const target = (await findManagedUser(db, realm.id, user.id, role))!;
@@ -481,9 +515,10 @@ export async function setUserRole(
     if (target.role === ROLES.owner && isLastOwner(target)) {
       throw new AdminError('The owner permission cannot be removed from the only organization owner.');
     }
-    const context = managementContext(db, config, realm);
     try {
-      await updateUserWithEvents(context, UPDATE_USER, [target.id, null, role, '[]', []], roleChangeEvents(context.realm, target, role));
+      await asOperator(operator, config, realm, (context) =>
+        updateUserWithEvents(context, UPDATE_USER, [target.id, null, role, '[]', []], roleChangeEvents(context.realm, target, role)),
+      );
     } catch (error) {
       throw adminErrorOf(error, 'update');
     }
@@ -496,16 +531,18 @@ export async function setUserRole(
  * bot keeping its owner; an active user stays so, with nothing sent.
  */
 export async function reactivateUser(
-  db: Database,
+  operator: Operator,
   config: ManagementConfig,
   realmName: string,
   email: string,
 ): Promise<{ user_id: number; is_active: true }> {
-  const realm = await findRealm(db, realmName);
-  const user = await findUser(db, realm.id, email);
+  const realm = await findRealm(operator.db, realmName);
+  const user = await findUser(operator.db, realm.id, email);
   if (!user.is_active) {
     try {
-      await reactivateUserWithEvents(managementContext(db, config, realm), { id: user.id, botType: user.bot_type }, null);
+      await asOperator(operator, config, realm, (context) =>
+        reactivateUserWithEvents(context, { id: user.id, botType: user.bot_type }, null),
+      );
     } catch (error) {
       throw adminErrorOf(error, 'delete-other');
     }

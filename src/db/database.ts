@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import { closesConnection, connectOrUnavailable, DatabaseUnavailable, statementFailure } from './errors.js';
 import type { DatabaseObserver } from './observer.js';
 import { PipelinedConnections } from './pipelined-connections.js';
+import type { StatementRunner } from './reusable-statement.js';
 import { decodeLargeAnswersInSlices } from './socket-reads.js';
 import { UserTransactions } from './user-transactions.js';
 import type { DB } from './types.js';
@@ -15,17 +16,13 @@ export type Database = Kysely<DB>;
 export type Pool = pg.Pool;
 
 export interface DatabaseHandle {
-  /** Kysely over the pool: transactions and every statement that is not a short single one. */
+  /** Kysely over the pool: every read and single statement that is not a short one. */
   db: Database;
   /** The pipelined connections of short single statements: authentication with its rate-limit upsert, one user by id, cancels (pipelined-connections.ts). */
   shortStatements: PipelinedConnections;
-  /** The pipelined connections of small write transactions (user-transactions.ts). */
-  writes: PipelinedConnections;
-  /** The transactions of users' writes, one round trip each (user-transactions.ts). */
+  /** The write API: every transaction, on the pipelined write connections or the pool's (user-transactions.ts). */
   transactions: UserTransactions;
   pool: Pool;
-  /** What the layer reports as it works (src/db/observer.ts); filled by buildApp when the metrics are on. */
-  observer: DatabaseObserver;
   close(): Promise<void>;
 }
 
@@ -114,6 +111,23 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observe
   };
 }
 
+/**
+ * Kysely's builder over an open transaction of the write API (`tx` of UserTransactions.interactive):
+ * every statement it runs goes through `tx`, on that transaction's connection (the admin command
+ * line's operations, whose reads and writes must see each other before the one COMMIT).
+ */
+export function kyselyIn(tx: StatementRunner): Database {
+  // No cursor can come (no `cursor` class given), as in typedPool; `tx` tells rows, not counts.
+  function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
+  function query(cursor: never): never;
+  async function query(text: string, values: ReadonlyArray<unknown> = []): Promise<unknown> {
+    const rows = await tx.run({ text }, values);
+    return { rows, command: 'SELECT', rowCount: rows.length };
+  }
+  const client: PostgresPoolClient = { query, release: () => undefined };
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: { connect: async () => client, end: async () => undefined } }) });
+}
+
 export function createDatabase(connectionString: string, options: DatabaseOptions = {}): DatabaseHandle {
   const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
   const statementTimeoutMs = options.statementTimeoutMs ?? 0;
@@ -180,10 +194,8 @@ export function createDatabase(connectionString: string, options: DatabaseOption
   return {
     db,
     shortStatements,
-    writes,
     transactions,
     pool,
-    observer,
     close: async () => {
       await shortStatements.end();
       await writes.end();

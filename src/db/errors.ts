@@ -34,8 +34,8 @@ const READ_ONLY = '25006';
  * SQLSTATE invalid_sql_statement_name: a named statement the session does not have. On a pipelined
  * connection pg skips the Parse of a statement another query in flight has already sent; when that
  * query fails (a terminated backend, an aborted transaction) the second one finds no statement.
- * Nothing of its transaction ran, and its connection is replaced (pipelined-connections.ts): a 503,
- * not a 500.
+ * Nothing of its transaction was kept and its connection is replaced; a transaction is sent once
+ * more on another (pipelined-connections.ts), so this answers 503, not 500, only when that fails too.
  */
 const STATEMENT_NOT_PREPARED = '26000';
 

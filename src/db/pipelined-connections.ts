@@ -4,7 +4,7 @@ import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, Database
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { DatabaseObserver } from './observer.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
-import { sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
+import { sendTransaction, type TransactionProgress, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: the authentication
@@ -65,7 +65,8 @@ interface Lane {
  * named statements out of step with the session (a statement issued without its Parse while its
  * first Parse, still in flight, was about to fail: a 26000 once). A new connection prepares afresh.
  */
-const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', '26000', '42P05']);
+const STATEMENT_NOT_PREPARED = '26000';
+const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', STATEMENT_NOT_PREPARED, '42P05']);
 
 /**
  * Whether the connection must not serve again after `error`: its prepared statements are stale,
@@ -115,6 +116,19 @@ export class PipelinedConnections implements StatementRunner {
    * whether the transaction rolled back on a connection that serves on.
    */
   async transaction(statements: readonly TransactionStatement[], progress = transactionProgress()): Promise<unknown[][]> {
+    try {
+      return await this.transactionOnce(statements, progress);
+    } catch (error) {
+      // A named statement pg believed prepared on that connection (26000: the query in flight that
+      // sent its Parse failed first): nothing of this one was kept, and that connection is retired.
+      // Once more, on another: its client never sees a failure that was not its own.
+      if ((error as { code?: string }).code !== STATEMENT_NOT_PREPARED) throw error;
+      Object.assign(progress, transactionProgress());
+      return this.transactionOnce(statements, progress);
+    }
+  }
+
+  private async transactionOnce(statements: readonly TransactionStatement[], progress: TransactionProgress): Promise<unknown[][]> {
     if (this.closed) throw closedError();
     const lane = this.leastBusyLane();
     if (!lane.connected) {

@@ -1,5 +1,13 @@
 import { createHash } from 'node:crypto';
-import { type Compilable, DummyDriver, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler } from 'kysely';
+import {
+  type Compilable,
+  DummyDriver,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  type RawBuilder,
+} from 'kysely';
 import type { DB } from './types.js';
 
 /** A statement's text and, when it is prepared, its name (one per text, for the whole process). */
@@ -176,5 +184,11 @@ function shareParameters(
  */
 export function queryStatement<Row>(build: (db: Kysely<DB>) => Compilable<Row>): BoundStatement<Row> {
   const { sql, parameters } = build(compiler).compile();
+  return { text: sql, values: parameters };
+}
+
+/** Hand-written SQL (Kysely's `sql` template, where the builder cannot say it) as a transaction's statement, unnamed. */
+export function sqlStatement<Row>(query: RawBuilder<Row>): BoundStatement<Row> {
+  const { sql, parameters } = query.compile(compiler);
   return { text: sql, values: parameters };
 }

@@ -137,7 +137,8 @@ export class UserTransactions {
   private readonly realms = new KeyedQueue<number>();
   private readonly groups: CommitGroups;
 
-  constructor(private readonly options: UserTransactionOptions) {
+  /** Its pool and write connections (the metrics read their counts, and the observer of the writes). */
+  constructor(readonly options: UserTransactionOptions) {
     this.groups = new CommitGroups(options.writes, MAX_GROUP_STATEMENTS);
   }
 
@@ -186,53 +187,59 @@ export class UserTransactions {
    * Runs `work` in a transaction of the user's on a pooled connection of its own, where, unlike
    * run(), `work` may await a statement's rows before it issues the next: for writes whose
    * statements depend on what an earlier one read (subscribing other users: the channels, the
-   * users and the recipients of the events are read under the locks, then written). BEGIN and the
-   * user's lock (waited for) leave with the work's first statement, then the work's other
-   * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all back. It
-   * waits in the user's queue with the user's other transactions of this process, as run() does, and its
-   * statements are cancelled (pg_cancel_backend) if its client goes away. Every statement counts
-   * in `onStatement`, BEGIN and COMMIT included. `realm`: the organization's queue, when `work`
-   * takes its membership lock.
+   * users and the recipients of the events are read under the locks, then written). It waits in
+   * the user's queue with the user's other transactions of this process, as run() does, then runs as
+   * interactive() with the user's lock (waited for) as its opening. `realm`: the organization's
+   * queue, when `work` takes its membership lock.
    */
   runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmQueue): Promise<T> {
-    return this.inQueues(userId, realm, async () => {
-      if (departure?.gone) throw new ClientGone();
-      const { failedClients, onStatement } = this.options;
-      const client = await connectOrUnavailable(this.options.pool);
-      let cancelled = false;
-      const stopListening = departure?.onGone(() => {
-        cancelled = true;
-        const pid = (client as { processID?: number }).processID;
-        if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
-      });
-      const query = async <R>(statement: Statement, values: readonly unknown[]): Promise<R[]> => {
-        try {
-          const result = await client.query<R & pg.QueryResultRow>({ ...statement, values: values as unknown[] });
-          return result.rows;
-        } catch (error) {
-          // Its session ended, or its server turned read-only: closed below, not used again.
-          if (closesConnection(error)) failedClients.add(client);
-          throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
-        } finally {
-          onStatement?.(statement.text);
-        }
-      };
+    return this.inQueues(userId, realm, () => this.interactive(work, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], departure));
+  }
+
+  /**
+   * Runs `work` in a transaction on a pooled connection of its own, no user's queue waited in (the
+   * operator's writes of the admin command line; runInteractive adds a user's): BEGIN and
+   * `opening` (its locks) leave with the work's first statement, then the work's other
+   * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all
+   * back. Its statements are cancelled (pg_cancel_backend) if its client goes away. Every
+   * statement counts in `onStatement`, BEGIN and COMMIT included.
+   */
+  async interactive<T>(
+    work: (tx: StatementRunner) => Promise<T>,
+    opening: readonly TransactionStatement[] = [],
+    departure?: Departure,
+  ): Promise<T> {
+    if (departure?.gone) throw new ClientGone();
+    const { failedClients, onStatement } = this.options;
+    const own = await this.ownConnection(departure);
+    const { client } = own;
+    const query = async <R>(statement: Statement, values: readonly unknown[]): Promise<R[]> => {
       try {
-        return await interactiveTransaction(query, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], work);
+        const result = await client.query<R & pg.QueryResultRow>({ ...statement, values: values as unknown[] });
+        return result.rows;
       } catch (error) {
-        // Rolled back unless its connection is going (a ROLLBACK after a failed COMMIT only warns).
-        if (!cancelled && !failedClients.has(client))
-          await client.query('ROLLBACK').then(
-            () => undefined,
-            () => (cancelled = true),
-          );
-        throw error;
+        // Its session ended, or its server turned read-only: closed below, not used again.
+        if (closesConnection(error)) failedClients.add(client);
+        throw statementFailure(error, failedClients.has(client), this.options.writes.observer);
       } finally {
-        stopListening?.();
-        // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
-        client.release(cancelled || failedClients.has(client) ? true : undefined);
+        onStatement?.(statement.text);
       }
-    });
+    };
+    try {
+      return await interactiveTransaction(query, opening, work);
+    } catch (error) {
+      // Rolled back unless its connection is going (a ROLLBACK after a failed COMMIT only warns).
+      if (!own.cancelled && !failedClients.has(client))
+        await client.query('ROLLBACK').then(
+          () => undefined,
+          () => (own.cancelled = true),
+        );
+      throw error;
+    } finally {
+      own.stopListening?.();
+      // A cancelled or broken connection is closed (a cancel request may still be on its way to it).
+      client.release(own.cancelled || failedClients.has(client) ? true : undefined);
+    }
   }
 
   /** In a commit group; when the user's lock is held elsewhere, again on a connection of its own, where it waits for it. */
@@ -248,16 +255,15 @@ export class UserTransactions {
     }
   }
 
-  private async onOwnConnection(statements: readonly TransactionStatement[], departure: Departure | undefined): Promise<unknown[][]> {
+  /**
+   * Sends `statements` as one transaction in one burst (pipelined-transaction.ts) on a pooled
+   * connection of its own, where it may wait for locks; resolves to each statement's rows. No
+   * user's queue or lock: run() adds them; the long polls' heartbeats come here as they are.
+   */
+  async onOwnConnection(statements: readonly TransactionStatement[], departure?: Departure): Promise<unknown[][]> {
     const { failedClients, onStatement } = this.options;
-    const client = await connectOrUnavailable(this.options.pool);
-    let cancelled = false;
-    const cancel = () => {
-      cancelled = true;
-      const pid = (client as { processID?: number }).processID;
-      if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
-    };
-    const stopListening = departure?.onGone(cancel);
+    const own = await this.ownConnection(departure);
+    const { client } = own;
     const progress = transactionProgress();
     try {
       return await sendTransaction(client, statements, progress, onStatement);
@@ -268,11 +274,23 @@ export class UserTransactions {
       if (commitMayHaveHappened(failure, progress.completed, statements.length)) throw new CommitOutcomeUnknown(failure);
       throw failure;
     } finally {
-      stopListening?.();
+      own.stopListening?.();
       // A cancelled or broken connection is closed (a cancel request may still be on its way to
       // it), and so is one whose prepared statements pg no longer knows (a value it could not
       // send); after any other failure the transaction has rolled back and the connection serves again.
-      client.release(cancelled || progress.unsendable || failedClients.has(client) ? true : undefined);
+      client.release(own.cancelled || progress.unsendable || failedClients.has(client) ? true : undefined);
     }
+  }
+
+  /** A pooled connection of its own; what it runs is cancelled (through another connection) if the client goes away. */
+  private async ownConnection(departure: Departure | undefined) {
+    const client = await connectOrUnavailable(this.options.pool);
+    const own = { client, cancelled: false, stopListening: undefined as (() => void) | undefined };
+    own.stopListening = departure?.onGone(() => {
+      own.cancelled = true;
+      const pid = (client as { processID?: number }).processID;
+      if (pid) this.options.cancelVia.run({ text: 'SELECT pg_cancel_backend($1)' }, [pid]).catch(() => undefined);
+    });
+    return own;
   }
 }

@@ -16,7 +16,7 @@ import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEve
  */
 export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transactions, config }) => {
   const { metrics } = app;
-  const polling = new LongPolling({ db, config, log: app.log, metrics });
+  const polling = new LongPolling({ db, transactions, config, log: app.log, metrics });
   const { wakeups, gathering } = polling;
 
   app.addHook('onReady', () => polling.start());

@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { BaseLogger } from 'pino';
 import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import { EventListener } from '../../db/event-listener.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { QueueWakeups } from './event-wakeups.js';
@@ -17,6 +18,8 @@ const POLL_GATHER_MS = 50;
 
 export interface LongPollingOptions {
   db: Database;
+  /** The heartbeats' transactions. */
+  transactions: UserTransactions;
   config: Config;
   log: Pick<BaseLogger, 'warn'>;
   metrics: Metrics | undefined;
@@ -37,10 +40,10 @@ export class LongPolling {
   private readonly listener: EventListener;
   private readonly metrics: Metrics | undefined;
 
-  constructor({ db, config, log, metrics }: LongPollingOptions) {
+  constructor({ db, transactions, config, log, metrics }: LongPollingOptions) {
     const { wakeups } = this;
     this.metrics = metrics;
-    const heartbeats = new HeartbeatBatches(db, HEARTBEAT_TICK_MS);
+    const heartbeats = new HeartbeatBatches(transactions, HEARTBEAT_TICK_MS);
     // The heartbeats falling due in one tick go as one statement, sent at once.
     const wheel = new HeartbeatWheel(HEARTBEAT_TICK_MS, () => heartbeats.flush());
     const leftPolls = new LeftPollBatches(db, HEARTBEAT_TICK_MS);

@@ -1,5 +1,7 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
+import { sqlStatement } from '../../db/reusable-statement.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from './event-polls.repository.js';
 import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
@@ -121,20 +123,21 @@ export interface HeartbeatRequest {
 /**
  * A heartbeat is the end of a poll: the heartbeat appended (with the queue's next id, whatever its
  * event_types) only if the poll still holds its queue, the queue released and its idle clock
- * restarted, and every pending event answered. For many polls, one transaction of two statements:
- * the first locks and writes the queues; the second, with a snapshot taken after those locks,
- * reads their events (so it sees every event committed before the heartbeat's id was taken, and
- * the heartbeat). The answer, by poll id: the events; null when the queue no longer exists;
- * absent when its row was held by another transaction and skipped (`skipLocked`: the caller sends
- * that one again alone, without it).
+ * restarted, and every pending event answered. For many polls, one transaction of two statements
+ * sent in one burst on a pooled connection (where it may wait for rows): the first locks and
+ * writes the queues; the second, with a snapshot taken after those locks, reads the events of
+ * every queue asked about (so it sees every event committed before the heartbeat's id was taken,
+ * and the heartbeat), kept for the queues the first one ended. The answer, by poll id: the events;
+ * null when the queue no longer exists; absent when its row was held by another transaction and
+ * skipped (`skipLocked`: the caller sends that one again alone, without it).
  */
 export async function answerHeartbeats(
-  db: Database,
+  transactions: UserTransactions,
   polls: readonly HeartbeatRequest[],
   skipLocked: boolean,
 ): Promise<Map<string, ApiEvent[] | null>> {
-  return db.transaction().execute(async (trx) => {
-    const { rows: ended } = await sql<{ queue_id: string; poll_id: string }>`
+  const [ended, read] = (await transactions.onOwnConnection([
+    sqlStatement(sql`
       WITH ${lockedPollEnds(polls, skipLocked)}, finished AS (
         UPDATE event_queues eq SET
           next_event_id = CASE WHEN q.holds THEN eq.next_event_id + 1 ELSE eq.next_event_id END,
@@ -147,18 +150,17 @@ export async function answerHeartbeats(
         SELECT id, next_event_id, realm_id, ${JSON.stringify({ type: 'heartbeat' })}::json FROM q WHERE holds
       )
       SELECT id::text AS queue_id, ended_poll::text AS poll_id FROM q
-    `.execute(trx);
-    const answers = goneUnlessSkipped<ApiEvent[]>(polls, ended, skipLocked);
-    if (ended.length === 0) return answers;
-    const { rows } = await sql<{ queue_id: string; events: StoredEvent[] }>`
+    `),
+    sqlStatement(sql`
       SELECT e.queue_id::text AS queue_id, json_agg(json_build_object('id', e.id, 'event', e.payload) ORDER BY e.id) AS events
-      FROM events e WHERE e.queue_id = ANY(${ended.map((row) => row.queue_id)}::uuid[])
+      FROM events e WHERE e.queue_id = ANY(${polls.map((poll) => poll.queueId)}::uuid[])
       GROUP BY e.queue_id
-    `.execute(trx);
-    const eventsOf = new Map(rows.map((row) => [row.queue_id, row.events]));
-    for (const row of ended) answers.set(row.poll_id, withIds(eventsOf.get(row.queue_id) ?? []));
-    return answers;
-  });
+    `),
+  ])) as [{ queue_id: string; poll_id: string }[], { queue_id: string; events: StoredEvent[] }[]];
+  const answers = goneUnlessSkipped<ApiEvent[]>(polls, ended, skipLocked);
+  const eventsOf = new Map(read.map((row) => [row.queue_id, row.events]));
+  for (const row of ended) answers.set(row.poll_id, withIds(eventsOf.get(row.queue_id) ?? []));
+  return answers;
 }
 
 /**

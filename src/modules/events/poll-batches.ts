@@ -1,4 +1,5 @@
 import type { Database } from '../../db/database.js';
+import type { UserTransactions } from '../../db/user-transactions.js';
 import { Batcher } from '../../lib/batcher.js';
 import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
@@ -72,7 +73,7 @@ export class PollGathering extends Batcher<undefined, void> {
 }
 
 /** A statement that ends many polls: by poll id, its result, or null when its queue is gone; absent when its row was skipped. */
-type EndPolls<R> = (db: Database, polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
+type EndPolls<R> = (polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
 
 /**
  * Ends of polls due within `tickMs` of each other go as one statement (`endPolls`), one poll per
@@ -82,14 +83,14 @@ type EndPolls<R> = (db: Database, polls: readonly HeartbeatRequest[], skipLocked
  * waiting for it. A poll's end: the statement's result; null when its queue is gone.
  */
 class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
-  constructor(db: Database, tickMs: number, endPolls: EndPolls<R>) {
-    const alone = async (poll: HeartbeatRequest) => (await endPolls(db, [poll], false)).get(poll.pollId) ?? null;
+  constructor(tickMs: number, endPolls: EndPolls<R>) {
+    const alone = async (poll: HeartbeatRequest) => (await endPolls([poll], false)).get(poll.pollId) ?? null;
     super({
       delayMs: tickMs,
       max: MAX_BATCH,
       key: (poll) => poll.queueId,
       send: async (polls) => {
-        const results = await endPolls(db, polls, true);
+        const results = await endPolls(polls, true);
         return polls.map((poll) => {
           const result = results.get(poll.pollId);
           return result === undefined ? alone(poll) : result;
@@ -107,8 +108,8 @@ class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
  * pending events, the heartbeat last; null when its queue is gone.
  */
 export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
-  constructor(db: Database, tickMs: number) {
-    super(db, tickMs, answerHeartbeats);
+  constructor(transactions: UserTransactions, tickMs: number) {
+    super(tickMs, (polls, skipLocked) => answerHeartbeats(transactions, polls, skipLocked));
   }
 }
 
@@ -121,7 +122,7 @@ export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
  */
 export class LeftPollBatches extends PollEndBatches<true> {
   constructor(db: Database, tickMs: number) {
-    super(db, tickMs, endLeftPolls);
+    super(tickMs, (polls, skipLocked) => endLeftPolls(db, polls, skipLocked));
   }
 }
 

@@ -21,15 +21,7 @@ import {
   type UserObjectConfig,
   type UserRecord,
 } from '../users/users.serializers.js';
-import {
-  CREATE_USER,
-  DEACTIVATE_USER,
-  DELETED_BOT_NAME,
-  DELETED_USER_NAME,
-  kyselyRunner,
-  REACTIVATE_USER,
-  REFUSALS,
-} from './users.writes.js';
+import { CREATE_USER, DEACTIVATE_USER, DELETED_BOT_NAME, DELETED_USER_NAME, REACTIVATE_USER, REFUSALS } from './users.writes.js';
 import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
 /**
@@ -48,10 +40,14 @@ export interface ManagedRealm {
 }
 
 export interface ManagementContext {
-  /** Reads before the write; the write too when `transactions` is absent (the admin command line, maybe a transaction). */
+  /** Reads before the write (in `open`, when that is where the write runs). */
   db: Database;
-  /** The server's way: the acting user's transactions (src/db/user-transactions.ts). */
-  transactions?: { run: UserTransactions; actingUserId: number; departure?: Departure };
+  /**
+   * Where the write runs: the acting user's transactions (the server's way: their turn and lock,
+   * src/db/user-transactions.ts), or `open`, a transaction of the same API its caller holds (the
+   * admin command line's, src/cli/operations.ts).
+   */
+  transactions: { run: UserTransactions; actingUserId: number; departure?: Departure } | { open: StatementRunner };
   realm: ManagedRealm;
   maxPendingEvents: number;
   config: UserObjectConfig;
@@ -86,7 +82,7 @@ const queueOf = (context: ManagementContext): RealmQueue => ({ realmId: context.
 async function runManagementWrite(context: ManagementContext, statement: Statement, values: readonly unknown[]): Promise<void> {
   const { transactions } = context;
   try {
-    if (transactions) {
+    if ('run' in transactions) {
       await transactions.run.run(
         transactions.actingUserId,
         [bindStatement(REALM_MEMBERSHIP_LOCK, lockOf(context)), bindStatement(statement, values)],
@@ -96,7 +92,8 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
       );
       return;
     }
-    await runInTransaction(context.db, (tx) => tx.run(REALM_MEMBERSHIP_LOCK, lockOf(context)).then(() => tx.run(statement, values)));
+    await transactions.open.run(REALM_MEMBERSHIP_LOCK, lockOf(context));
+    await transactions.open.run(statement, values);
   } catch (error) {
     throw refusalOf(error);
   }
@@ -114,19 +111,12 @@ async function runManagementInteractive(context: ManagementContext, work: (tx: S
     await work(tx);
   };
   try {
-    if (transactions) await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure, queueOf(context));
-    else await runInTransaction(context.db, locked);
+    if ('run' in transactions)
+      await transactions.run.runInteractive(transactions.actingUserId, locked, transactions.departure, queueOf(context));
+    else await locked(transactions.open);
   } catch (error) {
     throw refusalOf(error);
   }
-}
-
-/** The admin command line's way: a Kysely transaction (or the one it is already in). */
-async function runInTransaction(db: Database, work: (tx: StatementRunner) => Promise<unknown>): Promise<void> {
-  const run = async (trx: Database) => {
-    await work(kyselyRunner(trx));
-  };
-  await (db.isTransaction ? run(db) : db.transaction().execute(run));
 }
 
 const commonValues = (context: ManagementContext, events: readonly AudienceEvent[], excluded: readonly number[]) => [

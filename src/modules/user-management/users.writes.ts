@@ -1,6 +1,4 @@
-import { CompiledQuery } from 'kysely';
-import type { Database } from '../../db/database.js';
-import { preparedStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
+import { preparedStatement } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { realmEventAppend } from '../event-log/audiences.js';
 import { GRAVATAR_SOURCE } from '../users/users.serializers.js';
@@ -132,9 +130,3 @@ export const UPDATE_USER = preparedStatement(`WITH guard AS (
     RETURNING field_id
   ),${common('(SELECT refused FROM guard) IS NULL')}
   SELECT (SELECT refused FROM guard) AS refused`);
-
-/** Runs statements on a Kysely connection or transaction (the admin command line's way in). */
-export const kyselyRunner = (db: Database): StatementRunner => ({
-  run: async <R>(statement: Statement, values: readonly unknown[]) =>
-    (await db.executeQuery<R>(CompiledQuery.raw(statement.text, [...values]))).rows,
-});
