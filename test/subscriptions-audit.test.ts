@@ -136,3 +136,70 @@ describe('deactivating and reactivating a user', () => {
     expect(await auditRows()).toEqual([]);
   });
 });
+
+describe('the rows of a settings change', () => {
+  /** U subscribed to `count` new channels of organization 1, pin_to_top false; their ids. */
+  async function channelsOfU(count: number): Promise<number[]> {
+    const streams = await ctx.db
+      .insertInto('streams')
+      .values(Array.from({ length: count }, (_, index) => ({ realm_id: ids.R, name: `Many ${index}` })))
+      .returning('id')
+      .execute();
+    await ctx.db
+      .insertInto('subscriptions')
+      .values(streams.map((stream) => ({ realm_id: ids.R, user_id: U, stream_id: stream.id, color: '#c2c2c2' })))
+      .execute();
+    return streams.map((stream) => stream.id);
+  }
+
+  const pinAll = (streamIds: number[]) =>
+    api(ctx.app, {
+      method: 'POST',
+      url: '/api/v1/users/me/subscriptions/properties',
+      as: 'U',
+      // Each channel twice: its (channel, setting) pair's row holds the value it ends with.
+      form: {
+        subscription_data: JSON.stringify(
+          [false, true].flatMap((value) => streamIds.map((streamId) => ({ stream_id: streamId, property: 'pin_to_top', value }))),
+        ),
+      },
+    });
+  const settingRow = (streamId: number | null, property: string | null, oldValue: unknown, newValue: unknown) => ({
+    realm_id: ids.R,
+    event_type: 304,
+    acting_user_id: U,
+    modified_user_id: U,
+    stream_id: streamId,
+    property,
+    old_value: oldValue,
+    new_value: newValue,
+  });
+
+  it('are one per (channel, setting) up to 100 pairs', async () => {
+    const streamIds = await channelsOfU(100);
+    const res = await pinAll(streamIds);
+    expect(res.body).toBe('{"result":"success","msg":""}');
+    expect(await auditRows()).toEqual(streamIds.map((streamId) => settingRow(streamId, 'pin_to_top', false, true)));
+  });
+
+  it('beyond 100 pairs, one row holds them all, stored and final values in request order; the answer and the settings are the same', async () => {
+    const streamIds = await channelsOfU(101);
+    const res = await pinAll(streamIds);
+    expect(res.body).toBe('{"result":"success","msg":""}');
+    expect(await auditRows()).toEqual([
+      settingRow(
+        null,
+        null,
+        streamIds.map((streamId) => [streamId, 'pin_to_top', false]),
+        streamIds.map((streamId) => [streamId, 'pin_to_top', true]),
+      ),
+    ]);
+    const pinned = await ctx.db
+      .selectFrom('subscriptions')
+      .select('pin_to_top')
+      .where('user_id', '=', U)
+      .where('stream_id', 'in', streamIds)
+      .execute();
+    expect(pinned.map((row) => row.pin_to_top)).toEqual(streamIds.map(() => true));
+  });
+});

@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/subscriptions.repository.ts.
--- Prepared as s_497d0fc3599cee54a3419f17585887db, a hash of its exact text; this one differs from it only in
+-- Prepared as s_c4a0206647c0296830295617980cf6cd, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
@@ -134,8 +134,23 @@ with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
     clock_timestamp() as "created_at"
   from "setting_change" as "e"
   inner join "channel" as "c" on "c"."id" = "e"."stream_id"
-  where $9::boolean
+  where $9::boolean and (SELECT count(*) FROM setting_change) <= 100
   order by "e"."ord"
+),
+  "audited_together" as (
+  insert into "subscription_audit_log" ("realm_id", "acting_user_id", "modified_user_id", "stream_id", "property", "old_value", "new_value", "created_at")
+  select $4::integer as "realm_id",
+    $2::integer as "user_id",
+    $2::integer as "modified_user_id",
+    NULL::integer as "stream_id",
+    NULL::text as "property",
+    jsonb_agg(jsonb_build_array(e.stream_id, e.property, (c.settings -> e.property)::jsonb) ORDER BY e.ord) as "old_value",
+    jsonb_agg(jsonb_build_array(e.stream_id, e.property, e.value) ORDER BY e.ord) as "new_value",
+    clock_timestamp() as "created_at"
+  from "setting_change" as "e"
+  inner join "channel" as "c" on "c"."id" = "e"."stream_id"
+  where $9::boolean
+  having count(*) > 100
 )
 select (
   select refuse_write(CASE WHEN invalid_channel THEN 'invalid channel' ELSE 'not subscribed' END, ord || ':' || stream_id) as "refused"

@@ -123,7 +123,7 @@ export interface SubscriptionAuditLog {
   old_value: Json | null;
   property: string | null;
   realm_id: number;
-  stream_id: number;
+  stream_id: number | null;
 }
 
 export interface Subscriptions {

@@ -27,6 +27,31 @@ export interface SettingWriteArgs extends EventAppendArgs {
   write: boolean;
 }
 
+/** Audit rows of one settings request at most: beyond, one row for all its pairs. */
+const MAX_AUDIT_ROWS = 100;
+
+const AUDIT_COLUMNS = [
+  'realm_id',
+  'acting_user_id',
+  'modified_user_id',
+  'stream_id',
+  'property',
+  'old_value',
+  'new_value',
+  'created_at',
+] as const;
+
+/** Who made an audited settings change: a user changes only their own subscriptions' settings. */
+const auditedBy = (args: SettingWriteArgs) => [
+  sql<number>`${args.realmId}::integer`.as('realm_id'),
+  sql<number>`${args.userId}::integer`.as('user_id'),
+  sql<number>`${args.userId}::integer`.as('modified_user_id'),
+];
+
+// Not now(): that is when the transaction began, which in a commit group (src/db/commit-groups.ts)
+// can be before this user's lock was granted.
+const AUDITED_AT = sql<Date>`clock_timestamp()`.as('created_at');
+
 /** How the settings statement refuses (refuse_write's reason; its detail is "<index>:<stream id>"). */
 export const INVALID_CHANNEL = 'invalid channel';
 export const NOT_SUBSCRIBED = 'not subscribed';
@@ -37,8 +62,10 @@ export const NOT_SUBSCRIBED = 'not subscribed';
  * transaction. A change that fails makes the statement raise (refuse_write, migration 0006) with
  * the lowest failing index, so nothing is written and the transaction rolls back. One audit row per
  * (channel, setting) the request sets, stored value → final value, in the order of their first
- * change: a request of 10,000 changes to a few settings writes a few rows, so the rows one account
- * adds a minute are bounded by its settings, not by the size of its requests.
+ * change; a request setting more than MAX_AUDIT_ROWS pairs (a user of thousands of channels
+ * flipping them all) writes one row holding them all instead. So one request writes at most
+ * MAX_AUDIT_ROWS rows, one account at most that many times its rate limit a minute
+ * (docs/limits.md); the audit log is not part of the API, no answer changes.
  */
 export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refused: boolean | null }>(
   [...EVENT_APPEND_ARGUMENTS, 'isGuest', 'entries', 'updates', 'streamIds', 'write'],
@@ -125,26 +152,45 @@ export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refu
           db
             .insertInto('subscription_audit_log')
             // event_type: its default, 304 (SUBSCRIPTION_PROPERTY_CHANGED; migration 0009).
-            .columns(['realm_id', 'acting_user_id', 'modified_user_id', 'stream_id', 'property', 'old_value', 'new_value', 'created_at'])
+            .columns(AUDIT_COLUMNS)
             .expression((eb) =>
               eb
                 .selectFrom('setting_change as e')
                 .innerJoin('channel as c', 'c.id', 'e.stream_id')
                 .select([
-                  sql<number>`${args.realmId}::integer`.as('realm_id'),
-                  sql<number>`${args.userId}::integer`.as('user_id'),
-                  // A user changes only their own subscriptions' settings.
-                  sql<number>`${args.userId}::integer`.as('modified_user_id'),
+                  ...auditedBy(args),
                   'e.stream_id',
                   'e.property',
                   sql<unknown>`(c.settings -> e.property)::jsonb`.as('old_value'),
                   'e.value',
-                  // Not now(): that is when the transaction began, which in a commit group
-                  // (src/db/commit-groups.ts) can be before this user's lock was granted.
-                  sql<Date>`clock_timestamp()`.as('created_at'),
+                  AUDITED_AT,
                 ])
                 .where(write)
+                .where(sql<boolean>`(SELECT count(*) FROM setting_change) <= ${sql.lit(MAX_AUDIT_ROWS)}`)
                 .orderBy('e.ord'),
+            ),
+        )
+        // More pairs: one row (no channel, no property) with [stream_id, property, value] of each, old and final.
+        .with('audited_together', (db) =>
+          db
+            .insertInto('subscription_audit_log')
+            .columns(AUDIT_COLUMNS)
+            .expression((eb) =>
+              eb
+                .selectFrom('setting_change as e')
+                .innerJoin('channel as c', 'c.id', 'e.stream_id')
+                .select([
+                  ...auditedBy(args),
+                  sql<null>`NULL::integer`.as('stream_id'),
+                  sql<null>`NULL::text`.as('property'),
+                  sql<unknown>`jsonb_agg(jsonb_build_array(e.stream_id, e.property, (c.settings -> e.property)::jsonb) ORDER BY e.ord)`.as(
+                    'old_value',
+                  ),
+                  sql<unknown>`jsonb_agg(jsonb_build_array(e.stream_id, e.property, e.value) ORDER BY e.ord)`.as('new_value'),
+                  AUDITED_AT,
+                ])
+                .where(write)
+                .having(sql<boolean>`count(*) > ${sql.lit(MAX_AUDIT_ROWS)}`),
             ),
         )
         // The main query evaluates the refusal: when a change fails, the statement raises before
