@@ -15,7 +15,7 @@ import type { SteadyLoadSpec } from './steady-load.js';
 
 export const NEIGHBOURS = "large reads: another organization's GET /users/{id}";
 
-const NEIGHBOUR_SUBDOMAIN = 'neighbour';
+export const NEIGHBOUR_SUBDOMAIN = 'neighbour';
 /**
  * B's requests per second, sent on schedule whether or not earlier ones were answered (an open
  * loop): a closed loop of a few connections would send almost nothing while the server is
@@ -216,7 +216,7 @@ export function formatPollStorms(figures: PollStormFigures): string {
  * B's client runs in a process of its own: in this one, autocannon receiving A's 7 MB answers
  * would hold up B's timings.
  */
-async function steadyLoad(spec: SteadyLoadSpec): Promise<Measurement> {
+export async function steadyLoad(spec: SteadyLoadSpec): Promise<Measurement> {
   const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'bench/steady-load.ts', JSON.stringify(spec)], {
     cwd: new URL('..', import.meta.url).pathname,
     timeout: (spec.durationSeconds + 60) * 1000,

@@ -7,6 +7,7 @@ import { type CpuReader, cpuReader } from './cpu.js';
 import { basicAuth, FORM, formBody, type Measurement, mergeMeasurements, runLoad } from './load.js';
 import { LARGE_ORGANIZATIONS, measureLargeOrganizations } from './large-org.js';
 import { formatLongPolls, type LongPollFigures, measureCycleFloor, measureLongPolls } from './longpoll.js';
+import { formatLargeWrites, LARGE_WRITES, type LargeWriteFigures, measureLargeWrites } from './large-writes.js';
 import { formatNeighbour, measureNeighbour, NEIGHBOUR, type NeighbourFigures } from './neighbour.js';
 import {
   formatNeighbours,
@@ -400,6 +401,20 @@ async function main(): Promise<number> {
       log,
     });
   }
+  let largeWrites: LargeWriteFigures | undefined;
+  if (ONLY.test(LARGE_WRITES)) {
+    await waitForQuietDatabase(handle.db);
+    // Rotating members before the poll storm's and large reads' attackers: they neither write nor long-poll elsewhere.
+    largeWrites = await measureLargeWrites({
+      server: ours,
+      db: handle.db,
+      neighbour: neighbourOrganization,
+      attackers: seeded.rotating.slice(-15, -3),
+      durationSeconds: DURATION,
+      rounds: ROUNDS,
+      log,
+    });
+  }
   let largeOrganizations: string | undefined;
   if (ONLY.test(LARGE_ORGANIZATIONS)) {
     largeOrganizations = await measureLargeOrganizations({
@@ -429,6 +444,7 @@ async function main(): Promise<number> {
   if (neighbour) console.log(`\n${formatNeighbour(neighbour, WRITERS, NEIGHBOUR_LARGE_PER_SECOND)}`);
   if (neighbours) console.log(`\n${formatNeighbours(neighbours)}`);
   if (pollStorms) console.log(`\n${formatPollStorms(pollStorms)}`);
+  if (largeWrites) console.log(`\n${formatLargeWrites(largeWrites)}`);
   if (largeOrganizations) console.log(`\n${LARGE_ORGANIZATIONS}, production defaults:\n\n${largeOrganizations}`);
   if (longPolls) console.log(`\n${formatLongPolls(longPolls)}`);
   const measured = [
@@ -436,6 +452,7 @@ async function main(): Promise<number> {
     ...(neighbour ? [neighbour.alone, neighbour.attacked, neighbour.large, neighbour.small] : []),
     ...(neighbours ? neighbourMeasurements(neighbours) : []),
     ...(pollStorms ? pollStorms.rounds.flatMap((round) => [round.alone, round.underStorms]) : []),
+    ...(largeWrites ? largeWrites.rounds.flatMap((round) => [round.alone, round.attacked]) : []),
   ];
   return measured.some((m) => m.total === 0 || m.non2xx > 0 || m.errors > 0 || m.timeouts > 0) ? 1 : 0;
 }

@@ -17,10 +17,13 @@ export interface SteadyLoadSpec {
   ratePerSecond: number;
   durationSeconds: number;
   headers: Record<string, string>;
+  /** GET unless set; `body` is sent with each request. */
+  method?: 'GET' | 'POST';
+  body?: string;
 }
 
-/** GET `url` `ratePerSecond` times a second for `durationSeconds`, each timed from when it was sent. */
-async function steadyLoad({ url, ratePerSecond, durationSeconds, headers }: SteadyLoadSpec): Promise<Measurement> {
+/** GET (or `method`) `url` `ratePerSecond` times a second for `durationSeconds`, each timed from when it was sent. */
+async function steadyLoad({ url, ratePerSecond, durationSeconds, headers, method = 'GET', body }: SteadyLoadSpec): Promise<Measurement> {
   const agent = new Agent({ keepAlive: true });
   const latencies: number[] = [];
   const statusCodes: Record<string, number> = {};
@@ -28,7 +31,7 @@ async function steadyLoad({ url, ratePerSecond, durationSeconds, headers }: Stea
   const one = () =>
     new Promise<void>((resolve) => {
       const sent = performance.now();
-      const outgoing = request(url, { agent, headers, timeout: 30_000 }, (response) => {
+      const outgoing = request(url, { agent, method, headers, timeout: 30_000 }, (response) => {
         response.resume();
         response.on('end', () => {
           const code = String(response.statusCode);
@@ -41,7 +44,7 @@ async function steadyLoad({ url, ratePerSecond, durationSeconds, headers }: Stea
         errors++;
         resolve();
       });
-      outgoing.end();
+      outgoing.end(body);
     });
   const inFlight: Promise<void>[] = [];
   const started = performance.now();
