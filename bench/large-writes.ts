@@ -8,7 +8,7 @@ import { NEIGHBOUR_SUBDOMAIN, type Neighbour, steadyLoad } from './neighbours.js
 
 /**
  * Many accounts' large writes beside another organization's small ones: organization B's one-change
- * settings update (pin_to_top of its one channel, flipped) sent on schedule, alone, then while
+ * settings update (pin_to_top of its one channel) sent one after the other, alone, then while
  * ATTACKERS accounts of A each keep three 10,000-entry pin_to_top updates in flight (multipart:
  * three fit in one user's body budget, USER_REQUEST_BODY_BYTES), in alternating rounds.
  */
@@ -18,8 +18,6 @@ export const LARGE_WRITES = "large writes of many accounts: another organization
 const ATTACKERS = 12;
 const IN_FLIGHT_PER_ATTACKER = 3;
 const ENTRIES = 10_000;
-/** B's writes per second, on schedule: one user's writes take turns, so a few dozen a second at most. */
-const VICTIM_RATE = 20;
 const BOUNDARY = 'benchLargeWrites0123456789';
 
 export interface LargeWriteFigures {
@@ -35,13 +33,16 @@ async function subscribeVictim(db: Database, email: string, realm: string): Prom
   return stream_id;
 }
 
-/** 10,000 pin_to_top changes over the attacker's own subscriptions, as one multipart field. */
-async function attackerBody(db: Database, attacker: RotatingCaller): Promise<string> {
-  const { rows } = await sql<{ stream_id: number }>`SELECT stream_id FROM subscriptions WHERE user_id = ${attacker.id} AND active`.execute(
-    db,
-  );
+/** Channels of A each attacker is subscribed to (and its updates cycle over). */
+const ATTACKER_CHANNELS = 25;
+
+/** 10,000 pin_to_top changes over the attacker's channels, as one multipart field; it is subscribed to them first. */
+async function attackerBody(db: Database, attacker: RotatingCaller, streamIds: number[]): Promise<string> {
+  await sql`INSERT INTO subscriptions (realm_id, user_id, stream_id, color)
+    SELECT s.realm_id, ${attacker.id}, s.id, '#c2c2c2' FROM streams s WHERE s.id = ANY(${streamIds}::int[])
+    ON CONFLICT DO NOTHING`.execute(db);
   const entries = Array.from({ length: ENTRIES }, (_, index) => ({
-    stream_id: rows[index % rows.length]!.stream_id,
+    stream_id: streamIds[index % streamIds.length]!,
     property: 'pin_to_top',
     value: index % 2 === 0,
   }));
@@ -53,6 +54,8 @@ export async function measureLargeWrites(options: {
   db: Database;
   neighbour: Neighbour;
   attackers: RotatingCaller[];
+  /** Channels of A (active ones: the first of the benchmark caller's). */
+  channelIds: number[];
   durationSeconds: number;
   rounds: number;
   log: (line: string) => void;
@@ -60,13 +63,16 @@ export async function measureLargeWrites(options: {
   const { server, db, attackers, durationSeconds, log } = options;
   const victim = options.neighbour.caller;
   const streamId = await subscribeVictim(db, victim.email, NEIGHBOUR_SUBDOMAIN);
-  const bodies = await Promise.all(attackers.slice(0, ATTACKERS).map((attacker) => attackerBody(db, attacker)));
+  const bodies = await Promise.all(
+    attackers.slice(0, ATTACKERS).map((attacker) => attackerBody(db, attacker, options.channelIds.slice(0, ATTACKER_CHANNELS))),
+  );
   const victimLoad = (seconds = durationSeconds) =>
     steadyLoad({
       url: `${server.url}/api/v1/users/me/subscriptions/properties`,
       method: 'POST',
       body: formBody({ subscription_data: JSON.stringify([{ stream_id: streamId, property: 'pin_to_top', value: true }]) }),
-      ratePerSecond: VICTIM_RATE,
+      ratePerSecond: 0,
+      oneAtATime: true,
       durationSeconds: seconds,
       headers: {
         authorization: basicAuth(victim.email, victim.apiKey),
@@ -130,7 +136,7 @@ export function formatLargeWrites(figures: LargeWriteFigures): string {
   const ratios = figures.rounds.map((r) => r.attacked.p50 / r.alone.p50).sort((x, y) => x - y);
   const failed = (m: Measurement) => m.non2xx + m.errors;
   return [
-    `${LARGE_WRITES} (organization B, ${VICTIM_RATE} writes/s on schedule), alone → while ${ATTACKERS} accounts of A each keep ` +
+    `${LARGE_WRITES} (organization B, one write after the other), alone → while ${ATTACKERS} accounts of A each keep ` +
       `${IN_FLIGHT_PER_ATTACKER} ${ENTRIES.toLocaleString('en')}-entry updates (${(figures.bodyBytes / 1e3).toFixed(0)} KB multipart) in flight:`,
     ...figures.rounds.map(
       (r, index) =>

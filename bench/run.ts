@@ -410,6 +410,7 @@ async function main(): Promise<number> {
       db: handle.db,
       neighbour: neighbourOrganization,
       attackers: seeded.rotating.slice(-15, -3),
+      channelIds: seeded.callerStreamIds,
       durationSeconds: DURATION,
       rounds: ROUNDS,
       log,

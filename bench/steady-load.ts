@@ -20,10 +20,16 @@ export interface SteadyLoadSpec {
   /** GET unless set; `body` is sent with each request. */
   method?: 'GET' | 'POST';
   body?: string;
+  /**
+   * Each request sent once the previous one answered, for `durationSeconds` (`ratePerSecond` unused):
+   * for one user's writes, which take turns anyway, so that the figure is a write's latency, not
+   * a queue of the client's own making.
+   */
+  oneAtATime?: boolean;
 }
 
 /** GET (or `method`) `url` `ratePerSecond` times a second for `durationSeconds`, each timed from when it was sent. */
-async function steadyLoad({ url, ratePerSecond, durationSeconds, headers, method = 'GET', body }: SteadyLoadSpec): Promise<Measurement> {
+async function steadyLoad({ url, ratePerSecond, durationSeconds, headers, method = 'GET', body, oneAtATime }: SteadyLoadSpec): Promise<Measurement> {
   const agent = new Agent({ keepAlive: true });
   const latencies: number[] = [];
   const statusCodes: Record<string, number> = {};
@@ -48,7 +54,8 @@ async function steadyLoad({ url, ratePerSecond, durationSeconds, headers, method
     });
   const inFlight: Promise<void>[] = [];
   const started = performance.now();
-  for (let i = 0; i < durationSeconds * ratePerSecond; i++) {
+  while (oneAtATime && performance.now() - started < durationSeconds * 1000) await one();
+  for (let i = 0; !oneAtATime && i < durationSeconds * ratePerSecond; i++) {
     const due = started + (i * 1000) / ratePerSecond;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
