@@ -29,7 +29,15 @@ export interface SteadyLoadSpec {
 }
 
 /** GET (or `method`) `url` `ratePerSecond` times a second for `durationSeconds`, each timed from when it was sent. */
-async function steadyLoad({ url, ratePerSecond, durationSeconds, headers, method = 'GET', body, oneAtATime }: SteadyLoadSpec): Promise<Measurement> {
+async function steadyLoad({
+  url,
+  ratePerSecond,
+  durationSeconds,
+  headers,
+  method = 'GET',
+  body,
+  oneAtATime,
+}: SteadyLoadSpec): Promise<Measurement> {
   const agent = new Agent({ keepAlive: true });
   const latencies: number[] = [];
   const statusCodes: Record<string, number> = {};
