@@ -1,17 +1,30 @@
 import { defineConfig } from 'vitest/config';
 
+/** Every test file's settings. */
+const common = {
+  // After each file: every statement the server compiled is in src/sql-registry.ts.
+  setupFiles: ['test/helpers/statements.ts'],
+  pool: 'forks' as const,
+  // Room for a loaded machine: a timeout only ends a test that is stuck, and tests wait for
+  // conditions rather than time them (a waiting long poll's heartbeat comes after 45 s).
+  testTimeout: 120_000,
+  hookTimeout: 300_000,
+};
+
+/** Files that replace a module (vi.mock) or the clock: each gets its own module graph. */
+const ISOLATED = ['test/openapi.test.ts', 'test/isolation.test.ts', 'test/events-steady-state.test.ts'];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
+    // Once for the run (the projects inherit what it provides): the PostgreSQL server and its templates.
     globalSetup: ['test/global-setup.ts'],
-    // After each file: every statement the server compiled is in src/sql-registry.ts.
-    setupFiles: ['test/helpers/statements.ts'],
-    pool: 'forks',
-    // Room for a loaded machine: a timeout only ends a test that is stuck, and tests wait for
-    // conditions rather than time them (a waiting long poll's heartbeat comes after 45 s).
-    testTimeout: 120_000,
-    hookTimeout: 300_000,
     // Two files at a time: the spawned processes and PostgreSQL share the 2-core machines.
     maxWorkers: 2,
+    projects: [
+      // The others share a worker's modules (the app's are imported once per worker, not per
+      // file); each file still makes its own apps and databases.
+      { test: { ...common, name: 'shared', include: ['test/**/*.test.ts'], exclude: ISOLATED, isolate: false } },
+      { test: { ...common, name: 'isolated', include: ISOLATED } },
+    ],
   },
 });

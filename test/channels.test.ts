@@ -4,7 +4,7 @@ import { createStream } from '../src/cli/operations.js';
 import { declaredParameters } from '../src/http/params.js';
 import { listChannelsSchema } from '../src/modules/subscriptions/channels.schemas.js';
 import { describe, expect, it } from 'vitest';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, createTestContext, useSharedTestContext, useTestContext } from './helpers/app.js';
 import { expectError, missingArgument, success } from './helpers/envelope.js';
 import { basicAuth, type FixtureUser, ids } from './helpers/fixture.js';
 import { streamObject, subscribe, unsubscribe } from './helpers/membership.js';
@@ -15,7 +15,7 @@ import { streamObject, subscribe, unsubscribe } from './helpers/membership.js';
 // organization's; B a bot owned by U), and each parameter and refusal.
 
 const { P, Q, S, Z, W, C2, U, B } = ids;
-const ctx = useTestContext(() => createTestContext());
+const ctx = useSharedTestContext();
 
 // X belongs to the other organization.
 const hostOf = (as: FixtureUser) => (as === 'X' ? { host: 'other.chat.example.com' } : {});
@@ -95,6 +95,7 @@ describe('the channel object', () => {
   });
 
   it('stream_weekly_traffic is null until the channel is 7 days old, then 0 (no messages)', async () => {
+    await ctx.ownDatabase();
     const id = await createChannel('young', 'U');
     expect((await single(id)).json().stream).toMatchObject({ stream_weekly_traffic: null, creator_id: U, subscriber_count: 1 });
     await ctx.db
@@ -113,6 +114,7 @@ describe('the channel object', () => {
 
   // SubscriptionAPITest.test_stream_creator_id (GET part).
   it("creator_id: the API's channels name their creator, the others null", async () => {
+    await ctx.ownDatabase();
     const id = await createChannel('made by V', 'V');
     const listed = (await streams('?include_all=true', 'A')).json().streams as { name: string; creator_id: number | null }[];
     expect(listed.map((stream) => [stream.name, stream.creator_id])).toEqual([
@@ -149,6 +151,7 @@ describe('GET /streams (GetStreamsTest)', () => {
   });
 
   it("test_streams_api_for_bot_owners: include_owner_subscribed adds the owner's subscriptions, for bots only", async () => {
+    await ctx.ownDatabase();
     const ownerOnly = '?include_owner_subscribed=true&include_public=false&include_subscribed=false';
     expect(await names(ownerOnly, 'B')).toEqual(['P']);
     // Humans: ignored.
@@ -171,6 +174,7 @@ describe('GET /streams (GetStreamsTest)', () => {
   });
 
   it('test_all_streams_api: include_all is metadata access; include_all_active the same; exclude_archived=false', async () => {
+    await ctx.ownDatabase();
     await createChannel('private_stream_1', 'V', { invite_only: true, principals: [ids.U] });
     await createChannel('private_stream_3', 'U', { invite_only: true });
     // Its creator keeps metadata access after leaving (Zulip's default can_administer_channel_group).
@@ -212,6 +216,7 @@ describe('GET /streams (GetStreamsTest)', () => {
   });
 
   it('test_include_can_access_content_streams_api: public, subscribed and web-public channels; the other sources add nothing', async () => {
+    await ctx.ownDatabase();
     await createChannel('private_stream_1', 'V', { invite_only: true, principals: [ids.U] });
     await createChannel('private_stream_2', 'V', { invite_only: true });
     // A private channel's creator has no content access once unsubscribed.
@@ -226,6 +231,7 @@ describe('GET /streams (GetStreamsTest)', () => {
   });
 
   it('exclude_archived=false lets archived channels in, only through the chosen sources', async () => {
+    await ctx.ownDatabase();
     expect(await names('?exclude_archived=false')).toEqual(['P', 'Q', 'W', 'Z']);
     expect(await names('?exclude_archived=false', 'V')).toEqual(['P', 'Q', 'S', 'W', 'Z']);
     expect(await names('?exclude_archived=false&include_public=false', 'V')).toEqual(['P', 'Q', 'S', 'W']);
@@ -249,6 +255,7 @@ describe('GET /streams (GetStreamsTest)', () => {
   });
 
   it('sorts by name in code-point order and lists no other organization', async () => {
+    await ctx.ownDatabase();
     await createChannel('core team', 'U');
     await createChannel('Verona', 'U');
     expect(await names()).toEqual(['P', 'Q', 'Verona', 'W', 'core team']);
@@ -274,6 +281,7 @@ describe('GET /streams (GetStreamsTest)', () => {
 
 describe('GET /streams/{stream_id} (test_get_single_stream_api)', () => {
   it('answers a channel the caller has metadata access to', async () => {
+    await ctx.ownDatabase();
     expect((await single(Q)).body).toBe(success({ stream: await expected(Q) }));
     expect((await single(W, 'G')).body).toBe(success({ stream: await expected(W) }));
     expect((await single(P, 'G')).body).toBe(success({ stream: await expected(P) }));
@@ -367,6 +375,7 @@ describe("the official clients' calls, as they send them", () => {
 
 describe('channels of the admin command line', () => {
   it("private ones get history_public_to_subscribers false, as Zulip's", async () => {
+    await ctx.ownDatabase();
     const priv = await createStream(ctx.db, { realm: '', name: 'cli private', private: true });
     const pub = await createStream(ctx.db, { realm: '', name: 'cli public' });
     const row = (id: number) =>
@@ -383,6 +392,7 @@ describe('channels of the admin command line', () => {
 
 describe('cost', () => {
   it('one query per request whatever the number of channels (none without a source), besides authentication', async () => {
+    await ctx.ownDatabase();
     const count = async (url: string) => {
       ctx.database.statements.length = 0;
       expect((await api(ctx.app, { url, as: 'A' })).statusCode).toBe(200);

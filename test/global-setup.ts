@@ -59,6 +59,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   // Each test database is one CREATE DATABASE … TEMPLATE of these two, so nothing stays connected to them.
   const admin = new pg.Client({ connectionString: server.url });
   await admin.connect();
+  if (!process.env.TEST_DATABASE_URL) {
+    // A server of the run alone, gone at its end: no commit or copied database waits for the disk.
+    await admin.query('ALTER SYSTEM SET fsync = off');
+    await admin.query('ALTER SYSTEM SET full_page_writes = off');
+    await admin.query('SELECT pg_reload_conf()');
+  }
   for (const name of [TEMPLATE_DATABASE, FIXTURE_TEMPLATE_DATABASE]) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await admin.query(`CREATE DATABASE ${TEMPLATE_DATABASE}`);
   const template = createDatabase(databaseUrl(server.url, TEMPLATE_DATABASE));

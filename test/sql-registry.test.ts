@@ -28,14 +28,16 @@ describe('the registry', () => {
   });
 
   it('reports a statement compiled at run time that it does not list, and only that one', () => {
+    // The statements of an earlier file's own (the worker keeps its modules) are not this test's.
+    const earlier = new Set(unregisteredStatements(new Set()).map(([name]) => name));
     const unlisted = reusableStatement<{ userId: number }, { timezone: string }>(['userId'], (db, args) =>
       db.selectFrom('users').select('timezone').where('id', '=', args.userId),
     );
     const { name, text } = unlisted.statement();
-    expect(unregisteredStatements(new Set())).toEqual([[name, text]]);
-    expect(unregisteredStatements(new Set([name]))).toEqual([]);
+    expect(unregisteredStatements(earlier)).toEqual([[name, text]]);
+    expect(unregisteredStatements(new Set([...earlier, name]))).toEqual([]);
     forgetStatement(name);
-    expect(unregisteredStatements(new Set())).toEqual([]);
+    expect(unregisteredStatements(earlier)).toEqual([]);
   });
 });
 

@@ -1,5 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
+import { api, createTestContext, multipart, useSharedTestContext } from './helpers/app.js';
 import { methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
@@ -22,16 +22,18 @@ const BOOLEAN_PROPERTIES = [
   'wildcard_mentions_notify',
 ] as const;
 
-const ctx = useTestContext(createTestContext);
-let queue: string;
-beforeEach(async () => {
-  queue = await createQueue(ctx.db, 'U');
+// The errors change nothing: their tests share the fixture (with a queue of U's); the others write.
+const ctx = useSharedTestContext(async () => {
+  const context = await createTestContext();
+  return { ...context, queue: await createQueue(context.db, 'U') };
 });
 
 const rejects = (data: unknown, msg: string, as: 'U' | 'A' | 'G' = 'U') =>
   expectRejectedWithoutChanges(ctx, () => bulk(ctx, data, as), msg);
 
 describe('POST /users/me/subscriptions/properties: success', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('case 43: sets the colour; body exactly OK; one event; other subscriptions untouched', async () => {
     const zBefore = await subscriptionOf(ctx, U, Z);
     const res = await bulk(ctx, [{ stream_id: P, property: 'color', value: '#ffffff' }]);
@@ -39,7 +41,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).color).toBe('#ffffff');
     expect(await subscriptionOf(ctx, U, Z)).toEqual(zBefore);
-    expect(JSON.stringify(await queueEvents(ctx.db, queue))).toBe(
+    expect(JSON.stringify(await queueEvents(ctx.db, ctx.queue))).toBe(
       JSON.stringify([{ type: 'subscription', op: 'update', property: 'color', value: '#ffffff', stream_id: P, id: 0 }]),
     );
   });
@@ -53,20 +55,20 @@ describe('POST /users/me/subscriptions/properties: success', () => {
   it('case 46: is_muted true gives in_home_view then is_muted events', async () => {
     expect((await bulk(ctx, [{ stream_id: P, property: 'is_muted', value: true }])).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
   });
 
   it('case 47: in_home_view true on a muted channel unmutes it', async () => {
     await ctx.db.updateTable('subscriptions').set({ is_muted: true }).where('user_id', '=', U).where('stream_id', '=', P).execute();
     expect((await bulk(ctx, [{ stream_id: P, property: 'in_home_view', value: true }])).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(false);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', true, P, 0), event('is_muted', false, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('in_home_view', true, P, 0), event('is_muted', false, P, 1)]);
   });
 
   it('case 48: in_home_view false mutes', async () => {
     expect((await bulk(ctx, [{ stream_id: P, property: 'in_home_view', value: false }])).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
   });
 
   it.each(BOOLEAN_PROPERTIES)('case 49: %s true then false, one event each', async (property) => {
@@ -74,7 +76,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect((await subscriptionOf(ctx, U, P))[property]).toBe(true);
     expect((await bulk(ctx, [{ stream_id: P, property, value: false }])).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P))[property]).toBe(false);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event(property, true, P, 0), event(property, false, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event(property, true, P, 0), event(property, false, P, 1)]);
   });
 
   it('case 57: an empty list succeeds and does nothing', async () => {
@@ -87,7 +89,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
   it('case 64: a guest may change a subscribed public channel', async () => {
     expect((await bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }], 'G')).body).toBe(OK);
     expect((await subscriptionOf(ctx, ids.G, P)).pin_to_top).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([]);
   });
 
   it('case 68: duplicates apply in order, the last one wins, each has its event', async () => {
@@ -97,7 +99,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     ]);
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).color).toBe('#222222');
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('color', '#111111', P, 0), event('color', '#222222', P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('color', '#111111', P, 0), event('color', '#222222', P, 1)]);
   });
 
   it('case 69: is_muted then in_home_view: four events, final is_muted false', async () => {
@@ -107,7 +109,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     ]);
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(false);
-    expect(await queueEvents(ctx.db, queue)).toEqual([
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([
       event('in_home_view', false, P, 0),
       event('is_muted', true, P, 1),
       event('in_home_view', true, P, 2),
@@ -117,7 +119,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
 
   it('case 70: writing the current value still counts', async () => {
     expect((await bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: false }])).body).toBe(OK);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('pin_to_top', false, P, 0)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('pin_to_top', false, P, 0)]);
     expect(await auditRows(ctx)).toHaveLength(1);
   });
 
@@ -129,7 +131,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     ]);
     expect(res.body).toBe(OK);
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ pin_to_top: true, color: '#123456', desktop_notifications: false });
-    expect(await queueEvents(ctx.db, queue)).toEqual([
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([
       event('pin_to_top', true, P, 0),
       event('color', '#123456', P, 1),
       event('desktop_notifications', false, P, 2),
@@ -156,7 +158,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     const subscriptionOnly = await createQueue(ctx.db, 'U', ['subscription']);
     const otherUser = await createQueue(ctx.db, 'V');
     expect((await bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }])).body).toBe(OK);
-    for (const id of [queue, second, subscriptionOnly]) {
+    for (const id of [ctx.queue, second, subscriptionOnly]) {
       expect(await queueEvents(ctx.db, id)).toEqual([event('pin_to_top', true, P, 0)]);
     }
     expect(await queueEvents(ctx.db, navigationOnly)).toEqual([]);
@@ -181,7 +183,7 @@ describe('POST /users/me/subscriptions/properties: success', () => {
     expect(await subscriptionOf(ctx, U, W)).toMatchObject({ is_muted: true, email_notifications: true, color: '#000002' });
     expect(await subscriptionOf(ctx, U, P)).toMatchObject({ color: '#abcdef', is_muted: false, pin_to_top: false });
     expect(await subscriptionOf(ctx, U, Q)).toMatchObject({ pin_to_top: true, color: '#000001', is_muted: false });
-    expect(await queueEvents(ctx.db, queue)).toEqual([
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([
       event('in_home_view', false, W, 0),
       event('is_muted', true, W, 1),
       event('color', '#abcdef', P, 2),
@@ -192,6 +194,8 @@ describe('POST /users/me/subscriptions/properties: success', () => {
 });
 
 describe('POST /users/me/subscriptions/properties: audit log', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('records one row per (channel, stored setting) of a request: its value before the request and its final one, in request order', async () => {
     const res = await bulk(ctx, [
       { stream_id: P, property: 'color', value: '#111111' },
@@ -270,6 +274,7 @@ describe('POST /users/me/subscriptions/properties: parameter and entry errors', 
   });
 
   it('case 58: an entry that is not an object', async () => {
+    await ctx.ownDatabase();
     await rejects([5], 'subscription_data[0] is not a dict');
     await rejects([{ stream_id: P, property: 'pin_to_top', value: true }, []], 'subscription_data[1] is not a dict');
   });
@@ -282,6 +287,9 @@ describe('POST /users/me/subscriptions/properties: parameter and entry errors', 
 });
 
 describe('POST /users/me/subscriptions/properties: channel checks', () => {
+  // The request's statement runs, and finds the entry it refuses.
+  beforeEach(() => ctx.ownDatabase());
+
   it.each([999999, 0, -1, 99999999999, 2147483648, 1e30])('case 59: stream_id %d is an invalid channel', async (streamId) => {
     await rejects([{ stream_id: streamId, property: 'pin_to_top', value: true }], 'Invalid channel ID');
   });
@@ -328,7 +336,7 @@ describe('POST /users/me/subscriptions/properties: channel checks', () => {
       'Not subscribed to channel ID 101',
     );
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(false);
-    expect(await queueEvents(ctx.db, queue)).toEqual([]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([]);
   });
 
   it('case 66: the lowest-index failing entry decides', async () => {
@@ -393,6 +401,7 @@ describe('POST /users/me/subscriptions/properties: bodies (docs/api.md §5.1)', 
   });
 
   it('case 11: multipart field', async () => {
+    await ctx.ownDatabase();
     const res = await api(ctx.app, {
       method: 'POST',
       url: PROPERTIES_URL,
@@ -404,6 +413,7 @@ describe('POST /users/me/subscriptions/properties: bodies (docs/api.md §5.1)', 
   });
 
   it('case 12: query string of a POST with an empty body', async () => {
+    await ctx.ownDatabase();
     const res = await api(ctx.app, {
       method: 'POST',
       url: `${PROPERTIES_URL}?subscription_data=${encodeURIComponent(JSON.stringify(payload))}`,
@@ -414,6 +424,7 @@ describe('POST /users/me/subscriptions/properties: bodies (docs/api.md §5.1)', 
   });
 
   it('the body wins over the query string', async () => {
+    await ctx.ownDatabase();
     const res = await api(ctx.app, {
       method: 'POST',
       url: `${PROPERTIES_URL}?subscription_data=not-json`,
@@ -424,6 +435,7 @@ describe('POST /users/me/subscriptions/properties: bodies (docs/api.md §5.1)', 
   });
 
   it('the last occurrence of the field wins', async () => {
+    await ctx.ownDatabase();
     const res = await api(ctx.app, {
       method: 'POST',
       url: PROPERTIES_URL,

@@ -1,5 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
+import { api, createTestContext, multipart, useSharedTestContext } from './helpers/app.js';
 import { errorBody, methodNotAllowed, missingArgument, OK, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import {
@@ -13,10 +13,10 @@ import {
 const { U, P } = ids;
 const url = (streamId: number | string) => `/api/v1/users/me/subscriptions/${streamId}`;
 
-const ctx = useTestContext(createTestContext);
-let queue: string;
-beforeEach(async () => {
-  queue = await createQueue(ctx.db, 'U');
+// The errors change nothing: their tests share the fixture (with a queue of U's); the others write.
+const ctx = useSharedTestContext(async () => {
+  const context = await createTestContext();
+  return { ...context, queue: await createQueue(context.db, 'U') };
 });
 
 const send = (form: Record<string, string> | [string, string][], streamId: number | string = P, method: 'PATCH' | 'POST' = 'PATCH') =>
@@ -26,12 +26,14 @@ const rejects = (form: Record<string, string>, msg: string, streamId: number | s
   expectRejectedWithoutChanges(ctx, () => send(form, streamId), msg);
 
 describe('PATCH/POST /users/me/subscriptions/{stream_id}: success', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it.each(['PATCH', 'POST'] as const)('cases 75–76: %s sets pin_to_top, one event, one audit row', async (method) => {
     const res = await send({ property: 'pin_to_top', value: 'true' }, P, method);
     expect(res.statusCode).toBe(200);
     expect(res.body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).pin_to_top).toBe(true);
-    expect(JSON.stringify(await queueEvents(ctx.db, queue))).toBe(
+    expect(JSON.stringify(await queueEvents(ctx.db, ctx.queue))).toBe(
       JSON.stringify([{ type: 'subscription', op: 'update', property: 'pin_to_top', value: true, stream_id: P, id: 0 }]),
     );
     expect(await auditRows(ctx)).toEqual([
@@ -42,19 +44,19 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: success', () => {
   it('case 77: colour', async () => {
     expect((await send({ property: 'color', value: '#00ff00' })).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).color).toBe('#00ff00');
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('color', '#00ff00', P, 0)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('color', '#00ff00', P, 0)]);
   });
 
   it('case 78: is_muted gives in_home_view then is_muted events', async () => {
     expect((await send({ property: 'is_muted', value: 'true' })).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
   });
 
   it('in_home_view false mutes; the audit row names is_muted', async () => {
     expect((await send({ property: 'in_home_view', value: 'false' })).body).toBe(OK);
     expect((await subscriptionOf(ctx, U, P)).is_muted).toBe(true);
-    expect(await queueEvents(ctx.db, queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
+    expect(await queueEvents(ctx.db, ctx.queue)).toEqual([event('in_home_view', false, P, 0), event('is_muted', true, P, 1)]);
     expect(await auditRows(ctx)).toMatchObject([{ property: 'is_muted', old_value: false, new_value: true }]);
   });
 
@@ -130,6 +132,7 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: errors', () => {
   });
 
   it('case 82: channel checks', async () => {
+    await ctx.ownDatabase();
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Not subscribed to channel ID 101', ids.Q);
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Invalid channel ID', 999999);
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Invalid channel ID', ids.Z);
@@ -139,6 +142,7 @@ describe('PATCH/POST /users/me/subscriptions/{stream_id}: errors', () => {
   });
 
   it('out-of-range path ids are invalid channels, never a 500', async () => {
+    await ctx.ownDatabase();
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Invalid channel ID', '99999999999');
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Invalid channel ID', '2147483648');
     await rejects({ property: 'pin_to_top', value: 'true' }, 'Invalid channel ID', '9'.repeat(400));

@@ -1,12 +1,12 @@
-import { describe, expect, it } from 'vitest';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { api, useSharedTestContext } from './helpers/app.js';
 import { missingArgument, success } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';
 import { activeChannelsOf, expectMembershipUnchanged, membershipState, streamObject, subscribe } from './helpers/membership.js';
 
 const { A, M, U, V, G, B, H, D, X, P, Q, S, Z, W } = ids;
 
-const ctx = useTestContext(createTestContext);
+const ctx = useSharedTestContext();
 
 const rejects = (form: Record<string, unknown>, msg: string, as: Parameters<typeof subscribe>[2] = 'U') =>
   expectMembershipUnchanged(ctx, () => subscribe(ctx, form, as), msg);
@@ -43,6 +43,8 @@ const eventsOf = async (queue: string) => JSON.stringify(await queueEvents(ctx.d
 const withIds = (events: object[]) => JSON.stringify(events.map((event, id) => ({ ...event, id })));
 
 describe('POST /users/me/subscriptions: creating and subscribing oneself', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('creates a channel: exact body, the row, and the events each user gets', async () => {
     const [qU, qV, qO, qG] = [
       await createQueue(ctx.db, 'U'),
@@ -170,6 +172,7 @@ describe('POST /users/me/subscriptions: creating and subscribing oneself', () =>
 
 describe('POST /users/me/subscriptions: principals', () => {
   it('by ids: each user once; other users get peer_add, the subscribed ones subscription/add', async () => {
+    await ctx.ownDatabase();
     const [qU, qV, qM] = [await createQueue(ctx.db, 'U'), await createQueue(ctx.db, 'V'), await createQueue(ctx.db, 'M')];
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }, { name: 'P' }], principals: [V, B, U, V] });
     expect(res.body).toBe(
@@ -192,6 +195,7 @@ describe('POST /users/me/subscriptions: principals', () => {
   });
 
   it('by API emails, case-insensitively; a hidden address is named by its dummy address', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ email_address_visibility: 3 }).where('id', '=', M).execute();
     const res = await subscribe(ctx, {
       subscriptions: [{ name: 'Q' }],
@@ -204,11 +208,13 @@ describe('POST /users/me/subscriptions: principals', () => {
   });
 
   it('principals equal to the caller alone subscribe the caller', async () => {
+    await ctx.ownDatabase();
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [U] });
     expect(res.body).toBe(success({ subscribed: { [U]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
   });
 
   it('guests and bots may be subscribed by others', async () => {
+    await ctx.ownDatabase();
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [G, H] });
     expect(res.body).toBe(
       success({ subscribed: { [G]: ['Q'], [H]: ['Q'] }, already_subscribed: {}, new_subscription_messages_sent: true }),
@@ -216,6 +222,7 @@ describe('POST /users/me/subscriptions: principals', () => {
   });
 
   it('a guest newly subscribed to a public channel is shown it (stream/create)', async () => {
+    await ctx.ownDatabase();
     const queue = await createQueue(ctx.db, 'G');
     await subscribe(ctx, { subscriptions: [{ name: 'Q' }], principals: [G] });
     expect((await queueEvents(ctx.db, queue)).map((event) => `${String(event.type)}/${String(event.op)}`)).toEqual([
@@ -286,6 +293,7 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
   });
 
   it('private channels the caller is not on: fatal by default (administrators too), listed otherwise', async () => {
+    await ctx.ownDatabase();
     await rejects({ subscriptions: [{ name: 'Q' }, { name: 's' }] }, 'Unable to access channel (S).');
     await rejects({ subscriptions: [{ name: 'S' }] }, 'Unable to access channel (S).', 'A');
     await rejects({ subscriptions: [{ name: 'S' }] }, 'Unable to access channel (S).', 'O');
@@ -299,11 +307,13 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
   });
 
   it('a subscriber of a private channel may add others to it', async () => {
+    await ctx.ownDatabase();
     const res = await subscribe(ctx, { subscriptions: [{ name: 'S' }], principals: [U] }, 'V');
     expect(res.body).toBe(success({ subscribed: { [U]: ['S'] }, already_subscribed: {}, new_subscription_messages_sent: true }));
   });
 
   it('web-public channels cannot be created', async () => {
+    await ctx.ownDatabase();
     await rejects({ subscriptions: [{ name: 'web' }], is_web_public: true }, 'Web-public channels are not enabled.');
     // Only creation is refused.
     const res = await subscribe(ctx, { subscriptions: [{ name: 'Q' }], is_web_public: true });
@@ -311,6 +321,7 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
   });
 
   it("a channel of another organization is not found: it is created in the caller's", async () => {
+    await ctx.ownDatabase();
     const res = await subscribe(ctx, { subscriptions: [{ name: 'C2' }] });
     expect(res.statusCode).toBe(200);
     expect((await channelRow('C2')).realm_id).toBe(2);
@@ -322,6 +333,8 @@ describe('POST /users/me/subscriptions: refusals change nothing', () => {
 });
 
 describe('POST /users/me/subscriptions: cost', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('a constant number of statements whatever the number of channels and principals', async () => {
     const count = async (form: Record<string, unknown>) => {
       ctx.database.statements.length = 0;
@@ -343,6 +356,8 @@ describe('POST /users/me/subscriptions: cost', () => {
 });
 
 describe('register after subscribing', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('the subscriptions section has the new channel, with its subscribers', async () => {
     await subscribe(ctx, { subscriptions: [{ name: 'new1' }], principals: [U, V] });
     const res = await api(ctx.app, {

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { formatDateJoined } from '../src/modules/users/users.serializers.js';
-import { api, createTestContext, useTestContext } from './helpers/app.js';
+import { api, useSharedTestContext } from './helpers/app.js';
 import { errorBody, OK, success } from './helpers/envelope.js';
 import { register } from './helpers/events.js';
 import { apiKeys, basicAuth, createQueue, type FixtureUser, ids, queueEvents, restrict } from './helpers/fixture.js';
@@ -10,7 +10,7 @@ import { humanObject, placeholderObject } from './helpers/users.js';
 
 /** User management (docs/management-api.md "Users"): GET /users/me, POST /users, DELETE, reactivate. */
 
-const ctx = useTestContext(createTestContext);
+const ctx = useSharedTestContext();
 
 const gravatar = (email: string) =>
   `https://secure.gravatar.com/avatar/${createHash('md5').update(email.toLowerCase()).digest('hex')}?d=identicon&version=1`;
@@ -58,6 +58,7 @@ const adminRequired = errorBody('Must be an organization administrator', 'UNAUTH
 
 describe('GET /api/v1/users/me', () => {
   it("is the caller's object at the top level, full avatar URL, profile_data, max_message_id -1, no ignored parameters", async () => {
+    await ctx.ownDatabase();
     await ctx.db
       .insertInto('custom_profile_field_values')
       .values({ realm_id: 1, user_id: ids.U, field_id: 4, value: '1999-12-31' })
@@ -119,6 +120,7 @@ describe('POST /api/v1/users', () => {
   });
 
   it("checks, in Zulip's order, with Zulip's messages, and changes nothing", async () => {
+    await ctx.ownDatabase();
     await grantCreateUsers('A');
     const missing = (name: string) =>
       JSON.stringify({ result: 'error', msg: `Missing '${name}' argument`, var_name: name, code: 'REQUEST_VARIABLE_MISSING' });
@@ -144,6 +146,7 @@ describe('POST /api/v1/users', () => {
   });
 
   it('creates a member and sends realm_user/add to every active user, with the queue numbering', async () => {
+    await ctx.ownDatabase();
     await grantCreateUsers('A');
     const queueU = await createQueue(ctx.db, 'U');
     const queueG = await createQueue(ctx.db, 'G', ['realm_user']);
@@ -181,6 +184,7 @@ describe('POST /api/v1/users', () => {
   });
 
   it('costs a constant number of statements, whatever the number of queues or the guest access', async () => {
+    await ctx.ownDatabase();
     await grantCreateUsers('A');
     ctx.database.statements.length = 0;
     expect((await createUser({ ...NEW_USER, email: 'one@example.com' })).statusCode).toBe(200);
@@ -198,6 +202,7 @@ describe('POST /api/v1/users', () => {
   });
 
   it('in a restricted organization guests get the placeholder, except clients with user_list_incomplete', async () => {
+    await ctx.ownDatabase();
     await restrict(ctx.db);
     await grantCreateUsers('A');
     const queueU = await createQueue(ctx.db, 'U');
@@ -244,6 +249,7 @@ describe('POST /api/v1/users', () => {
 
 describe('DELETE /api/v1/users/{user_id}', () => {
   it('deactivates, ends the queues and API access of the user at once, and tells everyone else', async () => {
+    await ctx.ownDatabase();
     const queueV = await createQueue(ctx.db, 'V');
     const queueU = await createQueue(ctx.db, 'U');
     const queueO = await createQueue(ctx.db, 'O', ['subscription']);
@@ -279,6 +285,7 @@ describe('DELETE /api/v1/users/{user_id}', () => {
   });
 
   it("deactivates the user's active bots first, each with its event", async () => {
+    await ctx.ownDatabase();
     const queueA = await createQueue(ctx.db, 'A');
     expect((await deactivate(ids.U)).statusCode).toBe(200);
     expect(await isActive(ids.B)).toBe(false);
@@ -288,6 +295,7 @@ describe('DELETE /api/v1/users/{user_id}', () => {
   });
 
   it('actions.delete_profile renames and resets the avatar of the bots, then the user, each before its deactivation', async () => {
+    await ctx.ownDatabase();
     await ctx.db.updateTable('users').set({ avatar_source: 'U', avatar_version: 3 }).where('id', '=', ids.U).execute();
     // A name that is already the placeholder changes nothing and sends nothing (Zulip's do_change_full_name).
     await ctx.db.updateTable('users').set({ full_name: 'Deactivated bot' }).where('id', '=', ids.H).execute();
@@ -354,6 +362,7 @@ describe('DELETE /api/v1/users/{user_id}', () => {
   });
 
   it('accepts the message deletions (nothing to delete here) and ignores unknown keys of actions', async () => {
+    await ctx.ownDatabase();
     const actions = { delete_public_channel_messages: true, delete_private_channel_messages: true, delete_direct_messages: true, foo: 1 };
     const res = await deactivate(ids.V, 'A', { actions: JSON.stringify(actions) });
     expect(res.statusCode).toBe(200);
@@ -403,6 +412,7 @@ describe('DELETE /api/v1/users/{user_id}', () => {
   });
 
   it('costs a constant number of statements', async () => {
+    await ctx.ownDatabase();
     ctx.database.statements.length = 0;
     expect((await deactivate(ids.V)).statusCode).toBe(200);
     const one = ctx.database.statements.length;
@@ -418,6 +428,8 @@ describe('DELETE /api/v1/users/{user_id}', () => {
 });
 
 describe('DELETE /api/v1/users/me', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('the only owner stays', async () => {
     await expectRefused(
       () => api(ctx.app, { method: 'DELETE', url: '/api/v1/users/me', as: 'O' }),
@@ -476,6 +488,8 @@ describe('DELETE /api/v1/users/me', () => {
 });
 
 describe('POST /api/v1/users/{user_id}/reactivate', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   it('reactivates and tells everyone', async () => {
     const queueU = await createQueue(ctx.db, 'U');
     const res = await reactivate(ids.D);
@@ -533,6 +547,8 @@ describe('POST /api/v1/users/{user_id}/reactivate', () => {
 });
 
 describe('PATCH /api/v1/users/{user_id | email}', () => {
+  beforeEach(() => ctx.ownDatabase());
+
   const patch = (user: number | string, form: Record<string, string>, as: FixtureUser = 'A') =>
     api(ctx.app, { method: 'PATCH', url: `/api/v1/users/${user}`, as, form });
   const row = (userId: number) =>
