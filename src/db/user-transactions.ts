@@ -193,7 +193,9 @@ export class UserTransactions {
    * queue, when `work` takes its membership lock.
    */
   runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmQueue): Promise<T> {
-    return this.inQueues(userId, realm, () => this.interactive(work, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], departure));
+    return this.inQueues(userId, realm, () =>
+      this.interactive(work, [{ ...LOCK, values: [USER_EVENT_LOCK_NAMESPACE, userId] }], departure),
+    );
   }
 
   /**
