@@ -13,3 +13,14 @@ export async function eventually(check: () => Promise<boolean> | boolean, timeou
     await sleep(20);
   }
 }
+
+/** What `promise` settles to, or 'timed out' when `ms` pass first. */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | 'timed out'> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timed out'>((resolve) => (timer = setTimeout(() => resolve('timed out'), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
