@@ -166,7 +166,10 @@ describe('expiry', () => {
     const queueId = await registerQueue(ctx.app, { queue_lifespan_secs: '1' });
     const poll = getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
     await waitUntilPolling(queueId);
-    await sleep(3500);
+    // Three sweeps a second apart (or more, on a loaded machine): the last comes after the lifespan.
+    const sweeps = () => ctx.database.statements.filter((text) => /make_interval\(secs => lifespan_seconds\) < now\(\)/.test(text)).length;
+    const before = sweeps();
+    await eventually(() => sweeps() >= before + 3);
     expect(await queueRow(ctx.db, queueId)).toBeDefined();
     await setPinToTop(ctx.app, true);
     expect((await poll).body).toBe(waited(queueId, [pinEvent(true, 0)]));
