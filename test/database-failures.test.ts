@@ -1,10 +1,11 @@
 import { sql } from 'kysely';
 import pg from 'pg';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
 import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { UNAVAILABLE } from './helpers/envelope.js';
+import { waitFor } from './helpers/wait.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
 // process (docs/api.md §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak/).
@@ -36,7 +37,7 @@ describe('a pooled connection lent out with no statement in flight', () => {
         await sql`SELECT pg_terminate_backend(${rows[0]!.pid})`.execute(ctx.db);
         // The error arrives while the connection is lent out and idle: pg-pool listens for
         // errors only on idle connections, so without our listener this would kill the process.
-        await vi.waitFor(() => expect(reported).toHaveLength(1));
+        await waitFor(() => expect(reported).toHaveLength(1));
         await sql`SELECT 1`.execute(trx);
       });
       const failure = await outcome.catch((error: unknown) => error);

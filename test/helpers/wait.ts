@@ -1,3 +1,5 @@
+import { vi } from 'vitest';
+
 /** Resolves after `ms` milliseconds. */
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -24,3 +26,6 @@ export async function within<T>(promise: Promise<T>, ms: number): Promise<T | 't
     clearTimeout(timer);
   }
 }
+
+/** vi.waitFor with the room `eventually` gives (its own default is a second). */
+export const waitFor = <T>(check: () => T | Promise<T>): Promise<T> => vi.waitFor(check, { timeout: 60_000, interval: 20 });
