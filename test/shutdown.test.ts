@@ -11,7 +11,9 @@ import { auth } from './helpers/fixture.js';
 import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from '../scripts/lib/processes.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
-vi.setConfig({ testTimeout: 240_000 });
+// tsx compiles the server as it starts: over a minute on a loaded machine.
+const START_TIMEOUT_MS = 180_000;
+vi.setConfig({ testTimeout: 420_000 });
 
 const APP_NAME = 'zulip-shutdown-test';
 const headers = { host: 'chat.example.com', authorization: auth('U') };
@@ -72,6 +74,7 @@ describe('graceful shutdown on SIGTERM', () => {
         // The close itself; the drain before it has its own tests below.
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
+      startTimeoutMs: START_TIMEOUT_MS,
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
 
@@ -171,7 +174,7 @@ describe('graceful shutdown on SIGTERM', () => {
         EXTERNAL_HOST: 'chat.example.com',
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
-      startTimeoutMs: 180_000,
+      startTimeoutMs: START_TIMEOUT_MS,
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
     const clusterDir = join(dataDir, 'postgres');
@@ -198,7 +201,7 @@ describe('Ctrl-C in the terminal of `npm start` (the embedded default)', () => {
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
-      startTimeoutMs: 180_000,
+      startTimeoutMs: START_TIMEOUT_MS,
       detached: true,
     });
     const demo = /email=member@example.com {2}api_key=(\w+)/.exec(server.stdout.join('\n'))!;
@@ -239,6 +242,7 @@ describe('draining before the close (SIGTERM)', () => {
         RATE_LIMITING: 'false',
         SHUTDOWN_DRAIN_SECONDS: String(drainSeconds),
       },
+      startTimeoutMs: START_TIMEOUT_MS,
     });
   }
   const get = (path: string) => fetch(`${server!.url}${path}`, { headers });

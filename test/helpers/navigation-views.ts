@@ -1,10 +1,8 @@
 import type { LightMyRequestResponse } from 'fastify';
-import { sql } from 'kysely';
 import { expect } from 'vitest';
 import { api, createTestContext, type TestContext } from './app.js';
 import { errorBody } from './envelope.js';
 import { createQueue, type FixtureUser, ids, queueEvents } from './fixture.js';
-import { eventually } from './wait.js';
 
 /** A fresh fixture database with one queue each for U and V (the acting user and a bystander). */
 export interface ViewsContext extends TestContext {
@@ -110,14 +108,3 @@ export const BUILT_INS = [
   'scheduled',
   'reminders',
 ];
-
-/** Resolves once some session of this database is waiting for a row or transaction lock. */
-export async function waitForLockWaiter(context: TestContext): Promise<void> {
-  await eventually(async () => {
-    const { rows } = await sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
-    `.execute(context.db);
-    return rows[0]!.n > 0;
-  });
-}
