@@ -7,6 +7,7 @@ import { createDatabase } from '../src/db/database.js';
 import { DatabaseUnavailable } from '../src/db/errors.js';
 import { migrateToLatest } from '../src/db/migrator.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
+import { waitFor } from './helpers/wait.js';
 
 // src/server.ts creates the database before the app and its logger exist (the migrations run in
 // between): a connection lost then must be reported on stderr, never throw out of the pool's event
@@ -38,15 +39,13 @@ describe('errors of connections no statement waits on', () => {
     database = await createTestDatabase({ poolMax: 1, onConnectionError: reporter.report });
 
     await loseIdlePoolConnection(database);
-    await vi.waitFor(() => expect(stderr).toHaveBeenCalledWith('database connection failed: database connection lost'));
+    await waitFor(() => expect(stderr).toHaveBeenCalledWith('database connection failed: database connection lost'));
 
     const logger = { warn: vi.fn() };
     reporter.logTo(logger);
     const beforeLogger = stderr.mock.calls.length;
     await loseIdlePoolConnection(database);
-    await vi.waitFor(() =>
-      expect(logger.warn).toHaveBeenCalledWith({ err: expect.any(DatabaseUnavailable) }, 'database connection failed'),
-    );
+    await waitFor(() => expect(logger.warn).toHaveBeenCalledWith({ err: expect.any(DatabaseUnavailable) }, 'database connection failed'));
     expect(stderr).toHaveBeenCalledTimes(beforeLogger);
     // The pool goes on with a new connection.
     expect((await sql<{ one: number }>`SELECT 1 AS one`.execute(database.db)).rows).toEqual([{ one: 1 }]);

@@ -163,10 +163,20 @@ describe('expiry', () => {
 
   it('case 172: a queue with a poll in progress is never expired; its idle clock starts when the poll ends', async () => {
     ctx = await createTestContext({ env: { QUEUE_SWEEP_INTERVAL_SECONDS: '1' } });
-    const queueId = await registerQueue(ctx.app, { queue_lifespan_secs: '1' });
+    const queueId = await registerQueue(ctx.app);
     const poll = getEvents(ctx.app, { queue_id: queueId, last_event_id: '-1' });
     await waitUntilPolling(queueId);
-    await sleep(3500);
+    // Expired long ago but for the poll (set once it waits: a loaded machine may take longer than a
+    // short lifespan to start it).
+    await ctx.db
+      .updateTable('event_queues')
+      .set({ lifespan_seconds: 1, last_active_at: new Date('2020-01-01T00:00:00Z') })
+      .where('id', '=', queueId)
+      .execute();
+    // Two sweeps: the second began after the update.
+    const sweeps = () => ctx.database.statements.filter((text) => /make_interval\(secs => lifespan_seconds\) < now\(\)/.test(text)).length;
+    const before = sweeps();
+    await eventually(() => sweeps() >= before + 2);
     expect(await queueRow(ctx.db, queueId)).toBeDefined();
     await setPinToTop(ctx.app, true);
     expect((await poll).body).toBe(waited(queueId, [pinEvent(true, 0)]));

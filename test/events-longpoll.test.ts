@@ -217,12 +217,12 @@ describe('long poll wake-up', () => {
     const queueIds = await Promise.all(Array.from({ length: 12 }, () => registerQueue(ctx.app)));
     const polls = [];
     for (const queueId of queueIds) polls.push((await startWaiting(ctx.app, queueId)).poll);
-    /** Milliseconds each queue's lease has left, by queue id. */
+    /** When each queue's lease runs out, by queue id. */
     const leases = async () =>
       new Map(
         (await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute()).map((row) => [
           row.id,
-          row.poll_lease_until!.getTime() - Date.now(),
+          row.poll_lease_until!.getTime(),
         ]),
       );
     // Fresh leases (60 s) are left alone; those about to run out (less than 35 s left) are renewed.
@@ -237,13 +237,10 @@ describe('long poll wake-up', () => {
     for (const statement of ctx.database.statements) expect(statement).toMatch(/unnest\(/);
     const after = await leases();
     expect(after.size).toBe(queueIds.length);
-    for (const [queueId, left] of after) {
-      if (soon.includes(queueId)) {
-        expect(before.get(queueId)).toBeLessThan(21_000);
-        expect(left).toBeGreaterThan(55_000);
-      } else {
-        expect(left).toBeLessThan(before.get(queueId)!); // not renewed (60 s from now): only time passed
-      }
+    for (const [queueId, until] of after) {
+      // Renewed: a full lease (60 s) from a moment after the 20 s ones were set.
+      if (soon.includes(queueId)) expect(until).toBeGreaterThan(before.get(queueId)! + 39_000);
+      else expect(until).toBe(before.get(queueId)); // not renewed
     }
     for (const poll of polls) expect(await Promise.race([poll.then(() => 'answered'), sleep(0).then(() => 'waiting')])).toBe('waiting');
     await setPinToTop(ctx.app, true);
@@ -255,6 +252,7 @@ describe('long poll wake-up', () => {
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
     await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid`.execute(ctx.db);
+    const held20s = (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime();
     const holder = createDatabase(ctx.database.url, { poolMax: 1 });
     try {
       let release!: () => void;
@@ -270,11 +268,12 @@ describe('long poll wake-up', () => {
       // Checks kept coming (a blocked one would have been the only one: the next waits for it),
       // and left the lease alone.
       await eventually(() => ctx.database.statements.filter((statement) => /unnest\(/.test(statement)).length >= 2);
-      const leaseLeft = async () => (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime() - Date.now();
-      expect(await leaseLeft()).toBeLessThan(20_000);
+      const lease = async () => (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime();
+      expect(await lease()).toBe(held20s);
       release();
       await holding;
-      await eventually(async () => (await leaseLeft()) > 55_000);
+      // Renewed: a full lease (60 s) from a moment after the 20 s one was set.
+      await eventually(async () => (await lease()) > held20s + 39_000);
     } finally {
       await holder.close();
     }

@@ -384,6 +384,7 @@ describe("users are isolated: V against U's private data, every endpoint", () =>
       .selectFrom('subscription_audit_log')
       .select(['acting_user_id', 'property'])
       .where('acting_user_id', '=', ids.V)
+      .orderBy('id')
       .execute();
     expect(audit).toEqual([
       { acting_user_id: ids.V, property: 'color' },

@@ -12,6 +12,7 @@ import { pinP, pinToTopOfP, PROPERTIES_URL } from './helpers/subscriptions.js';
 
 const TOO_LARGE = errorBody('Request body too large');
 const BODY_LIMIT = 65536;
+const SAFETY_NET_MS = 60_000;
 
 function portOf(ctx: TestContext): number {
   return (ctx.app.server.address() as net.AddressInfo).port;
@@ -27,25 +28,39 @@ function chunkedPost(port: number, contentType: string, chunks: string[]): Promi
   });
 }
 
-/** Writes raw bytes on a fresh TCP connection; resolves with what came back and when the server closed it. */
+/**
+ * Writes raw bytes on a fresh TCP connection; resolves with what came back, when, and whether the
+ * server closed it. Times are only bounded from below (a deadline never cuts early): a loaded
+ * machine answers later, so what closed the connection is told by what was received instead.
+ */
 function rawSocket(port: number, text: string) {
-  return new Promise<{ received: string; closedAfterMs: number; respondedAfterMs: number | undefined }>((resolve, reject) => {
-    const startedAt = Date.now();
-    let received = '';
-    let respondedAfterMs: number | undefined;
-    const socket = net.connect(port, '127.0.0.1', () => socket.write(text));
-    socket.setEncoding('utf8');
-    socket.on('data', (chunk: string) => {
-      received += chunk;
-      respondedAfterMs ??= Date.now() - startedAt;
-    });
-    socket.on('error', (error: NodeJS.ErrnoException) => {
-      if (error.code !== 'ECONNRESET') reject(error);
-    });
-    socket.on('close', () => resolve({ received, closedAfterMs: Date.now() - startedAt, respondedAfterMs }));
-    // Safety net: a socket the server never closes fails the test instead of hanging it.
-    setTimeout(() => socket.destroy(), 15_000).unref();
-  });
+  return new Promise<{ received: string; closedByServer: boolean; closedAfterMs: number; respondedAfterMs: number | undefined }>(
+    (resolve, reject) => {
+      const startedAt = Date.now();
+      let received = '';
+      let respondedAfterMs: number | undefined;
+      let closedByServer = true;
+      const socket = net.connect(port, '127.0.0.1', () => socket.write(text));
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => {
+        received += chunk;
+        respondedAfterMs ??= Date.now() - startedAt;
+      });
+      socket.on('error', (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'ECONNRESET') reject(error);
+      });
+      socket.on('close', () => {
+        clearTimeout(safetyNet);
+        resolve({ received, closedByServer, closedAfterMs: Date.now() - startedAt, respondedAfterMs });
+      });
+      // A socket the server never closes fails the test instead of hanging it: far past every
+      // deadline these tests set (at most 4 s), and short of the request timeouts they must not meet.
+      const safetyNet = setTimeout(() => {
+        closedByServer = false;
+        socket.destroy();
+      }, SAFETY_NET_MS);
+    },
+  );
 }
 
 describe('body size limit on every transport (docs/api.md §1.9, BODY_LIMIT_BYTES=64 KiB)', () => {
@@ -169,8 +184,8 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
     const result = await rawSocket(port, 'GET /api/v1/users/14 HTTP/1.1\r\nHost: chat.example.com\r\n');
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
     expect(result.received).toMatch(/\r\n\r\n\{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"\}$/);
+    expect(result.closedByServer).toBe(true);
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
-    expect(result.closedAfterMs).toBeLessThan(3000);
   });
 
   it('a client that stalls in the middle of its body gets 408 and is disconnected', async () => {
@@ -181,8 +196,8 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
     );
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
     expect(result.received).toContain('{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"}');
+    expect(result.closedByServer).toBe(true);
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
-    expect(result.closedAfterMs).toBeLessThan(3000);
     expect(await pinToTopOfP(ctx)).toBe(false);
   });
 
@@ -195,18 +210,23 @@ describe('timeouts (REQUEST_TIMEOUT_SECONDS=1, KEEP_ALIVE_TIMEOUT_SECONDS=1, CON
     expect(garbage.received).toContain('{"result":"error","msg":"Malformed request","code":"BAD_REQUEST"}');
   });
 
-  it('a connection that never sends anything is closed', async () => {
+  it('a connection that never sends anything gets 408 once the request timeout passes, and is closed', async () => {
     const result = await rawSocket(port, '');
-    expect(result.closedAfterMs).toBeLessThan(4500);
+    expect(result.received).toMatch(/\r\n\r\n\{"result":"error","msg":"Request timeout","code":"BAD_REQUEST"\}$/);
+    expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
+    expect(result.closedByServer).toBe(true);
+    expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
   });
 
   it('an idle keep-alive connection is closed after KEEP_ALIVE_TIMEOUT_SECONDS', async () => {
     const result = await rawSocket(port, 'GET /health HTTP/1.1\r\nHost: chat.example.com\r\nConnection: keep-alive\r\n\r\n');
     expect(result.received).toMatch(/^HTTP\/1\.1 200 /);
     expect(result.received).toContain('{"status":"ok"}');
-    const idleMs = result.closedAfterMs - result.respondedAfterMs!;
-    expect(idleMs).toBeGreaterThanOrEqual(900);
-    expect(idleMs).toBeLessThan(3000);
+    expect(result.received).toContain('\r\nKeep-Alive: timeout=1\r\n');
+    // Closed without a word: not the request timeout's 408.
+    expect(result.received.match(/^HTTP\/1\.1 /gm)).toHaveLength(1);
+    expect(result.closedByServer).toBe(true);
+    expect(result.closedAfterMs - result.respondedAfterMs!).toBeGreaterThanOrEqual(900);
   });
 
   it('the request timeout does not cover the time to answer: slow handlers and long polls finish', async () => {
@@ -253,11 +273,11 @@ describe('timeout configuration', () => {
   });
 });
 
-describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', () => {
+describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=300)', () => {
   let ctx: TestContext;
   let port: number;
   beforeAll(async () => {
-    ctx = await createTestContext({ env: { BODY_TIMEOUT_SECONDS: '1', REQUEST_TIMEOUT_SECONDS: '30' } });
+    ctx = await createTestContext({ env: { BODY_TIMEOUT_SECONDS: '1', REQUEST_TIMEOUT_SECONDS: '300' } });
     await ctx.app.listen({ port: 0, host: '127.0.0.1' });
     port = portOf(ctx);
   });
@@ -267,8 +287,9 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
   const head = (contentType: string, length: string, authorization = auth('U')) =>
     `POST ${PROPERTIES_URL} HTTP/1.1\r\nHost: chat.example.com\r\nAuthorization: ${authorization}\r\nContent-Type: ${contentType}\r\n${length}\r\n\r\n`;
 
-  // A large body that stops halfway: 408 after about a second, far before the request timeout,
-  // whatever its encoding and with or without credentials; nothing is written.
+  // A large body that stops halfway: 408 after about a second, whatever its encoding and with or
+  // without credentials; nothing is written. The request timeout would only answer long after the
+  // test's safety net closed the socket.
   const stalled: [string, string][] = [
     ['urlencoded', `${head('application/x-www-form-urlencoded', 'Content-Length: 200000')}subscription_data=${'x'.repeat(100_000)}`],
     [
@@ -283,12 +304,12 @@ describe('body deadline (BODY_TIMEOUT_SECONDS=1, REQUEST_TIMEOUT_SECONDS=30)', (
     // Not a parameter source, read all the same (docs/api.md §1.5): the 408 is sent, the socket not just dropped.
     ['JSON', `${head('application/json', 'Content-Length: 200000')}{"subscription_data":"${'x'.repeat(100_000)}`],
   ];
-  it.each(stalled)('%s: 408 within the deadline, connection closed', async (_name, text) => {
+  it.each(stalled)('%s: 408 at the deadline, connection closed', async (_name, text) => {
     const result = await rawSocket(port, text);
     expect(result.received).toMatch(/^HTTP\/1\.1 408 /);
     expect(result.received.endsWith(`\r\n\r\n${TIMED_OUT}`)).toBe(true);
+    expect(result.closedByServer).toBe(true);
     expect(result.closedAfterMs).toBeGreaterThanOrEqual(900);
-    expect(result.closedAfterMs).toBeLessThan(5000);
     expect(await pinToTopOfP(ctx)).toBe(false);
   });
 

@@ -15,7 +15,7 @@ import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase, userLockWaiters } from './helpers/database.js';
 import { errorBody, INTERNAL_ERROR, methodNotAllowed } from './helpers/envelope.js';
 import { apiKeys, auth, basicAuth, emails, ids } from './helpers/fixture.js';
-import { eventually, sleep } from './helpers/wait.js';
+import { eventually } from './helpers/wait.js';
 
 // The app's real logger (pino, JSON, level info) writing into memory instead of stdout.
 const lines: string[] = [];
@@ -51,15 +51,10 @@ const COMPLETED_KEYS = ['level', 'time', 'pid', 'hostname', 'reqId', 'method', '
 
 /** onResponse runs once the response is finished: give it a moment to write. */
 async function completedLine(reqId: string): Promise<LogLine> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const done = linesOf(reqId).filter((line) => line.msg === 'request completed');
-    if (done.length > 0) {
-      expect(done).toHaveLength(1);
-      return done[0]!;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  throw new Error(`no 'request completed' line for ${reqId}`);
+  const completed = () => linesOf(reqId).filter((line) => line.msg === 'request completed');
+  await eventually(() => completed().length > 0);
+  expect(completed()).toHaveLength(1);
+  return completed()[0]!;
 }
 
 describe('request logs', () => {
@@ -276,7 +271,8 @@ describe('clients that leave', () => {
       );
       await eventually(async () => (await userLockWaiters(locker, ids.U)) === 1 || linesOf('gone-1').length > 0);
       socket.destroy();
-      await sleep(100);
+      // The server noticed: the lock's wait was cancelled.
+      await eventually(async () => (await userLockWaiters(locker, ids.U)) === 0);
       await locker.query('SELECT pg_advisory_unlock_all()');
       const line = await completedLine('gone-1');
       expect(line).toMatchObject({ level: 30, statusCode: 499, clientLeft: true, userId: ids.U });

@@ -17,8 +17,8 @@ import {
   seedViews,
   storedViews,
   UPDATE_MISSING,
-  waitForLockWaiter,
 } from './helpers/navigation-views.js';
+import { waitForLockWaiter } from './helpers/database.js';
 
 const ctx = useTestContext(createViewsContext);
 
@@ -231,7 +231,7 @@ describe('PATCH /api/v1/navigation_views/{fragment}', () => {
         .values({ realm_id: ids.R, user_id: ids.U, fragment: 'narrow/raw', is_pinned: true, name: 'dup' })
         .execute();
       pending = patch(ctx, 'narrow/is/alerted', { name: 'dup' });
-      await waitForLockWaiter(ctx);
+      await waitForLockWaiter(ctx.db);
     });
     const res = await pending!;
     expect(res.statusCode).toBe(400);

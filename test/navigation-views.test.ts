@@ -13,8 +13,8 @@ import {
   post,
   seedViews,
   storedViews,
-  waitForLockWaiter,
 } from './helpers/navigation-views.js';
+import { waitForLockWaiter } from './helpers/database.js';
 
 // Shared by the tests that only read; those that write take their own.
 const ctx = useSharedTestContext(createViewsContext);
@@ -346,7 +346,7 @@ describe('POST /api/v1/navigation_views under concurrency', () => {
         .values({ realm_id: ids.R, user_id: ids.U, fragment: 'narrow/raw', is_pinned: true, name: 'dup' })
         .execute();
       pending = post(ctx, { fragment: 'narrow/api', is_pinned: 'true', name: 'dup' });
-      await waitForLockWaiter(ctx);
+      await waitForLockWaiter(ctx.db);
     });
     const res = await pending!;
     expect(res.statusCode).toBe(400);

@@ -1,6 +1,6 @@
 import { type AddressInfo, createServer, type Socket } from 'node:net';
 import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { buildApp } from '../src/app.js';
 import { createDatabase } from '../src/db/database.js';
@@ -9,6 +9,7 @@ import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js'
 import { api, createTestContext } from './helpers/app.js';
 import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 import { ids } from './helpers/fixture.js';
+import { waitFor } from './helpers/wait.js';
 
 let database: TestDatabase;
 const opened: PipelinedConnections[] = [];
@@ -81,7 +82,7 @@ describe('PipelinedConnections', () => {
     const lanes = pipelined({ onIdleError: (error) => idleErrors.push(error) });
     const first = await backendPid(lanes);
     await sql`SELECT pg_terminate_backend(${first})`.execute(database.db);
-    await vi.waitFor(() => expect(idleErrors).toHaveLength(1));
+    await waitFor(() => expect(idleErrors).toHaveLength(1));
     expect(isDatabaseUnavailable(idleErrors[0])).toBe(true);
     const second = await backendPid(lanes);
     expect(second).not.toBe(first);
@@ -93,7 +94,7 @@ describe('PipelinedConnections', () => {
     const pid = await backendPid(lanes);
     // Settled from the start: the connection's errors may arrive before the terminate statement returns.
     const outcomes = Promise.allSettled([lanes.run({ text: 'SELECT pg_sleep(5)' }, []), lanes.run({ text: 'SELECT 1 AS one' }, [])]);
-    await vi.waitFor(async () => {
+    await waitFor(async () => {
       const { rows } = await sql<{
         n: number;
       }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND query LIKE '%pg_sleep%'`.execute(database.db);
@@ -185,7 +186,7 @@ describe('PipelinedConnections', () => {
     await expect(ended).rejects.toThrow();
     expect(isDatabaseUnavailable(await ended.catch((error: unknown) => error))).toBe(true);
     expect(pids.size).toBe(2);
-    await vi.waitFor(async () => {
+    await waitFor(async () => {
       const { rows } = await sql<{
         n: number;
       }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY(${[...pids]}::int[])`.execute(database.db);

@@ -6,7 +6,6 @@ import { createDatabase } from '../src/db/database.js';
 import { api, createTestContext, type TestContext, useTestContext } from './helpers/app.js';
 import { errorBody, INTERNAL_ERROR } from './helpers/envelope.js';
 import { apiKeys, basicAuth, ids } from './helpers/fixture.js';
-import { sleep } from './helpers/wait.js';
 
 // docs/api.md §1.10 and cases 32–37, with docs/api.md's rule of 3 requests per 60 s unless a test says otherwise.
 const LIMITED = { RATE_LIMITING: 'true', RATE_LIMIT_MAX_REQUESTS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' };
@@ -269,35 +268,52 @@ describe('rate limiting, 3 requests per 60 s (docs/api.md §1.10)', () => {
   });
 });
 
-describe('rate limiting over a 6-second window', () => {
-  const ctx = useTestContext(() => createTestContext({ env: { ...LIMITED, RATE_LIMIT_WINDOW_SECONDS: '6' } }));
+describe('rate limiting over a sliding window', () => {
+  const ctx = useTestContext(() => createTestContext({ env: LIMITED }));
 
   /** Seconds from U's last check until its oldest stored request leaves the window (the server's clock). */
   async function untilOldestLeaves(): Promise<number> {
     const { rows } = await sql<{ r: number }>`
-      SELECT extract(epoch FROM hits[1] + interval '6 seconds' - last_checked_at)::float8 AS r
+      SELECT extract(epoch FROM hits[1] + interval '60 seconds' - last_checked_at)::float8 AS r
       FROM rate_limit_logs WHERE user_id = ${ids.U}`.execute(ctx.db);
     return rows[0]!.r;
   }
 
-  // Requests 3 s apart in a 6 s window: a loaded machine has 3 s of room on either side.
+  /**
+   * Ages U's log by `seconds`, as if that much time had passed: the server compares the stored
+   * times with the database's clock alone, so no test waits (and no loaded machine skews) a window.
+   */
+  async function age(seconds: number): Promise<void> {
+    const by = sql`make_interval(secs => ${seconds}::float8)`;
+    await sql`
+      UPDATE rate_limit_logs SET hits = ARRAY(SELECT hit - ${by} FROM unnest(hits) AS hit ORDER BY hit), last_checked_at = last_checked_at - ${by}
+      WHERE user_id = ${ids.U}`.execute(ctx.db);
+  }
+
   it('case 33: after R seconds the next request succeeds; the window slides per request', async () => {
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('2');
-    const [first] = (await hitsOf(ctx, ids.U))!;
-    await sleep(3000);
+    await age(30);
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('1');
     expect((await getV(ctx.app)).headers['x-ratelimit-remaining']).toBe('0');
     const retryAfter = expectRateLimited(await getV(ctx.app));
-    // Only the first request has to leave.
+    // Only the first request has to leave: half a window after the others came.
     expect(retryAfter).toBe(await untilOldestLeaves());
-    await sleep(Math.ceil(retryAfter * 1000));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(30);
+    const [, second, third] = (await hitsOf(ctx, ids.U))!;
+    // A moment before R has passed, the request is still refused.
+    await age(retryAfter - 0.5);
+    expectRateLimited(await getV(ctx.app));
+    await age(0.5);
     const res = await getV(ctx.app);
     expect(res.statusCode).toBe(200);
     expect(res.headers['x-ratelimit-remaining']).toBe('0'); // the two later requests are still in the window
     const hits = (await hitsOf(ctx, ids.U))!;
     expect(hits).toHaveLength(3); // the first request was pruned, refusals never stored
-    expect(hits[0]!.getTime()).toBeGreaterThanOrEqual(first!.getTime() + 3000);
-    // Not a fixed window: the next slot frees when the second request leaves, 3 s after the first did.
+    // The second and third, aged by R (to the millisecond Dates keep).
+    expect(Math.abs(hits[0]!.getTime() - (second!.getTime() - retryAfter * 1000))).toBeLessThanOrEqual(1);
+    expect(Math.abs(hits[1]!.getTime() - (third!.getTime() - retryAfter * 1000))).toBeLessThanOrEqual(1);
+    // Not a fixed window: the next slot frees when the second request leaves, half a window after the first did.
     const next = expectRateLimited(await getV(ctx.app));
     expect(next).toBe(await untilOldestLeaves());
   });

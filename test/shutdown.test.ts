@@ -11,7 +11,9 @@ import { auth } from './helpers/fixture.js';
 import { baseEnvironment, exitWithin, logLines, type ServerProcess, spawnServer } from '../scripts/lib/processes.js';
 
 // Real processes (`node --import tsx src/server.ts`) stopped with SIGTERM, as a container runtime does.
-vi.setConfig({ testTimeout: 240_000 });
+// tsx compiles the server as it starts: over a minute on a loaded machine.
+const START_TIMEOUT_MS = 180_000;
+vi.setConfig({ testTimeout: 420_000 });
 
 const APP_NAME = 'zulip-shutdown-test';
 const headers = { host: 'chat.example.com', authorization: auth('U') };
@@ -40,13 +42,18 @@ function freshRequest(url: string): Promise<number> {
   });
 }
 
-async function eventually(check: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+/** Waits for `check`; `ms` only turns a condition never reached into a message (room for a loaded machine). */
+async function eventually(check: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+/** Whether a long poll waits on the queue (it holds the queue's poll_id). */
+const pollWaiting = (queueId: string) => async () =>
+  (await database!.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id != null;
 
 describe('graceful shutdown on SIGTERM', () => {
   it('with DATABASE_URL: stops accepting, finishes the in-flight request, ends long polls, closes the pool, exits 0', async () => {
@@ -67,6 +74,7 @@ describe('graceful shutdown on SIGTERM', () => {
         // The close itself; the drain before it has its own tests below.
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
+      startTimeoutMs: START_TIMEOUT_MS,
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
 
@@ -78,11 +86,7 @@ describe('graceful shutdown on SIGTERM', () => {
     });
     const { queue_id: queueId } = (await registered.json()) as { queue_id: string };
     const poll = fetch(`${server.url}/api/v1/events?queue_id=${queueId}&last_event_id=-1`, { headers });
-    await eventually(
-      async () =>
-        (await database!.db.selectFrom('event_queues').select('poll_id').where('id', '=', queueId).executeTakeFirst())?.poll_id != null,
-      'the poll to wait',
-    );
+    await eventually(pollWaiting(queueId), 'the poll to wait');
 
     // A write held in flight: the test holds the row lock its UPDATE needs.
     const blocker = new pg.Client({ connectionString: database.url });
@@ -105,14 +109,13 @@ describe('graceful shutdown on SIGTERM', () => {
     };
     await eventually(waitingOnLock, 'the write to wait on the row lock');
 
-    const signalledAt = Date.now();
     server.child.kill('SIGTERM');
 
-    // The waiting poll answers at once with what is pending (nothing), as a waited answer.
+    // The waiting poll answers with what is pending (nothing), as a waited answer, while the write
+    // is still held: at the start of the close, not at its end.
     const polled = await poll;
     expect(polled.status).toBe(200);
     expect(await polled.text()).toBe(success({ events: [], queue_id: queueId }));
-    expect(Date.now() - signalledAt).toBeLessThan(3000);
 
     // No new connections, but the process waits for the in-flight write.
     const url = server.url;
@@ -121,7 +124,7 @@ describe('graceful shutdown on SIGTERM', () => {
         () => false,
         (error: NodeJS.ErrnoException) => error.code === 'ECONNREFUSED',
       );
-    await eventually(refused, 'the port to refuse new connections', 3000);
+    await eventually(refused, 'the port to refuse new connections');
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(server.child.exitCode).toBeNull();
 
@@ -138,9 +141,9 @@ describe('graceful shutdown on SIGTERM', () => {
       .executeTakeFirstOrThrow();
     expect(row.pin_to_top).toBe(true);
 
-    const exit = await exitWithin(server, 10_000);
+    // Exit code 0: the close ended before its own deadline (CLOSE_GRACE_MS), which exits 1.
+    const exit = await exitWithin(server, 60_000);
     expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
-    expect(Date.now() - signalledAt).toBeLessThan(10_000);
     expect(logLines(server)).toContainEqual(expect.objectContaining({ msg: 'shutting down', signal: 'SIGTERM' }));
     expect(server.stderr.join('\n')).toBe('');
 
@@ -155,7 +158,7 @@ describe('graceful shutdown on SIGTERM', () => {
           ])
         ).rows[0].n,
       );
-    await eventually(async () => (await sessions()) === 0, 'the server sessions to end', 3000);
+    await eventually(async () => (await sessions()) === 0, 'the server sessions to end');
   });
 
   it('embedded default (no DATABASE_URL): stops its PostgreSQL and exits 0', async () => {
@@ -171,7 +174,7 @@ describe('graceful shutdown on SIGTERM', () => {
         EXTERNAL_HOST: 'chat.example.com',
         SHUTDOWN_DRAIN_SECONDS: '0',
       },
-      startTimeoutMs: 180_000,
+      startTimeoutMs: START_TIMEOUT_MS,
     });
     expect((await fetch(`${server.url}/ready`)).status).toBe(200);
     const clusterDir = join(dataDir, 'postgres');
@@ -180,7 +183,7 @@ describe('graceful shutdown on SIGTERM', () => {
     expect(existsSync(join(dataDir, 'embedded-server.json'))).toBe(true);
 
     server.child.kill('SIGTERM');
-    const exit = await exitWithin(server, 15_000);
+    const exit = await exitWithin(server, 60_000);
     expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
 
     expect(processExists(postmasterPid)).toBe(false);
@@ -198,7 +201,7 @@ describe('Ctrl-C in the terminal of `npm start` (the embedded default)', () => {
     server = await spawnServer({
       args: ['--import', 'tsx', 'src/server.ts'],
       env: { ...baseEnvironment(), DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
-      startTimeoutMs: 180_000,
+      startTimeoutMs: START_TIMEOUT_MS,
       detached: true,
     });
     const demo = /email=member@example.com {2}api_key=(\w+)/.exec(server.stdout.join('\n'))!;
@@ -239,6 +242,7 @@ describe('draining before the close (SIGTERM)', () => {
         RATE_LIMITING: 'false',
         SHUTDOWN_DRAIN_SECONDS: String(drainSeconds),
       },
+      startTimeoutMs: START_TIMEOUT_MS,
     });
   }
   const get = (path: string) => fetch(`${server!.url}${path}`, { headers });
@@ -264,7 +268,7 @@ describe('draining before the close (SIGTERM)', () => {
 
     const signalledAt = Date.now();
     server.child.kill('SIGTERM');
-    await eventually(isNotReady, '/ready to answer 503', 3000);
+    await eventually(isNotReady, '/ready to answer 503');
 
     // Everything else is served, on new connections too.
     expect(await freshRequest(server.url)).toBe(200);
@@ -284,13 +288,13 @@ describe('draining before the close (SIGTERM)', () => {
       secondPollAnswered = true;
       return { status: response.status, body: await response.text() };
     });
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await eventually(pollWaiting(queueId), 'the second poll to wait');
     expect(secondPollAnswered).toBe(false);
     expect(await isNotReady()).toBe(true);
     expect(server.child.exitCode).toBeNull();
 
     expect(await secondPoll).toEqual({ status: 200, body: success({ events: [], queue_id: queueId }) });
-    const exit = await exitWithin(server, 20_000);
+    const exit = await exitWithin(server, 60_000);
     expect(exit, [...server.stdout, ...server.stderr].join('\n')).toEqual({ code: 0, signal: null });
     expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(11_000);
     const messages = logLines(server).map((line) => line.msg);
@@ -303,10 +307,11 @@ describe('draining before the close (SIGTERM)', () => {
   it('a second SIGTERM ends the drain early and the close runs as usual', async () => {
     server = await drainingServer(120);
     server.child.kill('SIGTERM');
-    await eventually(isNotReady, '/ready to answer 503', 3000);
+    await eventually(isNotReady, '/ready to answer 503');
     expect((await get('/api/v1/users/13')).status).toBe(200);
     server.child.kill('SIGTERM');
-    expect(await exitWithin(server, 5000)).toEqual({ code: 0, signal: null });
+    // Well before the 120 s drain would end.
+    expect(await exitWithin(server, 60_000)).toEqual({ code: 0, signal: null });
     expect(logLines(server).map((line) => line.msg)).toEqual(
       expect.arrayContaining(['draining', 'second signal, ending the drain', 'shutting down']),
     );
@@ -315,7 +320,8 @@ describe('draining before the close (SIGTERM)', () => {
   it('SIGINT (Ctrl-C) does not drain: the server closes at once', async () => {
     server = await drainingServer(120);
     server.child.kill('SIGINT');
-    expect(await exitWithin(server, 5000)).toEqual({ code: 0, signal: null });
+    // Well before the 120 s drain would end.
+    expect(await exitWithin(server, 60_000)).toEqual({ code: 0, signal: null });
     const messages = logLines(server).map((line) => line.msg);
     expect(messages).toContain('shutting down');
     expect(messages).not.toContain('draining');

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
@@ -10,6 +10,7 @@ import { pendingEvents, pinEvent } from './helpers/events.js';
 import { createQueue, ids } from './helpers/fixture.js';
 import { auditRows, bulk, pinP, subscriptionOf } from './helpers/subscriptions.js';
 import { testStatement } from './helpers/statements.js';
+import { waitFor } from './helpers/wait.js';
 
 // Issue 31: a small write whose user's lock another instance holds (here: another session) holds up
 // no other user's write. It is refused the lock on the shared write connection and sent again on a
@@ -78,7 +79,7 @@ describe('a small write whose user is locked elsewhere', () => {
     );
     const [mRows, vRows] = await Promise.all([m!, v!]); // while U's lock is still held
     expect(vRows[0]!.xid).toBe(mRows[0]!.xid); // sent again together, without U
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1)); // U waits for its lock
+    await waitFor(async () => expect(await lockWaiters()).toBe(1)); // U waits for its lock
     expect(uSettled).toBe(false);
     expect([await nameOf(ids.M), await nameOf(ids.U), await nameOf(ids.V)]).toEqual([`Renamed ${ids.M}`, 'U Member', `Renamed ${ids.V}`]);
 
@@ -104,7 +105,7 @@ describe('a small write whose user is locked elsewhere', () => {
     shared.add((await renameAs(ids.V, 'Probe'))[0]!.pid);
 
     const u = renameAs(ids.U, 'Alone');
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     expect(shared).not.toContain(await lockWaiter());
     const v = await renameAs(ids.V, 'Meanwhile');
     expect(shared).toContain(v[0]!.pid);
@@ -128,7 +129,7 @@ describe('a small write whose user is locked elsewhere', () => {
     );
     const [u, v] = [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [fresh.with({ userId })]).then(([rows]) => rows));
     expect((await v!)[0]!.pid).toBe(shared); // V again, on the same connection
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     await releaseU();
     expect((await u!)[0]!.pid).not.toBe(shared);
     expect((await renameAs(ids.V, 'Probe'))[0]!.pid).toBe(shared);
@@ -138,7 +139,7 @@ describe('a small write whose user is locked elsewhere', () => {
     let leave = () => undefined as void;
     const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
     const u = renameAs(ids.U, 'Cancelled', leaving);
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     leave();
     await expect(u).rejects.toMatchObject({ code: '57014' }); // canceling statement due to user request
     expect(await lockWaiters()).toBe(0);
@@ -153,7 +154,7 @@ describe('requests of one turn, one of them by a user locked elsewhere', () => {
     const [u, v, g] = (['U', 'V', 'G'] as const).map((as) => bulk(ctx, pinP, as));
     expect((await v!).body).toBe(OK);
     expect((await g!).body).toBe(OK);
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     expect((await subscriptionOf(ctx, ids.U, ids.P)).pin_to_top).toBe(false);
     expect(await pendingEvents(ctx.app, queues.U, 'U')).toEqual([]);
 

@@ -1,7 +1,7 @@
 import net from 'node:net';
 import pg from 'pg';
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, expectTypeOf, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { isDatabaseUnavailable } from '../src/db/errors.js';
 import { ClientGone, type TransactionStatements, USER_EVENT_LOCK_NAMESPACE, type UserTransactions } from '../src/db/user-transactions.js';
 import type { Departure } from '../src/lib/departure.js';
@@ -10,6 +10,7 @@ import { userLockWaiters } from './helpers/database.js';
 import { auth, ids } from './helpers/fixture.js';
 import { PROPERTIES_URL } from './helpers/subscriptions.js';
 import { testStatement } from './helpers/statements.js';
+import { waitFor } from './helpers/wait.js';
 
 // src/db/user-transactions.ts: a user's statements in one pipelined transaction (BEGIN … COMMIT in
 // one burst) under the user's lock, cancelled when the client goes away.
@@ -186,7 +187,7 @@ describe('UserTransactions', () => {
     let leave = () => undefined as void;
     const leaving: Departure = { gone: false, onGone: (listener) => ((leave = listener), () => undefined) };
     const waiting = ctx.database.transactions.run(ids.U, [renameU.with({ userId: ids.U, name: 'Cancelled' })], leaving, 'large');
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     leave();
     await expect(waiting).rejects.toMatchObject({ code: '57014' }); // canceling statement due to user request
     expect(await lockWaiters()).toBe(0);
@@ -213,7 +214,7 @@ describe('UserTransactions', () => {
       },
       leaving,
     );
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     expect(issued).toBe(true); // its first statement was sent behind the lock, not after it
     leave();
     await expect(outcome).rejects.toMatchObject({ code: '57014' }); // the lock's wait, cancelled
@@ -340,7 +341,7 @@ describe('commit groups: the small transactions of different users in one turn',
         [ids.U, ids.V].map((userId) => ctx.database.transactions.run(userId, [rename.with({ userId, name: 'Lost' })])),
       );
       // The group waits for U's row (on a connection it may first have to open).
-      await vi.waitFor(async () => expect(await blocked()).toHaveLength(1), { timeout: 10_000 });
+      await waitFor(async () => expect(await blocked()).toHaveLength(1));
       await other.query('SELECT pg_terminate_backend($1)', [(await blocked())[0]!.pid]);
       for (const outcome of await outcomes) {
         expect(outcome.status).toBe('rejected');
@@ -391,9 +392,9 @@ describe('a request whose client goes away', () => {
   it('a large write: the statement waiting for the user lock is cancelled and nothing is written', async () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     const socket = bulkOverSocket(Array.from({ length: 101 }, () => pinToTop(true)));
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     socket.destroy(); // the client hangs up while its write waits
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(0));
+    await waitFor(async () => expect(await lockWaiters()).toBe(0));
     await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(await pinOfP()).toBe(false);
@@ -403,14 +404,14 @@ describe('a request whose client goes away', () => {
   it("a small write waiting for its turn behind the same user's write is never sent", async () => {
     await other.query('SELECT pg_advisory_lock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     const first = bulkOverSocket([pinToTop(true)]);
-    await vi.waitFor(async () => expect(await lockWaiters()).toBe(1));
+    await waitFor(async () => expect(await lockWaiters()).toBe(1));
     const second = bulkOverSocket([pinToTop(false)]);
-    await vi.waitFor(() => expect(ctx.database.transactions.activeUsers).toBe(1));
+    await waitFor(() => expect(ctx.database.transactions.activeUsers).toBe(1));
     await new Promise((resolve) => setTimeout(resolve, 100)); // the second request waits its turn
     second.destroy();
     await new Promise((resolve) => setTimeout(resolve, 100));
     await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
-    await vi.waitFor(async () => expect(await pinOfP()).toBe(true)); // the first one, sent, completes
+    await waitFor(async () => expect(await pinOfP()).toBe(true)); // the first one, sent, completes
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(await pinOfP()).toBe(true); // the second one never ran
     const audit = await ctx.db.selectFrom('subscription_audit_log').select('new_value').where('acting_user_id', '=', ids.U).execute();

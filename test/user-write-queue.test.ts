@@ -9,6 +9,7 @@ import { userLockWaiters } from './helpers/database.js';
 import { OK } from './helpers/envelope.js';
 import { ids } from './helpers/fixture.js';
 import { auditRows, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
+import { eventually } from './helpers/wait.js';
 
 /**
  * A burst of one user's writes must not take the instance's pool connections while they wait for
@@ -41,14 +42,6 @@ afterEach(async () => {
 /** The backends blocked on U's event lock. */
 const lockWaiters = () => userLockWaiters(lockHolder, U);
 
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    if (await condition()) return;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  throw new Error('condition not reached in 2 s');
-}
-
 describe("one user's writes wait in the user's queue without holding pool connections", () => {
   it("a burst by U while U's lock is held elsewhere uses one connection; V is served meanwhile", async () => {
     // Another instance (here: another session) holds U's event lock.
@@ -62,7 +55,7 @@ describe("one user's writes wait in the user's queue without holding pool connec
         form: { subscription_data: JSON.stringify([{ stream_id: P, property: 'color', value: color }]) },
       }),
     );
-    await until(async () => (await lockWaiters()) === 1);
+    await eventually(async () => (await lockWaiters()) === 1);
     expect(handle.transactions.activeUsers).toBe(1);
 
     // Longer than the pool's connection wait: V's requests still get connections.

@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { sql } from 'kysely';
 import { inject } from 'vitest';
-import { createDatabase, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
+import { createDatabase, type Database, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
 import { USER_EVENT_LOCK_NAMESPACE } from '../../src/db/user-transactions.js';
+import { eventually } from './wait.js';
 
 export interface TestDatabase extends DatabaseHandle {
   url: string;
@@ -59,4 +61,20 @@ export async function userLockWaiters(client: pg.Client, userId: number): Promis
     [USER_EVENT_LOCK_NAMESPACE, userId],
   );
   return rows[0]!.n;
+}
+
+/** Resolves once some session of this database is waiting for a row or transaction lock. */
+export async function waitForLockWaiter(db: Database): Promise<void> {
+  await eventually(async () => {
+    const { rows } = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+    `.execute(db);
+    return rows[0]!.n > 0;
+  });
+}
+
+/** The database's clock now, in milliseconds: what its now() of a later statement is at least. */
+export async function databaseNow(db: Database): Promise<number> {
+  return (await sql<{ at: Date }>`SELECT clock_timestamp() AS at`.execute(db)).rows[0]!.at.getTime();
 }

@@ -1,5 +1,4 @@
 import type { LightMyRequestResponse } from 'fastify';
-import { sql } from 'kysely';
 import { expect } from 'vitest';
 import { api, createTestContext, type TestContext } from './app.js';
 import { errorBody } from './envelope.js';
@@ -109,16 +108,3 @@ export const BUILT_INS = [
   'scheduled',
   'reminders',
 ];
-
-/** Resolves once some session of this database is waiting for a row or transaction lock. */
-export async function waitForLockWaiter(context: TestContext): Promise<void> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const { rows } = await sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
-    `.execute(context.db);
-    if (rows[0]!.n > 0) return;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  throw new Error('no session ever waited for the lock');
-}

@@ -50,7 +50,7 @@ export async function writableState(ctx: TestContext) {
   return {
     subscriptions: await ctx.db.selectFrom('subscriptions').selectAll().orderBy('user_id').orderBy('stream_id').execute(),
     audit: await auditRows(ctx),
-    events: await ctx.db.selectFrom('events').selectAll().execute(),
+    events: await ctx.db.selectFrom('events').selectAll().orderBy('queue_id').orderBy('id').execute(),
   };
 }
 

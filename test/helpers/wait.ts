@@ -1,3 +1,5 @@
+import { vi } from 'vitest';
+
 /** Resolves after `ms` milliseconds. */
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -13,3 +15,17 @@ export async function eventually(check: () => Promise<boolean> | boolean, timeou
     await sleep(20);
   }
 }
+
+/** What `promise` settles to, or 'timed out' when `ms` pass first. */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | 'timed out'> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timed out'>((resolve) => (timer = setTimeout(() => resolve('timed out'), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** vi.waitFor with the room `eventually` gives (its own default is a second). */
+export const waitFor = <T>(check: () => T | Promise<T>): Promise<T> => vi.waitFor(check, { timeout: 60_000, interval: 20 });
