@@ -5,7 +5,7 @@ import { createDatabase } from '../src/db/database.js';
 import { DatabaseUnavailable, isDatabaseUnavailable } from '../src/db/errors.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
 import { UNAVAILABLE } from './helpers/envelope.js';
-import { waitFor } from './helpers/wait.js';
+import { eventually } from './helpers/wait.js';
 
 // Connections that fail under the app: each costs the statements that used it a 503, never the
 // process (docs/api.md §1.9). The full chaos run is `SOAK_CHAOS=1 npm run soak` (scripts/soak/).
@@ -34,10 +34,11 @@ describe('a pooled connection lent out with no statement in flight', () => {
     try {
       const outcome = handle.db.transaction().execute(async (trx) => {
         const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx);
-        await sql`SELECT pg_terminate_backend(${rows[0]!.pid})`.execute(ctx.db);
-        // The error arrives while the connection is lent out and idle: pg-pool listens for
-        // errors only on idle connections, so without our listener this would kill the process.
-        await waitFor(() => expect(reported).toHaveLength(1));
+        const pid = rows[0]!.pid;
+        await sql`SELECT pg_terminate_backend(${pid})`.execute(ctx.db);
+        // The connection is lent out and idle when its server goes: pg-pool listens for errors
+        // only on idle connections, so without our listener its error would kill the process.
+        await eventually(async () => (await sql`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid}`.execute(ctx.db)).rows.length === 0);
         await sql`SELECT 1`.execute(trx);
       });
       const failure = await outcome.catch((error: unknown) => error);
