@@ -18,8 +18,10 @@ export default defineConfig({
   test: {
     // Once for the run (the projects inherit what it provides): the PostgreSQL server and its templates.
     globalSetup: ['test/global-setup.ts'],
-    // Two files at a time: the spawned processes and PostgreSQL share the 2-core machines.
-    maxWorkers: 2,
+    // Four files at a time, also on 2 cores: most of a file's time is spent waiting (on PostgreSQL,
+    // timeouts, spawned servers), and four overlap those waits (117 s against 141–160 s with two,
+    // bench/RESULTS.md); tests wait for conditions, so a loaded machine is slower, not red.
+    maxWorkers: 4,
     projects: [
       // The others share a worker's modules (the app's are imported once per worker, not per
       // file); each file still makes its own apps and databases.
