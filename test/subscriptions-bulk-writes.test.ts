@@ -207,22 +207,26 @@ describe('bulk update concurrency', () => {
     try {
       let release!: () => void;
       const released = new Promise<void>((resolve) => (release = resolve));
+      let markDeleted!: () => void;
+      const deletedUncommitted = new Promise<void>((resolve) => (markDeleted = resolve));
       // Deleted (the sweeper or DELETE /events) but not yet committed when the write reaches the queue.
       const deleting = holder.db.transaction().execute(async (tx) => {
         await tx.deleteFrom('event_queues').where('id', '=', deleted).execute();
+        markDeleted();
         await released;
       });
-      await eventually(async () => (await ctx.db.selectFrom('event_queues').select('id').where('id', '=', deleted).execute()).length === 1);
+      // The DELETE must hold the row before the write starts; a write first would take the lock itself.
+      await deletedUncommitted;
+      expect((await ctx.db.selectFrom('event_queues').select('id').where('id', '=', deleted).execute()).length).toBe(1);
       const response = bulk(ctx, [{ stream_id: P, property: 'pin_to_top', value: true }]);
       try {
-        // A lock wait in this test's database (other test files run beside it), allowed a loaded machine's time.
+        // A lock wait in this test's database (other test files run beside it).
         await eventually(
           async () =>
             (
               await sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                 WHERE NOT l.granted AND a.datname = current_database()`.execute(ctx.db)
             ).rows[0]!.n > 0,
-          15_000,
         );
       } finally {
         // Released whatever happened: a holder left waiting would hang the close below.
