@@ -1,3 +1,5 @@
+import type { WaitingPoll } from './event-polls.repository.js';
+
 /**
  * In-process wake-ups of waiting long polls. A poll subscribes to its queue before it checks the
  * database, so a notification arriving at any moment after that is never lost: it is kept until
@@ -31,19 +33,14 @@ export class QueueWakeups {
   private inFlight = 0;
   /** While shutdown waits for the polls in flight: resolved when the last one has its answer. */
   private drained: { promise: Promise<void>; resolve: () => void } | undefined;
-  private closingFlag = false;
-
   /** True once the instance shuts down: polls answer at once with what is pending. */
-  get closing(): boolean {
-    return this.closingFlag;
-  }
+  closing = false;
 
-  subscribe(queueId: string, waiter: PollWaiter = new PollWaiter()): PollWaiter {
+  subscribe(queueId: string, waiter: PollWaiter): void {
     const current = this.waiters.get(queueId);
     if (current === undefined) this.waiters.set(queueId, waiter);
     else if (current instanceof Set) current.add(waiter);
     else this.waiters.set(queueId, new Set([current, waiter]));
-    return waiter;
   }
 
   unsubscribe(queueId: string, waiter: PollWaiter): void {
@@ -63,7 +60,7 @@ export class QueueWakeups {
   }
 
   /** The waiting polls that hold their queue. */
-  heldPolls(): { queueId: string; pollId: string }[] {
+  heldPolls(): WaitingPoll[] {
     return Array.from(this.held, ([pollId, { queueId }]) => ({ queueId, pollId }));
   }
 
@@ -92,14 +89,6 @@ export class QueueWakeups {
     return this.held.size;
   }
 
-  /** After notifications may have been missed (the listener reconnected): every poll re-checks. */
-  wakeAll(): void {
-    for (const waiters of [...this.waiters.values()]) {
-      if (waiters instanceof Set) for (const waiter of [...waiters]) waiter.notify();
-      else waiters.notify();
-    }
-  }
-
   /**
    * A poll begins; `end` when it has its answer. Counted, not kept: shutdown (close) waits until
    * none is left.
@@ -117,8 +106,8 @@ export class QueueWakeups {
 
   /** Ends every waiting poll (each answers with what is pending) and waits until all have answered. */
   async close(): Promise<void> {
-    this.closingFlag = true;
-    this.wakeAll();
+    this.closing = true;
+    for (const queueId of [...this.waiters.keys()]) this.wake(queueId);
     if (this.inFlight === 0) return;
     if (!this.drained) {
       let resolve!: () => void;

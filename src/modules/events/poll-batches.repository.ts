@@ -2,15 +2,10 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { sqlStatement } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
-import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from './event-polls.repository.js';
+import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, type WaitingPoll, withIds } from './event-polls.repository.js';
 import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
-/**
- * The statements of many long polls at once: the starts of the polls that arrive in one
- * turn of the event loop, and the heartbeats that fall due within a few hundred milliseconds of
- * each other. 10,000 connected clients answer about 200 heartbeats a second and poll again at once;
- * one transaction per poll start and two per heartbeat made that 600 transactions a second.
- */
+/** The statements of many long polls at once (poll-batches.ts). */
 
 export type PollStart =
   | { outcome: 'missing' }
@@ -18,14 +13,6 @@ export type PollStart =
   | { outcome: 'not_in_queue' }
   /** Acknowledged; `events` are the pending ones when answered at once. */
   | { outcome: 'answered' | 'waiting'; events: ApiEvent[]; replacedPoll: boolean };
-
-interface PollStartRow {
-  accepted: boolean;
-  answered: boolean;
-  replaced_poll: boolean;
-  last_acked_id: number;
-  events: StoredEvent[];
-}
 
 export interface PollStartRequest {
   owner: QueueOwner;
@@ -64,7 +51,14 @@ export async function startPolls(
       answer_now: request.answerNow,
     })),
   );
-  const { rows } = await sql<PollStartRow & { ord: number }>`
+  const { rows } = await sql<{
+    ord: number;
+    accepted: boolean;
+    answered: boolean;
+    replaced_poll: boolean;
+    last_acked_id: number;
+    events: StoredEvent[];
+  }>`
     WITH input AS (
       SELECT ord, queue_id, user_id, realm_id, last::numeric AS last, poll_id, answer_now
       FROM jsonb_to_recordset(${input}::jsonb)
@@ -115,11 +109,6 @@ export async function startPolls(
   return starts;
 }
 
-export interface HeartbeatRequest {
-  queueId: string;
-  pollId: string;
-}
-
 /**
  * A heartbeat is the end of a poll: the heartbeat appended (with the queue's next id, whatever its
  * event_types) only if the poll still holds its queue, the queue released and its idle clock
@@ -133,7 +122,7 @@ export interface HeartbeatRequest {
  */
 export async function answerHeartbeats(
   transactions: UserTransactions,
-  polls: readonly HeartbeatRequest[],
+  polls: readonly WaitingPoll[],
   skipLocked: boolean,
 ): Promise<Map<string, ApiEvent[] | null>> {
   const [ended, read] = (await transactions.onOwnConnection([
@@ -168,7 +157,7 @@ export async function answerHeartbeats(
  * those another transaction holds when `skipLocked`, so that many users' rows in one statement
  * never wait in a lock cycle with a write; `holds`: the ending poll still holds its queue).
  */
-function lockedPollEnds(polls: readonly HeartbeatRequest[], skipLocked: boolean) {
+function lockedPollEnds(polls: readonly WaitingPoll[], skipLocked: boolean) {
   return sql`input AS (
       SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
     ), q AS (
@@ -180,7 +169,7 @@ function lockedPollEnds(polls: readonly HeartbeatRequest[], skipLocked: boolean)
 }
 
 /** The results of polls ended alone whose queue was not found: null (gone); skipped ones stay absent. */
-function goneUnlessSkipped<R>(polls: readonly HeartbeatRequest[], ended: readonly { poll_id: string }[], skipLocked: boolean) {
+function goneUnlessSkipped<R>(polls: readonly WaitingPoll[], ended: readonly { poll_id: string }[], skipLocked: boolean) {
   const results = new Map<string, R | null>();
   if (skipLocked) return results;
   const endedIds = new Set(ended.map((row) => row.poll_id));
@@ -194,11 +183,7 @@ function goneUnlessSkipped<R>(polls: readonly HeartbeatRequest[], ended: readonl
  * By poll id: true, or null when the queue no longer exists; absent when its row was held by
  * another transaction and skipped (`skipLocked`: the caller ends that one again alone).
  */
-export async function endLeftPolls(
-  db: Database,
-  polls: readonly HeartbeatRequest[],
-  skipLocked: boolean,
-): Promise<Map<string, true | null>> {
+export async function endLeftPolls(db: Database, polls: readonly WaitingPoll[], skipLocked: boolean): Promise<Map<string, true | null>> {
   const { rows } = await sql<{ poll_id: string }>`
     WITH ${lockedPollEnds(polls, skipLocked)}, ended AS (
       UPDATE event_queues eq SET

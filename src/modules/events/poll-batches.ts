@@ -3,14 +3,8 @@ import type { UserTransactions } from '../../db/user-transactions.js';
 import { Batcher } from '../../lib/batcher.js';
 import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
-import {
-  answerHeartbeats,
-  endLeftPolls,
-  type HeartbeatRequest,
-  type PollStart,
-  type PollStartRequest,
-  startPolls,
-} from './poll-batches.repository.js';
+import type { WaitingPoll } from './event-polls.repository.js';
+import { answerHeartbeats, endLeftPolls, type PollStart, type PollStartRequest, startPolls } from './poll-batches.repository.js';
 
 /**
  * Batching of the long polls' own statements: what 10,000 connected clients cost all day
@@ -73,7 +67,7 @@ export class PollGathering extends Batcher<undefined, void> {
 }
 
 /** A statement that ends many polls: by poll id, its result, or null when its queue is gone; absent when its row was skipped. */
-type EndPolls<R> = (polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
+type EndPolls<R> = (polls: readonly WaitingPoll[], skipLocked: boolean) => Promise<Map<string, R | null>>;
 
 /**
  * Ends of polls due within `tickMs` of each other go as one statement (`endPolls`), one poll per
@@ -82,9 +76,9 @@ type EndPolls<R> = (polls: readonly HeartbeatRequest[], skipLocked: boolean) => 
  * tick, and shutdown). A row another transaction holds is skipped and its poll ended again alone,
  * waiting for it. A poll's end: the statement's result; null when its queue is gone.
  */
-class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
+class PollEndBatches<R> extends Batcher<WaitingPoll, R | null> {
   constructor(tickMs: number, endPolls: EndPolls<R>) {
-    const alone = async (poll: HeartbeatRequest) => (await endPolls([poll], false)).get(poll.pollId) ?? null;
+    const alone = async (poll: WaitingPoll) => (await endPolls([poll], false)).get(poll.pollId) ?? null;
     super({
       delayMs: tickMs,
       max: MAX_BATCH,
@@ -163,13 +157,6 @@ export class HeartbeatWheel {
     const slot = this.slots.get(tick);
     slot?.delete(poll);
     if (slot?.size === 0) this.slots.delete(tick);
-  }
-
-  /** How many polls wait for their heartbeat. */
-  get size(): number {
-    let size = 0;
-    for (const slot of this.slots.values()) size += slot.size;
-    return size;
   }
 
   /** Stops the timer (shutdown; the polls left are answered by other means). */
