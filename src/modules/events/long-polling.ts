@@ -49,24 +49,16 @@ export class LongPolling {
     const leftPolls = new LeftPollBatches(db, HEARTBEAT_TICK_MS);
     this.deps = { db, config, wakeups, starts: new PollStartBatches(db), heartbeats, leftPolls, wheel };
     metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
-    const rechecks = (this.rechecks = new PollRechecks({
-      db,
-      wakeups,
-      intervalMs: config.pollRecheckSeconds * 1000,
-      log,
-      ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
-    }));
+    const rechecks = (this.rechecks = new PollRechecks({ db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log, metrics }));
     this.listener = new EventListener({
       connectionString: config.databaseUrl,
       connectTimeoutMs: config.dbConnectTimeoutMs,
       log,
       channel: EVENTS_CHANNEL,
-      onNotified: metrics
-        ? (queueId) => {
-            metrics.notificationReceived();
-            wakeups.notified(queueId, performance.now());
-          }
-        : (queueId) => wakeups.wake(queueId),
+      onNotified: (queueId) => {
+        metrics?.notificationReceived();
+        wakeups.notified(queueId, performance.now());
+      },
       onGap: () => rechecks.request(),
       ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
     });

@@ -18,11 +18,6 @@ const QUEUE_BATCH = 500;
 const AUDIT_BATCH = 5000;
 const MAX_BATCHES_PER_SWEEP = 40;
 
-export interface SweepResult {
-  queues: number;
-  auditRows: number;
-}
-
 async function inBatches(batch: number, run: () => Promise<number>): Promise<number> {
   let total = 0;
   for (let round = 0; round < MAX_BATCHES_PER_SWEEP; round++) {
@@ -33,7 +28,10 @@ async function inBatches(batch: number, run: () => Promise<number>): Promise<num
   return total;
 }
 
-export async function sweepOnce(db: Database, config: Pick<Config, 'auditLogRetentionDays'>): Promise<SweepResult> {
+export async function sweepOnce(
+  db: Database,
+  config: Pick<Config, 'auditLogRetentionDays'>,
+): Promise<{ queues: number; auditRows: number }> {
   const queues = await inBatches(QUEUE_BATCH, () => deleteExpiredQueues(db, QUEUE_BATCH));
   const auditRows = await inBatches(AUDIT_BATCH, () => deleteOldAuditRows(db, config.auditLogRetentionDays, AUDIT_BATCH));
   return { queues, auditRows };
