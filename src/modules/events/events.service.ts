@@ -21,13 +21,9 @@ export interface EventsDeps {
   db: Database;
   config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>;
   wakeups: QueueWakeups;
-  /** Poll starts of one turn of the event loop, one statement. */
   starts: PollStartBatches;
-  /** Heartbeats due within one tick of each other, one transaction. */
   heartbeats: HeartbeatBatches;
-  /** Ends of polls whose clients left within one tick of each other, one statement. */
   leftPolls: LeftPollBatches;
-  /** When each waiting poll's heartbeat falls due. */
   wheel: HeartbeatWheel;
 }
 
@@ -71,10 +67,9 @@ export function heartbeatDelay(
 
 /**
  * One long poll. While it waits it is only this object, in its queue's waiters and in the
- * heartbeat wheel: no suspended async function, promise or timer of its own (those were about a
- * third of a waiting poll's memory, which 10,000 connected clients hold all day and the garbage
- * collector copies). A notification, the instance's periodic check, the client leaving,
- * shutdown or the heartbeat's tick wakes it; it then checks and answers, or waits again.
+ * heartbeat wheel: no suspended async function, promise or timer of its own (memory, times 10,000
+ * connected clients). A notification, the instance's periodic check, the client leaving, shutdown
+ * or the heartbeat's tick wakes it; it then checks and answers, or waits again.
  */
 class LongPoll extends PollWaiter {
   private state: 'starting' | 'waiting' | 'checking' | 'answered' = 'starting';
