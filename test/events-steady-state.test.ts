@@ -512,7 +512,7 @@ describe("a queue's waiters", () => {
     for (const waiter of [first, second, third]) waiter.notified = false;
     wakeups.unsubscribe('q', first);
     wakeups.unsubscribe('q', third);
-    wakeups.notified('q', 7);
+    wakeups.wake('q', undefined, 7);
     expect([first.notified, second.notified, third.notified]).toEqual([false, true, false]);
     expect(second.notifiedAt).toBe(7);
     wakeups.unsubscribe('q', second);

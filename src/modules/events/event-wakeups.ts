@@ -9,7 +9,7 @@ import type { WaitingPoll } from './event-polls.repository.js';
 export class PollWaiter {
   /** Set once the poll holds its queue and waits (QueueWakeups.hold). */
   pollId: string | undefined;
-  /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.notified): the delivery latency's start. */
+  /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.wake): the delivery latency's start. */
   notifiedAt: number | undefined;
   /** A notification came that the poll has not yet looked at (it clears this when it looks). */
   notified = false;
@@ -69,19 +69,17 @@ export class QueueWakeups {
     this.held.get(pollId)?.waiter.notify();
   }
 
-  /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */
-  wake(queueId: string, except?: PollWaiter): void {
-    this.forEach(queueId, (waiter) => {
-      if (waiter !== except) waiter.notify();
-    });
-  }
-
-  /** A NOTIFY for the queue arrived at `at` (performance.now()): its polls re-check. */
-  notified(queueId: string, at: number): void {
-    this.forEach(queueId, (waiter) => {
-      waiter.notifiedAt ??= at;
+  /**
+   * Something about the queue changed (events, deletion, a new poll): its polls re-check.
+   * `notifiedAt`: when the NOTIFY that said so arrived (performance.now()).
+   */
+  wake(queueId: string, except?: PollWaiter, notifiedAt?: number): void {
+    const waiters = this.waiters.get(queueId);
+    for (const waiter of waiters instanceof Set ? [...waiters] : waiters ? [waiters] : []) {
+      if (waiter === except) continue;
+      waiter.notifiedAt ??= notifiedAt;
       waiter.notify();
-    });
+    }
   }
 
   /** How many polls hold their queue and wait (the metrics' waiting polls). */
@@ -89,10 +87,7 @@ export class QueueWakeups {
     return this.held.size;
   }
 
-  /**
-   * A poll begins; `end` when it has its answer. Counted, not kept: shutdown (close) waits until
-   * none is left.
-   */
+  /** A poll begins; `end` when it has its answer. Counted, not kept: close waits until none is left. */
   begin(): void {
     this.inFlight++;
   }
@@ -115,11 +110,5 @@ export class QueueWakeups {
       this.drained = { promise, resolve };
     }
     await this.drained.promise;
-  }
-
-  private forEach(queueId: string, visit: (waiter: PollWaiter) => void): void {
-    const waiters = this.waiters.get(queueId);
-    if (waiters instanceof Set) for (const waiter of [...waiters]) visit(waiter);
-    else if (waiters) visit(waiters);
   }
 }

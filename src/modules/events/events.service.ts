@@ -55,11 +55,7 @@ export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRe
  * heartbeat wheel's tick (HeartbeatWheel), so that it is answered 45 to 55 s after it started, as
  * Zulip's. In whole ticks: the wheel answers on tick boundaries anyway.
  */
-export function heartbeatDelay(
-  config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>,
-  tickMs: number,
-  random: () => number = Math.random,
-): number {
+export function heartbeatDelay(config: EventsDeps['config'], tickMs: number, random: () => number = Math.random): number {
   const tick = Math.max(1, tickMs);
   const jitterTicks = Math.floor(Math.max(0, config.heartbeatJitterSeconds * 1000 - tick) / tick);
   return config.heartbeatSeconds * 1000 + Math.floor(random() * (jitterTicks + 1)) * tick;

@@ -57,7 +57,7 @@ export class LongPolling {
       channel: EVENTS_CHANNEL,
       onNotified: (queueId) => {
         metrics?.notificationReceived();
-        wakeups.notified(queueId, performance.now());
+        wakeups.wake(queueId, undefined, performance.now());
       },
       onGap: () => rechecks.request(),
       ...(metrics && { onReconnected: () => metrics.listenReconnected() }),

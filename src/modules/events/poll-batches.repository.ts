@@ -5,7 +5,12 @@ import type { UserTransactions } from '../../db/user-transactions.js';
 import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, type WaitingPoll, withIds } from './event-polls.repository.js';
 import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
-/** The statements of many long polls at once (poll-batches.ts). */
+/**
+ * The statements of many long polls at once (poll-batches.ts). With `skipLocked` (a batch), a queue
+ * row another transaction holds is skipped rather than waited for (many users' rows in one
+ * statement must never wait in a lock cycle with a write): its poll gets no result, and the caller
+ * sends it again alone, without skipping.
+ */
 
 export type PollStart =
   | { outcome: 'missing' }
@@ -27,12 +32,7 @@ export interface PollStartRequest {
  * queue's row lock, checks last_event_id against the acknowledged and assigned ids, then (only when
  * it is acceptable) deletes the acknowledged events and either answers at once with the pending ones
  * (the poll ends: idle clock restarts) or takes the queue over for a waiting poll, with a lease. A
- * poll it replaces is notified so it answers.
- *
- * `skipLocked` (a batch): a queue row another transaction holds is skipped rather than waited for
- * (many users' rows in one statement must never wait in a lock cycle with a write), and so is an
- * unknown queue; such a poll gets undefined, and is sent again alone without it, which waits for the
- * row or answers 'missing'.
+ * poll it replaces is notified so it answers. With `skipLocked`, an unknown queue is skipped too.
  */
 export async function startPolls(
   db: Database,
@@ -116,9 +116,8 @@ export async function startPolls(
  * sent in one burst on a pooled connection (where it may wait for rows): the first locks and
  * writes the queues; the second, with a snapshot taken after those locks, reads the events of
  * every queue asked about (so it sees every event committed before the heartbeat's id was taken,
- * and the heartbeat), kept for the queues the first one ended. The answer, by poll id: the events;
- * null when the queue no longer exists; absent when its row was held by another transaction and
- * skipped (`skipLocked`: the caller sends that one again alone, without it).
+ * and the heartbeat), kept for the queues the first one ended. By poll id: the events, or null when
+ * the queue no longer exists.
  */
 export async function answerHeartbeats(
   transactions: UserTransactions,
@@ -146,17 +145,11 @@ export async function answerHeartbeats(
       GROUP BY e.queue_id
     `),
   ])) as [{ queue_id: string; poll_id: string }[], { queue_id: string; events: StoredEvent[] }[]];
-  const answers = goneUnlessSkipped<ApiEvent[]>(polls, ended, skipLocked);
   const eventsOf = new Map(read.map((row) => [row.queue_id, row.events]));
-  for (const row of ended) answers.set(row.poll_id, withIds(eventsOf.get(row.queue_id) ?? []));
-  return answers;
+  return endResults(polls, ended, skipLocked, (row) => withIds(eventsOf.get(row.queue_id) ?? []));
 }
 
-/**
- * The CTEs `input` (the polls ending) and `q` (their queues' rows, locked in id order, skipping
- * those another transaction holds when `skipLocked`, so that many users' rows in one statement
- * never wait in a lock cycle with a write; `holds`: the ending poll still holds its queue).
- */
+/** The CTEs `input` (the polls ending) and `q` (their queues' rows, locked in id order; `holds`: the poll still holds its queue). */
 function lockedPollEnds(polls: readonly WaitingPoll[], skipLocked: boolean) {
   return sql`input AS (
       SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
@@ -168,20 +161,22 @@ function lockedPollEnds(polls: readonly WaitingPoll[], skipLocked: boolean) {
     )`;
 }
 
-/** The results of polls ended alone whose queue was not found: null (gone); skipped ones stay absent. */
-function goneUnlessSkipped<R>(polls: readonly WaitingPoll[], ended: readonly { poll_id: string }[], skipLocked: boolean) {
-  const results = new Map<string, R | null>();
-  if (skipLocked) return results;
-  const endedIds = new Set(ended.map((row) => row.poll_id));
-  for (const poll of polls) if (!endedIds.has(poll.pollId)) results.set(poll.pollId, null);
+/** By poll id: `result` of each poll ended, null for one whose queue is gone (absent instead when skipped). */
+function endResults<Row extends { poll_id: string }, R>(
+  polls: readonly WaitingPoll[],
+  ended: readonly Row[],
+  skipLocked: boolean,
+  result: (row: Row) => R,
+): Map<string, R | null> {
+  const results = new Map<string, R | null>(skipLocked ? [] : polls.map((poll) => [poll.pollId, null]));
+  for (const row of ended) results.set(row.poll_id, result(row));
   return results;
 }
 
 /**
  * The end of polls whose clients left (nothing to answer): for each, its queue's idle clock
  * restarts and, when the poll still holds it, the queue is released, as finishPoll does for one.
- * By poll id: true, or null when the queue no longer exists; absent when its row was held by
- * another transaction and skipped (`skipLocked`: the caller ends that one again alone).
+ * By poll id: true, or null when the queue no longer exists.
  */
 export async function endLeftPolls(db: Database, polls: readonly WaitingPoll[], skipLocked: boolean): Promise<Map<string, true | null>> {
   const { rows } = await sql<{ poll_id: string }>`
@@ -194,7 +189,5 @@ export async function endLeftPolls(db: Database, polls: readonly WaitingPoll[], 
     )
     SELECT ended_poll::text AS poll_id FROM q
   `.execute(db);
-  const ended = goneUnlessSkipped<true>(polls, rows, skipLocked);
-  for (const row of rows) ended.set(row.poll_id, true);
-  return ended;
+  return endResults(polls, rows, skipLocked, () => true as const);
 }

@@ -70,12 +70,11 @@ function queueLifespanSeconds(request: RegisterRequest, config: RegisterConfig):
 }
 
 /**
- * Creates the queue, then reads the wanted state, in the caller's transaction (one round trip: the
- * insert and the reads are sent together): a concurrent change either commits before (its
- * result is in the state, and it had no queue to put an event in) or after (the state misses it,
- * and the queue gets its event). The caller's own writes are kept out by the caller's lock; other
- * users' changes to users (realm_user events) by the organization's user-management lock, taken
- * shared first.
+ * Creates the queue and reads the wanted state in the caller's transaction, sent together (one
+ * round trip): a concurrent change commits either before (its result is in the state, and it had
+ * no queue for its event) or after (the queue gets its event). The caller's lock keeps out the
+ * caller's own writes; the organization's membership lock, taken shared first, every user-management
+ * or subscription change of the organization (REALM_MEMBERSHIP_LOCK_NAMESPACE).
  */
 export async function registerEventQueue(
   transactions: UserTransactions,
@@ -103,8 +102,6 @@ export async function registerEventQueue(
   const usersInSql = canBuildUsersInSql(caller, config);
   const state: InitialState = {};
   const readState = async () => {
-    // The organization's membership lock, shared: no user-management or subscription change of
-    // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
     const [, , users, userTexts, subscriptions, views] = await transactions.run(
       caller.id,
       [
