@@ -3,9 +3,8 @@ import type { Database } from '../../db/database.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 
 /**
- * The statements of GET /events long polls (docs/api.md §3.13) other than their starts and heartbeats,
- * which many polls share (poll-batches.repository.ts). A queue row records which poll holds it
- * (poll_id) and until when (poll_lease_until); every statement here is one round trip.
+ * The statements of GET /events long polls (docs/api.md §3.13) but their starts and heartbeats
+ * (poll-batches.repository.ts). A queue row records which poll holds it (poll_id) and until when.
  */
 
 /**

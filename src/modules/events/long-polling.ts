@@ -1,8 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { BaseLogger } from 'pino';
-import type { Config } from '../../config.js';
-import type { Database } from '../../db/database.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { AppDeps } from '../../deps.js';
 import { EventListener } from '../../db/event-listener.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { QueueWakeups } from './event-wakeups.js';
@@ -16,14 +14,7 @@ const HEARTBEAT_TICK_MS = 250;
 /** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
 const POLL_GATHER_MS = 50;
 
-export interface LongPollingOptions {
-  db: Database;
-  /** The heartbeats' transactions. */
-  transactions: UserTransactions;
-  config: Config;
-  log: Pick<BaseLogger, 'warn'>;
-  metrics: Metrics | undefined;
-}
+type LongPollingOptions = Pick<AppDeps, 'db' | 'transactions' | 'config'> & { log: Pick<BaseLogger, 'warn'>; metrics: Metrics | undefined };
 
 /**
  * An instance's long polls (docs/api.md §3.13): what they wait on and how they are answered: the
