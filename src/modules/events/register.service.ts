@@ -21,7 +21,7 @@ import type { registerSchema } from './events.schemas.js';
 /** POST /api/v1/register (docs/api.md §3.12): a new queue and the initial state, consistent with each other. */
 
 /** The parameters, and the caller's own defaults for clients without notification_settings_null. */
-type RegisterRequest = Values<typeof registerSchema> & { notificationDefaults: NotificationDefaults };
+type RegisterRequest = Values<typeof registerSchema> & { notificationDefaults: NotificationDefaults | undefined };
 
 export interface InitialState {
   realm_users?: ApiUser[] | JsonTextList;
@@ -42,12 +42,6 @@ export const notificationDefaultsQuery = new AuthLookupQuery<NotificationDefault
   ]),
 );
 export const notificationDefaultsLookup: AuthLookup<NotificationDefaults> = { query: notificationDefaultsQuery, argument: 0 };
-
-/** The defaults out of notificationDefaultsLookup's row (register always runs it). */
-export function notificationDefaultsFromLookup(row: NotificationDefaults | undefined): NotificationDefaults {
-  if (!row) throw new Error('register ran without its notification defaults lookup');
-  return row;
-}
 
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> &
   Parameters<typeof buildUserObject>[3];
@@ -84,6 +78,9 @@ export async function registerEventQueue(
   departure?: Departure,
 ): Promise<{ queueId: string; lifespanSeconds: number; state: InitialState }> {
   const queueId = randomUUID();
+  // notificationDefaultsLookup's row: register always runs it.
+  const defaults = request.notificationDefaults;
+  if (!defaults) throw new Error('register ran without its notification defaults lookup');
   // A section is wanted when fetch_event_types names it, else when event_types does, else always.
   const sections = request.fetch_event_types ?? request.event_types;
   const wanted = (name: string) => sections === undefined || sections.includes(name);
@@ -144,7 +141,7 @@ export async function registerEventQueue(
     const objects = read.subscriptions.map(serializeSubscription);
     state.subscriptions = request.client_capabilities.notification_settings_null
       ? objects
-      : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
+      : objects.map((sub) => withUserDefaults(sub, defaults));
   }
   if (read.views) state.navigation_views = read.views;
   return { queueId, lifespanSeconds: queue.lifespanSeconds, state };
