@@ -8,9 +8,9 @@ import { describe, expect, it } from 'vitest';
 import { runAdmin } from '../src/cli/admin.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
-import { createEventQueue, listQueueEvents } from '../src/modules/events/event-queues.repository.js';
+import { createEventQueue } from '../src/modules/events/event-queues.repository.js';
 import { api, createTestContext, useTestContext } from './helpers/app.js';
-import { basicAuth } from './helpers/fixture.js';
+import { basicAuth, queueEvents } from './helpers/fixture.js';
 
 const run = promisify(execFile);
 
@@ -138,7 +138,7 @@ describe('admin command line', () => {
       '--imported-stub',
       '--can-create-users',
     ]);
-    expect(await listQueueEvents(ctx.db, ownerQueue)).toEqual([
+    expect(await queueEvents(ctx.db, ownerQueue)).toEqual([
       {
         type: 'realm_user',
         op: 'add',
@@ -211,7 +211,7 @@ describe('admin command line', () => {
       20,
     ).execute();
     await ok(['subscribe', '--realm', '', '--email', 'guest@acme.test', '--stream', 'general']);
-    expect(await listQueueEvents(ctx.db, guestQueue)).toEqual([
+    expect(await queueEvents(ctx.db, guestQueue)).toEqual([
       {
         type: 'realm_user',
         op: 'add',
@@ -227,7 +227,7 @@ describe('admin command line', () => {
     ]);
     // A user the command line creates shares no channel with the guest yet: its placeholder.
     const late = await ok(['user', 'create', '--realm', '', '--email', 'late@acme.test', '--full-name', 'Late Comer']);
-    const events = await listQueueEvents(ctx.db, guestQueue);
+    const events = await queueEvents(ctx.db, guestQueue);
     expect(events.slice(1)).toEqual([
       {
         type: 'realm_user',
@@ -274,7 +274,7 @@ describe('admin command line', () => {
       is_active: false,
     });
     // The last of the owner's queue (ids from 0; the subscriptions above sent theirs before it).
-    const ownerEvents = await listQueueEvents(ctx.db, ownerQueue);
+    const ownerEvents = await queueEvents(ctx.db, ownerQueue);
     expect(ownerEvents.at(-1)).toEqual({
       type: 'realm_user',
       op: 'update',

@@ -470,9 +470,7 @@ describe('the heartbeat wheel', () => {
     wheel.add(a, 250); // due 1255: the tick at 1300
     const tickOfB = wheel.add(b, 250);
     wheel.add(c, 495); // due 1500: that tick
-    expect(wheel.size).toBe(3);
     wheel.remove(b, tickOfB);
-    expect(wheel.size).toBe(2);
     vi.advanceTimersByTime(294); // 1299
     expect(told).toEqual([]);
     vi.advanceTimersByTime(1);
@@ -481,7 +479,6 @@ describe('the heartbeat wheel', () => {
     expect(told).toEqual(['a@1300', 'c@1500']);
     expect(ticks).toEqual([1300, 1500]);
     // Empty: its timer stopped.
-    expect(wheel.size).toBe(0);
     expect(vi.getTimerCount()).toBe(0);
     vi.advanceTimersByTime(10_000);
     expect(told).toHaveLength(2);
@@ -515,12 +512,12 @@ describe("a queue's waiters", () => {
     for (const waiter of [first, second, third]) waiter.notified = false;
     wakeups.unsubscribe('q', first);
     wakeups.unsubscribe('q', third);
-    wakeups.notified('q', 7);
+    wakeups.wake('q', undefined, 7);
     expect([first.notified, second.notified, third.notified]).toEqual([false, true, false]);
     expect(second.notifiedAt).toBe(7);
     wakeups.unsubscribe('q', second);
     second.notified = false;
-    wakeups.wakeAll();
+    wakeups.wake('q');
     expect(second.notified).toBe(false);
   });
 

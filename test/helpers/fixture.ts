@@ -3,7 +3,8 @@ import { sql } from 'kysely';
 import type { Database } from '../../src/db/database.js';
 import { hashApiKey } from '../../src/lib/api-keys.js';
 import { renderMarkdown } from '../../src/lib/markdown.js';
-import { createEventQueue, listQueueEvents } from '../../src/modules/events/event-queues.repository.js';
+import type { ApiEvent } from '../../src/modules/event-log/event-log.repository.js';
+import { createEventQueue } from '../../src/modules/events/event-queues.repository.js';
 
 /** The fixture of docs/api.md §5.0, with the same ids. */
 export const ids = {
@@ -168,4 +169,8 @@ export async function createQueue(
   return id;
 }
 
-export const queueEvents = listQueueEvents;
+/** The queue's pending events in id order, each with its "id" appended last. */
+export async function queueEvents(db: Database, queueId: string): Promise<ApiEvent[]> {
+  const rows = await db.selectFrom('events').select(['id', 'payload']).where('queue_id', '=', queueId).orderBy('id').execute();
+  return rows.map((row) => ({ ...(row.payload as ApiEvent), id: row.id }));
+}

@@ -4,25 +4,21 @@ import { EVENTS_CHANNEL, type ApiEvent } from './event-log.repository.js';
 /**
  * Events about one user sent to the OTHER users of the organization (realm_user add / update, and
  * the subscription peer events of a deactivation or reactivation, to explicit `users`):
- * withEventAppend (event-log.repository.ts) serves a user's own queues; these CTEs append to every
- * queue of the organization whose user is in an event's audience, in the statement that makes the
- * change, so the change and its events commit together.
+ * withEventAppend serves a user's own queues; these CTEs append to every queue of the organization
+ * whose user is in an event's audience, in the statement that makes the change, so the change and
+ * its events commit together.
  *
- * An event's audience is the active users (bots included, as Zulip's active_user_ids) whose role
- * is in (lo, hi]: Zulip's address visibility is a role threshold (docs/api.md §2.3), so one payload goes
+ * An audience is the active users (bots included, as Zulip's active_user_ids) whose role is in
+ * (lo, hi]: Zulip's address visibility is a role threshold (docs/api.md §2.3), so one payload goes
  * to the roles that may see the real address and another, with delivery_email null, to the rest.
  * `guests` narrows it further for restricted organizations (docs/api.md §2.4).
  *
- * Consistency with register (src/modules/events/register.service.ts): every statement using these
- * CTEs runs behind the organization's membership lock (REALM_MEMBERSHIP_LOCK_NAMESPACE in
- * src/db/user-transactions.ts; user management and subscription changes exclusive), which
- * register takes shared before it creates its queue and reads the users: a change commits either
- * before a register reads (the state has it) or after its queue exists (the queue gets the event).
- *
- * Queues are locked in (user id, id) order before they are bumped, the order commit groups
- * (src/db/commit-groups.ts) lock users' queues in, so the two cannot deadlock. The cap on pending
- * events (QUEUE_MAX_PENDING_EVENTS) applies as in withEventAppend: a queue it would overflow is
- * deleted and its poll woken.
+ * Every statement using these CTEs holds the organization's membership lock
+ * (REALM_MEMBERSHIP_LOCK_NAMESPACE in src/db/user-transactions.ts), which register takes shared
+ * before it creates its queue and reads the users: a change commits either before a register reads
+ * or after its queue exists. Queues are locked in (user id, id) order, as commit groups
+ * (src/db/commit-groups.ts) lock them, so the two cannot deadlock; the cap on pending events
+ * (QUEUE_MAX_PENDING_EVENTS) applies as in withEventAppend.
  */
 
 /** Which guests of the organization get an event (the others' audience is the role range alone). */

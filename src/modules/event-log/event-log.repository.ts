@@ -32,21 +32,17 @@ export interface EventWrites {
  * write statement (settings, navigation views), which then adds its own CTEs. A write that refuses
  * raises (refuse_write), which undoes these too; so they need no condition of their own.
  *
- * Each queue's counter is bumped first and its events numbered from what the UPDATE returns: the
- * update locks the row and works on its latest version, so the numbers are right without a
- * separate SELECT … FOR UPDATE (one row lock less per queue and write), and a queue deleted
- * meanwhile (expiry, DELETE /events) gets nothing, since the update skips it.
+ * Each queue's counter is bumped first and its events numbered from what the UPDATE returns: it
+ * locks the row and works on its latest version, so no separate SELECT … FOR UPDATE is needed, and
+ * a queue deleted meanwhile (expiry, DELETE /events) gets nothing.
  *
  * The events travel as one JSON array (node-postgres escapes every element of an array parameter,
- * which cost milliseconds for a thousand events), and json_array_elements returns each element's
- * text as sent, so payloads keep their key order. Each queue's type list (at most 256 names) is
- * searched once per distinct event type, not once per event: the events then meet their queues
- * through a hash join on the type.
+ * milliseconds for a thousand events); json_array_elements returns each element's text as sent, so
+ * payloads keep their key order.
  *
- * A queue the write would leave with more than `maxPendingEvents` pending (unacknowledged) events
- * is deleted instead, with its events, and its waiting poll woken: the client's next poll gets
- * BAD_EVENT_QUEUE_ID and it registers again, as after expiry (docs/api.md §2.10). A write thus stores at
- * most maxPendingEvents rows per queue, and a queue whose client stops polling stops growing.
+ * A queue the write would leave with more than `maxPendingEvents` pending events is deleted instead
+ * and its poll woken: the client gets BAD_EVENT_QUEUE_ID and registers again, as after expiry
+ * (docs/api.md §2.10), so a queue whose client stops polling stops growing.
  */
 export function withEventAppend(db: Database, args: EventAppendArgs) {
   // Raw: a table function WITH ORDINALITY (parenthesized: Kysely writes a raw CTE body as it is).

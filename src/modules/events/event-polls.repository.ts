@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
+import type { Caller } from '../../http/auth.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 
 /**
- * The statements of GET /events long polls (docs/api.md §3.13) other than their starts and heartbeats,
- * which many polls share (poll-batches.repository.ts). A queue row records which poll holds it
- * (poll_id) and until when (poll_lease_until); every statement here is one round trip.
+ * The statements of GET /events long polls (docs/api.md §3.13) but their starts and heartbeats
+ * (poll-batches.repository.ts). A queue row records which poll holds it (poll_id) and until when.
  */
 
 /**
@@ -16,10 +16,7 @@ import type { ApiEvent } from '../event-log/event-log.repository.js';
  */
 export const POLL_LEASE_SECONDS = 60;
 
-export interface QueueOwner {
-  realmId: number;
-  id: number;
-}
+export type QueueOwner = Pick<Caller, 'realmId' | 'id'>;
 
 export interface StoredEvent {
   id: number;
@@ -78,10 +75,8 @@ export async function recheckWaitingPolls(db: Database, polls: readonly WaitingP
 
 /**
  * Ends a poll: restarts the queue's idle clock, releases the queue if this poll still holds it,
- * and returns every pending event, in one round trip; undefined when the queue no longer exists.
- * `onlyIfReady` (a woken poll): only when it should answer, events pending or a newer poll holding
- * the queue, else 'waiting' (a wake-up that concerned it not, such as the notification of its own
- * start).
+ * and returns every pending event; undefined when the queue no longer exists. `onlyIfReady` (a
+ * woken poll): only when events are pending or a newer poll holds the queue, else 'waiting'.
  */
 async function endPoll(db: Database, queueId: string, pollId: string, onlyIfReady: boolean): Promise<ApiEvent[] | 'waiting' | undefined> {
   const { rows } = await sql<{ ready: boolean; found: boolean; events: StoredEvent[] | null }>`

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
-import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
+import { EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
 export interface NewEventQueue {
   id: string;
@@ -46,12 +46,6 @@ export function createEventQueue(db: Database, queue: NewEventQueue, maxPerUser:
       lifespan_seconds: queue.lifespanSeconds,
       user_list_incomplete: queue.userListIncomplete,
     });
-}
-
-/** The queue's pending events in id order, each with its "id" appended last. */
-export async function listQueueEvents(db: Database, queueId: string): Promise<ApiEvent[]> {
-  const rows = await db.selectFrom('events').select(['id', 'payload']).where('queue_id', '=', queueId).orderBy('id').execute();
-  return rows.map((row) => ({ ...(row.payload as ApiEvent), id: row.id }));
 }
 
 /** Deletes one of the user's queues (its events go with it) and wakes a poll waiting on it. */

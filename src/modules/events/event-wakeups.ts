@@ -1,3 +1,5 @@
+import type { WaitingPoll } from './event-polls.repository.js';
+
 /**
  * In-process wake-ups of waiting long polls. A poll subscribes to its queue before it checks the
  * database, so a notification arriving at any moment after that is never lost: it is kept until
@@ -7,7 +9,7 @@
 export class PollWaiter {
   /** Set once the poll holds its queue and waits (QueueWakeups.hold). */
   pollId: string | undefined;
-  /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.notified): the delivery latency's start. */
+  /** performance.now() when the first NOTIFY for its queue arrived (QueueWakeups.wake): the delivery latency's start. */
   notifiedAt: number | undefined;
   /** A notification came that the poll has not yet looked at (it clears this when it looks). */
   notified = false;
@@ -31,19 +33,14 @@ export class QueueWakeups {
   private inFlight = 0;
   /** While shutdown waits for the polls in flight: resolved when the last one has its answer. */
   private drained: { promise: Promise<void>; resolve: () => void } | undefined;
-  private closingFlag = false;
-
   /** True once the instance shuts down: polls answer at once with what is pending. */
-  get closing(): boolean {
-    return this.closingFlag;
-  }
+  closing = false;
 
-  subscribe(queueId: string, waiter: PollWaiter = new PollWaiter()): PollWaiter {
+  subscribe(queueId: string, waiter: PollWaiter): void {
     const current = this.waiters.get(queueId);
     if (current === undefined) this.waiters.set(queueId, waiter);
     else if (current instanceof Set) current.add(waiter);
     else this.waiters.set(queueId, new Set([current, waiter]));
-    return waiter;
   }
 
   unsubscribe(queueId: string, waiter: PollWaiter): void {
@@ -63,7 +60,7 @@ export class QueueWakeups {
   }
 
   /** The waiting polls that hold their queue. */
-  heldPolls(): { queueId: string; pollId: string }[] {
+  heldPolls(): WaitingPoll[] {
     return Array.from(this.held, ([pollId, { queueId }]) => ({ queueId, pollId }));
   }
 
@@ -72,19 +69,17 @@ export class QueueWakeups {
     this.held.get(pollId)?.waiter.notify();
   }
 
-  /** Something about the queue changed (events, deletion, a new poll): its polls re-check. */
-  wake(queueId: string, except?: PollWaiter): void {
-    this.forEach(queueId, (waiter) => {
-      if (waiter !== except) waiter.notify();
-    });
-  }
-
-  /** A NOTIFY for the queue arrived at `at` (performance.now()): its polls re-check. */
-  notified(queueId: string, at: number): void {
-    this.forEach(queueId, (waiter) => {
-      waiter.notifiedAt ??= at;
+  /**
+   * Something about the queue changed (events, deletion, a new poll): its polls re-check.
+   * `notifiedAt`: when the NOTIFY that said so arrived (performance.now()).
+   */
+  wake(queueId: string, except?: PollWaiter, notifiedAt?: number): void {
+    const waiters = this.waiters.get(queueId);
+    for (const waiter of waiters instanceof Set ? [...waiters] : waiters ? [waiters] : []) {
+      if (waiter === except) continue;
+      waiter.notifiedAt ??= notifiedAt;
       waiter.notify();
-    });
+    }
   }
 
   /** How many polls hold their queue and wait (the metrics' waiting polls). */
@@ -92,18 +87,7 @@ export class QueueWakeups {
     return this.held.size;
   }
 
-  /** After notifications may have been missed (the listener reconnected): every poll re-checks. */
-  wakeAll(): void {
-    for (const waiters of [...this.waiters.values()]) {
-      if (waiters instanceof Set) for (const waiter of [...waiters]) waiter.notify();
-      else waiters.notify();
-    }
-  }
-
-  /**
-   * A poll begins; `end` when it has its answer. Counted, not kept: shutdown (close) waits until
-   * none is left.
-   */
+  /** A poll begins; `end` when it has its answer. Counted, not kept: close waits until none is left. */
   begin(): void {
     this.inFlight++;
   }
@@ -117,8 +101,8 @@ export class QueueWakeups {
 
   /** Ends every waiting poll (each answers with what is pending) and waits until all have answered. */
   async close(): Promise<void> {
-    this.closingFlag = true;
-    this.wakeAll();
+    this.closing = true;
+    for (const queueId of [...this.waiters.keys()]) this.wake(queueId);
     if (this.inFlight === 0) return;
     if (!this.drained) {
       let resolve!: () => void;
@@ -126,11 +110,5 @@ export class QueueWakeups {
       this.drained = { promise, resolve };
     }
     await this.drained.promise;
-  }
-
-  private forEach(queueId: string, visit: (waiter: PollWaiter) => void): void {
-    const waiters = this.waiters.get(queueId);
-    if (waiters instanceof Set) for (const waiter of [...waiters]) visit(waiter);
-    else if (waiters) visit(waiters);
   }
 }

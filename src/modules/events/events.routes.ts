@@ -8,7 +8,7 @@ import { ZULIP_FEATURE_LEVEL } from '../../zulip.js';
 import { deleteQueueSchema, getEventsSchema, registerSchema } from './events.schemas.js';
 import { deleteQueue, pollEvents } from './events.service.js';
 import { LongPolling } from './long-polling.js';
-import { notificationDefaultsFromLookup, notificationDefaultsLookup, registerEventQueue } from './register.service.js';
+import { notificationDefaultsLookup, registerEventQueue } from './register.service.js';
 
 /**
  * Register and the event queue endpoints (docs/api.md §3.12–§3.14). The instance's long polls
@@ -26,23 +26,12 @@ export const eventRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, transa
 
   const registerConfig = { authLookup: () => notificationDefaultsLookup };
   app.post('/api/v1/register', { schema: registerSchema, config: registerConfig }, async (request, reply) => {
-    const params = parametersOf(request, registerSchema);
-    const capabilities = params.client_capabilities;
+    const notificationDefaults = lookupRowOf(request, notificationDefaultsLookup);
     const { queueId, lifespanSeconds, state } = await registerEventQueue(
       transactions,
       config,
       callerOf(request),
-      {
-        notificationDefaults: notificationDefaultsFromLookup(lookupRowOf(request, notificationDefaultsLookup)),
-        clientGravatar: params.client_gravatar,
-        includeSubscribers: params.include_subscribers,
-        notificationSettingsNull: capabilities.notification_settings_null === true,
-        userListIncomplete: capabilities.user_list_incomplete === true,
-        eventTypes: params.event_types,
-        fetchEventTypes: params.fetch_event_types,
-        queueLifespanSecs: params.queue_lifespan_secs,
-        idleQueueTimeout: params.idle_queue_timeout,
-      },
+      { ...parametersOf(request, registerSchema), notificationDefaults },
       clientGone(reply),
     );
     metrics?.queueRegistered();

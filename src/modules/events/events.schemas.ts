@@ -62,11 +62,6 @@ const idleQueueTimeout = jsonTextKind(
 const event = (description: string, fields: TProperties) =>
   Type.Object({ ...fields, id: Type.Integer({ description: 'Consecutive per queue, from 0.' }) }, { description });
 
-// --- Membership events (docs/management-api.md, "Subscriptions") ---
-
-/** The channel as stream events carry it. */
-const StreamEventObject = Type.Object(CHANNEL_KEY_SCHEMAS);
-
 const peerEvent = (op: 'peer_add' | 'peer_remove', description: string) =>
   event(description, {
     type: Type.Literal('subscription'),
@@ -74,33 +69,6 @@ const peerEvent = (op: 'peer_add' | 'peer_remove', description: string) =>
     stream_ids: Type.Array(Type.Integer(), { description: 'Ascending.' }),
     user_ids: Type.Array(Type.Integer(), { description: 'Ascending.' }),
   });
-
-const MEMBERSHIP_EVENTS = [
-  event('Channels became visible to the user (created, or newly subscribed to one it could not see).', {
-    type: Type.Literal('stream'),
-    op: Type.Literal('create'),
-    streams: Type.Array(StreamEventObject),
-  }),
-  event('The user, unsubscribed, no longer sees these channels (private ones, or public ones for a guest).', {
-    type: Type.Literal('stream'),
-    op: Type.Literal('delete'),
-    streams: Type.Array(Type.Object({ stream_id: Type.Integer() }), { description: 'Deprecated: the ids of `stream_ids`.' }),
-    stream_ids: Type.Array(Type.Integer()),
-    for_archiving: Type.Literal(false),
-  }),
-  event('The user was subscribed to channels.', {
-    type: Type.Literal('subscription'),
-    op: Type.Literal('add'),
-    subscriptions: Type.Array(SubscriptionObject),
-  }),
-  event('The user was unsubscribed from channels.', {
-    type: Type.Literal('subscription'),
-    op: Type.Literal('remove'),
-    subscriptions: Type.Array(Type.Object({ name: Type.String(), stream_id: Type.Integer() })),
-  }),
-  peerEvent('peer_add', 'Other users were subscribed to channels whose subscribers the user sees.'),
-  peerEvent('peer_remove', 'Other users were unsubscribed from channels whose subscribers the user sees.'),
-];
 
 const EventObject = Type.Union(
   [
@@ -127,7 +95,6 @@ const EventObject = Type.Union(
       op: Type.Literal('remove'),
       fragment: Type.String(),
     }),
-    // --- User management (docs/management-api.md "Users"). ---
     event('A user was created (POST /users): their user object, delivery_email null for those who may not see it.', {
       type: Type.Literal('realm_user'),
       op: Type.Literal('add'),
@@ -154,9 +121,32 @@ const EventObject = Type.Union(
         }),
       },
     ),
-    // --- End of user management. ---
     event('Sent to a long poll that waited 45 to 55 s without events.', { type: Type.Literal('heartbeat') }),
-    ...MEMBERSHIP_EVENTS,
+    // Membership events (docs/management-api.md, "Subscriptions").
+    event('Channels became visible to the user (created, or newly subscribed to one it could not see).', {
+      type: Type.Literal('stream'),
+      op: Type.Literal('create'),
+      streams: Type.Array(Type.Object(CHANNEL_KEY_SCHEMAS)),
+    }),
+    event('The user, unsubscribed, no longer sees these channels (private ones, or public ones for a guest).', {
+      type: Type.Literal('stream'),
+      op: Type.Literal('delete'),
+      streams: Type.Array(Type.Object({ stream_id: Type.Integer() }), { description: 'Deprecated: the ids of `stream_ids`.' }),
+      stream_ids: Type.Array(Type.Integer()),
+      for_archiving: Type.Literal(false),
+    }),
+    event('The user was subscribed to channels.', {
+      type: Type.Literal('subscription'),
+      op: Type.Literal('add'),
+      subscriptions: Type.Array(SubscriptionObject),
+    }),
+    event('The user was unsubscribed from channels.', {
+      type: Type.Literal('subscription'),
+      op: Type.Literal('remove'),
+      subscriptions: Type.Array(Type.Object({ name: Type.String(), stream_id: Type.Integer() })),
+    }),
+    peerEvent('peer_add', 'Other users were subscribed to channels whose subscribers the user sees.'),
+    peerEvent('peer_remove', 'Other users were unsubscribed from channels whose subscribers the user sees.'),
   ],
   { description: 'An event of the queue.' },
 );

@@ -21,13 +21,9 @@ export interface EventsDeps {
   db: Database;
   config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>;
   wakeups: QueueWakeups;
-  /** Poll starts of one turn of the event loop, one statement. */
   starts: PollStartBatches;
-  /** Heartbeats due within one tick of each other, one transaction. */
   heartbeats: HeartbeatBatches;
-  /** Ends of polls whose clients left within one tick of each other, one statement. */
   leftPolls: LeftPollBatches;
-  /** When each waiting poll's heartbeat falls due. */
   wheel: HeartbeatWheel;
 }
 
@@ -59,11 +55,7 @@ export function pollEvents(deps: EventsDeps, caller: QueueOwner, request: PollRe
  * heartbeat wheel's tick (HeartbeatWheel), so that it is answered 45 to 55 s after it started, as
  * Zulip's. In whole ticks: the wheel answers on tick boundaries anyway.
  */
-export function heartbeatDelay(
-  config: Pick<Config, 'heartbeatSeconds' | 'heartbeatJitterSeconds'>,
-  tickMs: number,
-  random: () => number = Math.random,
-): number {
+export function heartbeatDelay(config: EventsDeps['config'], tickMs: number, random: () => number = Math.random): number {
   const tick = Math.max(1, tickMs);
   const jitterTicks = Math.floor(Math.max(0, config.heartbeatJitterSeconds * 1000 - tick) / tick);
   return config.heartbeatSeconds * 1000 + Math.floor(random() * (jitterTicks + 1)) * tick;
@@ -71,10 +63,9 @@ export function heartbeatDelay(
 
 /**
  * One long poll. While it waits it is only this object, in its queue's waiters and in the
- * heartbeat wheel: no suspended async function, promise or timer of its own (those were about a
- * third of a waiting poll's memory, which 10,000 connected clients hold all day and the garbage
- * collector copies). A notification, the instance's periodic check, the client leaving,
- * shutdown or the heartbeat's tick wakes it; it then checks and answers, or waits again.
+ * heartbeat wheel: no suspended async function, promise or timer of its own (memory, times 10,000
+ * connected clients). A notification, the instance's periodic check, the client leaving, shutdown
+ * or the heartbeat's tick wakes it; it then checks and answers, or waits again.
  */
 class LongPoll extends PollWaiter {
   private state: 'starting' | 'waiting' | 'checking' | 'answered' = 'starting';

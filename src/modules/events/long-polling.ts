@@ -1,8 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { BaseLogger } from 'pino';
-import type { Config } from '../../config.js';
-import type { Database } from '../../db/database.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { AppDeps } from '../../deps.js';
 import { EventListener } from '../../db/event-listener.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import { QueueWakeups } from './event-wakeups.js';
@@ -16,14 +14,7 @@ const HEARTBEAT_TICK_MS = 250;
 /** Blocking polls arriving within this long of each other are authenticated and started together (PollGathering). */
 const POLL_GATHER_MS = 50;
 
-export interface LongPollingOptions {
-  db: Database;
-  /** The heartbeats' transactions. */
-  transactions: UserTransactions;
-  config: Config;
-  log: Pick<BaseLogger, 'warn'>;
-  metrics: Metrics | undefined;
-}
+type LongPollingOptions = Pick<AppDeps, 'db' | 'transactions' | 'config'> & { log: Pick<BaseLogger, 'warn'>; metrics: Metrics | undefined };
 
 /**
  * An instance's long polls (docs/api.md §3.13): what they wait on and how they are answered: the
@@ -49,24 +40,16 @@ export class LongPolling {
     const leftPolls = new LeftPollBatches(db, HEARTBEAT_TICK_MS);
     this.deps = { db, config, wakeups, starts: new PollStartBatches(db), heartbeats, leftPolls, wheel };
     metrics?.watchWaitingPolls(() => wakeups.waitingPolls);
-    const rechecks = (this.rechecks = new PollRechecks({
-      db,
-      wakeups,
-      intervalMs: config.pollRecheckSeconds * 1000,
-      log,
-      ...(metrics && { onRecheck: (ok: boolean) => metrics.pollRecheck(ok ? 'ok' : 'failed') }),
-    }));
+    const rechecks = (this.rechecks = new PollRechecks({ db, wakeups, intervalMs: config.pollRecheckSeconds * 1000, log, metrics }));
     this.listener = new EventListener({
       connectionString: config.databaseUrl,
       connectTimeoutMs: config.dbConnectTimeoutMs,
       log,
       channel: EVENTS_CHANNEL,
-      onNotified: metrics
-        ? (queueId) => {
-            metrics.notificationReceived();
-            wakeups.notified(queueId, performance.now());
-          }
-        : (queueId) => wakeups.wake(queueId),
+      onNotified: (queueId) => {
+        metrics?.notificationReceived();
+        wakeups.wake(queueId, undefined, performance.now());
+      },
       onGap: () => rechecks.request(),
       ...(metrics && { onReconnected: () => metrics.listenReconnected() }),
     });

@@ -2,14 +2,14 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { sqlStatement } from '../../db/reusable-statement.js';
 import type { UserTransactions } from '../../db/user-transactions.js';
-import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, withIds } from './event-polls.repository.js';
+import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, type WaitingPoll, withIds } from './event-polls.repository.js';
 import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
 /**
- * The statements of many long polls at once: the starts of the polls that arrive in one
- * turn of the event loop, and the heartbeats that fall due within a few hundred milliseconds of
- * each other. 10,000 connected clients answer about 200 heartbeats a second and poll again at once;
- * one transaction per poll start and two per heartbeat made that 600 transactions a second.
+ * The statements of many long polls at once (poll-batches.ts). With `skipLocked` (a batch), a queue
+ * row another transaction holds is skipped rather than waited for (many users' rows in one
+ * statement must never wait in a lock cycle with a write): its poll gets no result, and the caller
+ * sends it again alone, without skipping.
  */
 
 export type PollStart =
@@ -18,14 +18,6 @@ export type PollStart =
   | { outcome: 'not_in_queue' }
   /** Acknowledged; `events` are the pending ones when answered at once. */
   | { outcome: 'answered' | 'waiting'; events: ApiEvent[]; replacedPoll: boolean };
-
-interface PollStartRow {
-  accepted: boolean;
-  answered: boolean;
-  replaced_poll: boolean;
-  last_acked_id: number;
-  events: StoredEvent[];
-}
 
 export interface PollStartRequest {
   owner: QueueOwner;
@@ -40,12 +32,7 @@ export interface PollStartRequest {
  * queue's row lock, checks last_event_id against the acknowledged and assigned ids, then (only when
  * it is acceptable) deletes the acknowledged events and either answers at once with the pending ones
  * (the poll ends: idle clock restarts) or takes the queue over for a waiting poll, with a lease. A
- * poll it replaces is notified so it answers.
- *
- * `skipLocked` (a batch): a queue row another transaction holds is skipped rather than waited for
- * (many users' rows in one statement must never wait in a lock cycle with a write), and so is an
- * unknown queue; such a poll gets undefined, and is sent again alone without it, which waits for the
- * row or answers 'missing'.
+ * poll it replaces is notified so it answers. With `skipLocked`, an unknown queue is skipped too.
  */
 export async function startPolls(
   db: Database,
@@ -64,7 +51,14 @@ export async function startPolls(
       answer_now: request.answerNow,
     })),
   );
-  const { rows } = await sql<PollStartRow & { ord: number }>`
+  const { rows } = await sql<{
+    ord: number;
+    accepted: boolean;
+    answered: boolean;
+    replaced_poll: boolean;
+    last_acked_id: number;
+    events: StoredEvent[];
+  }>`
     WITH input AS (
       SELECT ord, queue_id, user_id, realm_id, last::numeric AS last, poll_id, answer_now
       FROM jsonb_to_recordset(${input}::jsonb)
@@ -115,11 +109,6 @@ export async function startPolls(
   return starts;
 }
 
-export interface HeartbeatRequest {
-  queueId: string;
-  pollId: string;
-}
-
 /**
  * A heartbeat is the end of a poll: the heartbeat appended (with the queue's next id, whatever its
  * event_types) only if the poll still holds its queue, the queue released and its idle clock
@@ -127,13 +116,12 @@ export interface HeartbeatRequest {
  * sent in one burst on a pooled connection (where it may wait for rows): the first locks and
  * writes the queues; the second, with a snapshot taken after those locks, reads the events of
  * every queue asked about (so it sees every event committed before the heartbeat's id was taken,
- * and the heartbeat), kept for the queues the first one ended. The answer, by poll id: the events;
- * null when the queue no longer exists; absent when its row was held by another transaction and
- * skipped (`skipLocked`: the caller sends that one again alone, without it).
+ * and the heartbeat), kept for the queues the first one ended. By poll id: the events, or null when
+ * the queue no longer exists.
  */
 export async function answerHeartbeats(
   transactions: UserTransactions,
-  polls: readonly HeartbeatRequest[],
+  polls: readonly WaitingPoll[],
   skipLocked: boolean,
 ): Promise<Map<string, ApiEvent[] | null>> {
   const [ended, read] = (await transactions.onOwnConnection([
@@ -157,18 +145,12 @@ export async function answerHeartbeats(
       GROUP BY e.queue_id
     `),
   ])) as [{ queue_id: string; poll_id: string }[], { queue_id: string; events: StoredEvent[] }[]];
-  const answers = goneUnlessSkipped<ApiEvent[]>(polls, ended, skipLocked);
   const eventsOf = new Map(read.map((row) => [row.queue_id, row.events]));
-  for (const row of ended) answers.set(row.poll_id, withIds(eventsOf.get(row.queue_id) ?? []));
-  return answers;
+  return endResults(polls, ended, skipLocked, (row) => withIds(eventsOf.get(row.queue_id) ?? []));
 }
 
-/**
- * The CTEs `input` (the polls ending) and `q` (their queues' rows, locked in id order, skipping
- * those another transaction holds when `skipLocked`, so that many users' rows in one statement
- * never wait in a lock cycle with a write; `holds`: the ending poll still holds its queue).
- */
-function lockedPollEnds(polls: readonly HeartbeatRequest[], skipLocked: boolean) {
+/** The CTEs `input` (the polls ending) and `q` (their queues' rows, locked in id order; `holds`: the poll still holds its queue). */
+function lockedPollEnds(polls: readonly WaitingPoll[], skipLocked: boolean) {
   return sql`input AS (
       SELECT * FROM unnest(${polls.map((poll) => poll.queueId)}::uuid[], ${polls.map((poll) => poll.pollId)}::uuid[]) AS i (queue_id, poll_id)
     ), q AS (
@@ -179,26 +161,24 @@ function lockedPollEnds(polls: readonly HeartbeatRequest[], skipLocked: boolean)
     )`;
 }
 
-/** The results of polls ended alone whose queue was not found: null (gone); skipped ones stay absent. */
-function goneUnlessSkipped<R>(polls: readonly HeartbeatRequest[], ended: readonly { poll_id: string }[], skipLocked: boolean) {
-  const results = new Map<string, R | null>();
-  if (skipLocked) return results;
-  const endedIds = new Set(ended.map((row) => row.poll_id));
-  for (const poll of polls) if (!endedIds.has(poll.pollId)) results.set(poll.pollId, null);
+/** By poll id: `result` of each poll ended, null for one whose queue is gone (absent instead when skipped). */
+function endResults<Row extends { poll_id: string }, R>(
+  polls: readonly WaitingPoll[],
+  ended: readonly Row[],
+  skipLocked: boolean,
+  result: (row: Row) => R,
+): Map<string, R | null> {
+  const results = new Map<string, R | null>(skipLocked ? [] : polls.map((poll) => [poll.pollId, null]));
+  for (const row of ended) results.set(row.poll_id, result(row));
   return results;
 }
 
 /**
  * The end of polls whose clients left (nothing to answer): for each, its queue's idle clock
  * restarts and, when the poll still holds it, the queue is released, as finishPoll does for one.
- * By poll id: true, or null when the queue no longer exists; absent when its row was held by
- * another transaction and skipped (`skipLocked`: the caller ends that one again alone).
+ * By poll id: true, or null when the queue no longer exists.
  */
-export async function endLeftPolls(
-  db: Database,
-  polls: readonly HeartbeatRequest[],
-  skipLocked: boolean,
-): Promise<Map<string, true | null>> {
+export async function endLeftPolls(db: Database, polls: readonly WaitingPoll[], skipLocked: boolean): Promise<Map<string, true | null>> {
   const { rows } = await sql<{ poll_id: string }>`
     WITH ${lockedPollEnds(polls, skipLocked)}, ended AS (
       UPDATE event_queues eq SET
@@ -209,7 +189,5 @@ export async function endLeftPolls(
     )
     SELECT ended_poll::text AS poll_id FROM q
   `.execute(db);
-  const ended = goneUnlessSkipped<true>(polls, rows, skipLocked);
-  for (const row of rows) ended.set(row.poll_id, true);
-  return ended;
+  return endResults(polls, rows, skipLocked, () => true as const);
 }

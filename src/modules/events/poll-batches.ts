@@ -3,33 +3,23 @@ import type { UserTransactions } from '../../db/user-transactions.js';
 import { Batcher } from '../../lib/batcher.js';
 import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
-import {
-  answerHeartbeats,
-  endLeftPolls,
-  type HeartbeatRequest,
-  type PollStart,
-  type PollStartRequest,
-  startPolls,
-} from './poll-batches.repository.js';
+import type { WaitingPoll } from './event-polls.repository.js';
+import { answerHeartbeats, endLeftPolls, type PollStart, type PollStartRequest, startPolls } from './poll-batches.repository.js';
 
 /**
- * Batching of the long polls' own statements: what 10,000 connected clients cost all day
- * is their heartbeats and the polls they open again right after, about 200 a second; one statement
- * for many of them costs the database about what one of them did.
+ * Batching of the long polls' own statements: 10,000 connected clients send about 200 heartbeats
+ * and new polls a second; one statement for many of them costs about what one did.
  */
 
 /** Bounds one statement's work. */
 const MAX_BATCH = 500;
 
 /**
- * The starts of the polls handled in one turn of the event loop go as one statement (startPolls)
- * when the turn ends, skipping rows held by writes; those, and a start alone, are sent without
- * skipping (they wait for the row). The starts of one queue go one after another, in arrival
- * order, each once the previous one's statement is done, as Zulip's one process handles them: each
- * replaces the poll before it, which answers with what is pending, and the last one waits. So
- * one statement never updates a row twice, and 200 polls of one queue at once (a client's retry
- * loop) hold one pooled connection at a time, not the whole pool with 200 statements waiting for
- * one row.
+ * The starts of one turn of the event loop go as one statement (startPolls), skipping rows held by
+ * writes; those, and a start alone, are sent without skipping (they wait for the row). The starts
+ * of one queue go one after another, in arrival order, as Zulip's one process handles them (each
+ * replaces the one before, which answers): one statement never updates a row twice, and a client's
+ * retry loop holds one pooled connection, not the whole pool waiting for one row.
  */
 export class PollStartBatches {
   private readonly batcher = new Batcher({ max: MAX_BATCH, send: (requests: PollStartRequest[]) => this.send(requests) });
@@ -55,11 +45,9 @@ export class PollStartBatches {
 
 /**
  * Blocking polls wait up to `gatherMs` before their authentication, so that those arriving within
- * that time are authenticated by one statement and started by one (both are shared by the requests
- * of one turn of the event loop): the clients of a busy instance poll again one at a time, right
- * after their heartbeats, and a turn rarely held more than one. Their authentication and start are
- * what a heartbeat cycle costs beyond the heartbeat; a poll that waits anyway loses nothing, and an
- * event committed meanwhile is in its answer (it answers at once when events are pending).
+ * that time share one authentication statement and one start: clients poll again one at a time,
+ * right after their heartbeats. A poll that waits anyway loses nothing, and an event committed
+ * meanwhile is in its answer.
  */
 export class PollGathering extends Batcher<undefined, void> {
   constructor(gatherMs: number) {
@@ -72,19 +60,16 @@ export class PollGathering extends Batcher<undefined, void> {
   }
 }
 
-/** A statement that ends many polls: by poll id, its result, or null when its queue is gone; absent when its row was skipped. */
-type EndPolls<R> = (polls: readonly HeartbeatRequest[], skipLocked: boolean) => Promise<Map<string, R | null>>;
-
 /**
  * Ends of polls due within `tickMs` of each other go as one statement (`endPolls`), one poll per
  * queue in a statement (two would meet one row twice: one of them was replaced); one due otherwise
  * starts a tick of its own, so none waits longer than that; `flush()` sends what is due now (each
  * tick, and shutdown). A row another transaction holds is skipped and its poll ended again alone,
- * waiting for it. A poll's end: the statement's result; null when its queue is gone.
+ * waiting for it. `endPolls` answers by poll id: null when the queue is gone, absent when skipped.
  */
-class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
-  constructor(tickMs: number, endPolls: EndPolls<R>) {
-    const alone = async (poll: HeartbeatRequest) => (await endPolls([poll], false)).get(poll.pollId) ?? null;
+class PollEndBatches<R> extends Batcher<WaitingPoll, R | null> {
+  constructor(tickMs: number, endPolls: (polls: readonly WaitingPoll[], skipLocked: boolean) => Promise<Map<string, R | null>>) {
+    const alone = async (poll: WaitingPoll) => (await endPolls([poll], false)).get(poll.pollId) ?? null;
     super({
       delayMs: tickMs,
       max: MAX_BATCH,
@@ -101,11 +86,9 @@ class PollEndBatches<R> extends Batcher<HeartbeatRequest, R | null> {
 }
 
 /**
- * The heartbeats due on an instance within `tickMs` of each other go as one transaction
- * (answerHeartbeats): the heartbeat wheel flushes those of each tick at once; one due otherwise (a
- * poll that was checking its queue at its tick) starts a tick of its own, so none waits longer than
- * that. At 200 heartbeats a second, a 250 ms tick answers about 50 at a time. A poll's answer: its
- * pending events, the heartbeat last; null when its queue is gone.
+ * The heartbeats due within `tickMs` of each other go as one transaction (answerHeartbeats), flushed
+ * by the heartbeat wheel at each tick: at 200 a second, a 250 ms tick answers about 50 at a time.
+ * A poll's answer: its pending events, the heartbeat last; null when its queue is gone.
  */
 export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
   constructor(transactions: UserTransactions, tickMs: number) {
@@ -115,10 +98,8 @@ export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
 
 /**
  * The polls whose clients left within `tickMs` of each other end in one statement (endLeftPolls):
- * when a load balancer restarts or a network drops, every client of an instance leaves at once, and
- * a statement each was 10,000 statements queued on the pool and a few seconds of 60 to 80 MB more
- * memory (bench/RESULTS.md). Nothing is answered (nobody is there); resolves
- * true, or null when the queue is gone.
+ * when a load balancer restarts, every client of an instance leaves at once (bench/RESULTS.md).
+ * Nothing is answered; resolves true, or null when the queue is gone.
  */
 export class LeftPollBatches extends PollEndBatches<true> {
   constructor(db: Database, tickMs: number) {
@@ -132,12 +113,9 @@ export interface HeartbeatDue {
 }
 
 /**
- * The waiting polls by the tick (of `tickMs`, on performance.now()) their heartbeat falls due in:
- * one timer for all of them, firing each tick while any waits, instead of a timer per poll (with
- * its closures, the part of a waiting poll's memory that was ours). A poll is told at the
- * first tick boundary at least its delay after it was added; `onTick` then runs once (the
- * heartbeats of that tick go as one statement). It reads the global performance.now(), which tests
- * can fake.
+ * The waiting polls by the tick (of `tickMs`, on the global performance.now(), which tests fake)
+ * their heartbeat falls due in: one timer for all of them, not one per poll (memory). A poll is told
+ * at the first tick boundary at least its delay after it was added; `onTick` then runs once.
  */
 export class HeartbeatWheel {
   private readonly slots = new Map<number, Set<HeartbeatDue>>();
@@ -163,13 +141,6 @@ export class HeartbeatWheel {
     const slot = this.slots.get(tick);
     slot?.delete(poll);
     if (slot?.size === 0) this.slots.delete(tick);
-  }
-
-  /** How many polls wait for their heartbeat. */
-  get size(): number {
-    let size = 0;
-    for (const slot of this.slots.values()) size += slot.size;
-    return size;
   }
 
   /** Stops the timer (shutdown; the polls left are answered by other means). */

@@ -1,5 +1,6 @@
 import type { BaseLogger } from 'pino';
 import type { Database } from '../../db/database.js';
+import type { Metrics } from '../../metrics/metrics.js';
 import { leaseRenewalSeconds, recheckWaitingPolls } from './event-polls.repository.js';
 import type { QueueWakeups } from './event-wakeups.js';
 
@@ -8,8 +9,7 @@ export interface PollRechecksOptions {
   wakeups: QueueWakeups;
   intervalMs: number;
   log: Pick<BaseLogger, 'warn'>;
-  /** Told whether each check succeeded (the metrics). */
-  onRecheck?: (ok: boolean) => void;
+  metrics: Metrics | undefined;
 }
 
 /**
@@ -62,15 +62,15 @@ export class PollRechecks {
   }
 
   private async run(): Promise<void> {
-    const { db, wakeups, log } = this.options;
+    const { db, wakeups, log, metrics } = this.options;
     const held = wakeups.heldPolls();
     if (held.length === 0) return;
     try {
       const renewBelow = leaseRenewalSeconds(this.options.intervalMs / 1000);
       for (const pollId of await recheckWaitingPolls(db, held, renewBelow)) wakeups.wakePoll(pollId);
-      this.options.onRecheck?.(true);
+      metrics?.pollRecheck('ok');
     } catch (error) {
-      this.options.onRecheck?.(false);
+      metrics?.pollRecheck('failed');
       // The next interval tries again; the leases are renewed early enough to outlast two failures.
       log.warn({ err: error, polls: held.length }, 'waiting long polls could not be checked');
     }

@@ -3,6 +3,7 @@ import type { Config } from '../../config.js';
 import { bindStatement, queryStatement } from '../../db/reusable-statement.js';
 import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
 import { type AuthLookup, AuthLookupQuery, type Caller } from '../../http/auth.js';
+import type { Values } from '../../http/params.js';
 import type { Departure } from '../../lib/departure.js';
 import { largeReads } from '../../lib/keyed-queue.js';
 import { forEachInSlices, JsonTextList } from '../../lib/slices.js';
@@ -13,25 +14,14 @@ import { serializeSubscription, type SubscriptionObject } from '../subscriptions
 import { canAccessUser, isRestrictedViewer } from '../users/users.access.js';
 import { canBuildUsersInSql, selectRealmUsersJson, userJsonTexts } from '../users/users.json.js';
 import { realmUserRecord, selectRealmUsers } from '../users/users.repository.js';
-import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject } from '../users/users.serializers.js';
+import { type ApiUser, buildInaccessibleUserPlaceholder, buildUserObject, type UserObjectOptions } from '../users/users.serializers.js';
 import { createEventQueue } from './event-queues.repository.js';
+import type { registerSchema } from './events.schemas.js';
 
 /** POST /api/v1/register (docs/api.md §3.12): a new queue and the initial state, consistent with each other. */
 
-export interface RegisterRequest {
-  /** The caller's own defaults, for clients without notification_settings_null. */
-  notificationDefaults: NotificationDefaults;
-  clientGravatar: boolean;
-  includeSubscribers: boolean;
-  notificationSettingsNull: boolean;
-  userListIncomplete: boolean;
-  /** undefined: the queue accepts every event type. */
-  eventTypes: string[] | undefined;
-  fetchEventTypes: string[] | undefined;
-  queueLifespanSecs: number;
-  /** idle_queue_timeout (feature level 481); when given it decides, not queueLifespanSecs. */
-  idleQueueTimeout: number | 'mobile' | undefined;
-}
+/** The parameters, and the caller's own defaults for clients without notification_settings_null. */
+type RegisterRequest = Values<typeof registerSchema> & { notificationDefaults: NotificationDefaults | undefined };
 
 export interface InitialState {
   realm_users?: ApiUser[] | JsonTextList;
@@ -40,19 +30,10 @@ export interface InitialState {
   navigation_views?: NavigationView[];
 }
 
-/** The user-level stream notification settings a subscription's null stands for. */
-export interface NotificationDefaults {
-  audible: boolean;
-  desktop: boolean;
-  email: boolean;
-  push: boolean;
-}
+/** The user-level stream notification settings a subscription's null stands for, read with the authentication row. */
+type NotificationDefaults = Record<'audible_default' | 'desktop_default' | 'email_default' | 'push_default', boolean>;
 
-/** Register reads the caller's notification defaults with the authentication statement. */
-/** The caller's notification defaults, as notificationDefaultsLookup adds them to the authentication row. */
-type NotificationDefaultColumns = Record<`${keyof NotificationDefaults}_default`, boolean>;
-
-export const notificationDefaultsQuery = new AuthLookupQuery<NotificationDefaultColumns>('caller-notification-defaults', (account) =>
+export const notificationDefaultsQuery = new AuthLookupQuery<NotificationDefaults>('caller-notification-defaults', (account) =>
   account.select([
     'caller.enable_stream_audible_notifications as audible_default',
     'caller.enable_stream_desktop_notifications as desktop_default',
@@ -60,13 +41,7 @@ export const notificationDefaultsQuery = new AuthLookupQuery<NotificationDefault
     'caller.enable_stream_push_notifications as push_default',
   ]),
 );
-export const notificationDefaultsLookup: AuthLookup<NotificationDefaultColumns> = { query: notificationDefaultsQuery, argument: 0 };
-
-/** The defaults out of notificationDefaultsLookup's row (register always runs it). */
-export function notificationDefaultsFromLookup(row: NotificationDefaultColumns | undefined): NotificationDefaults {
-  if (!row) throw new Error('register ran without its notification defaults lookup');
-  return { audible: row.audible_default, desktop: row.desktop_default, email: row.email_default, push: row.push_default };
-}
+export const notificationDefaultsLookup: AuthLookup<NotificationDefaults> = { query: notificationDefaultsQuery, argument: 0 };
 
 type RegisterConfig = Pick<Config, 'queueDefaultLifespanSeconds' | 'queueMaxLifespanSeconds' | 'queueMaxPerUser'> &
   Parameters<typeof buildUserObject>[3];
@@ -79,8 +54,8 @@ const MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS = 12 * 60 * 60;
  * the default), else the default; anything longer than the maximum is capped, as Zulip's
  * "after applying defaults and server-side limits" says.
  */
-function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs' | 'idleQueueTimeout'>, config: RegisterConfig): number {
-  const { idleQueueTimeout, queueLifespanSecs } = request;
+function queueLifespanSeconds(request: RegisterRequest, config: RegisterConfig): number {
+  const { idle_queue_timeout: idleQueueTimeout, queue_lifespan_secs: queueLifespanSecs } = request;
   const lifespan =
     idleQueueTimeout === 'mobile'
       ? MOBILE_IDLE_QUEUE_TIMEOUT_SECONDS
@@ -88,19 +63,12 @@ function queueLifespanSeconds(request: Pick<RegisterRequest, 'queueLifespanSecs'
   return Math.min(lifespan, config.queueMaxLifespanSeconds);
 }
 
-/** A section is wanted when fetch_event_types names it, else when event_types does, else always. */
-function wantedSections(request: RegisterRequest): (name: string) => boolean {
-  const names = request.fetchEventTypes ?? request.eventTypes;
-  return (name) => names === undefined || names.includes(name);
-}
-
 /**
- * Creates the queue, then reads the wanted state, in the caller's transaction (one round trip: the
- * insert and the reads are sent together): a concurrent change either commits before (its
- * result is in the state, and it had no queue to put an event in) or after (the state misses it,
- * and the queue gets its event). The caller's own writes are kept out by the caller's lock; other
- * users' changes to users (realm_user events) by the organization's user-management lock, taken
- * shared first.
+ * Creates the queue and reads the wanted state in the caller's transaction, sent together (one
+ * round trip): a concurrent change commits either before (its result is in the state, and it had
+ * no queue for its event) or after (the queue gets its event). The caller's lock keeps out the
+ * caller's own writes; the organization's membership lock, taken shared first, every user-management
+ * or subscription change of the organization (REALM_MEMBERSHIP_LOCK_NAMESPACE).
  */
 export async function registerEventQueue(
   transactions: UserTransactions,
@@ -110,24 +78,27 @@ export async function registerEventQueue(
   departure?: Departure,
 ): Promise<{ queueId: string; lifespanSeconds: number; state: InitialState }> {
   const queueId = randomUUID();
-  const wanted = wantedSections(request);
+  // notificationDefaultsLookup's row: register always runs it.
+  const defaults = request.notificationDefaults;
+  if (!defaults) throw new Error('register ran without its notification defaults lookup');
+  // A section is wanted when fetch_event_types names it, else when event_types does, else always.
+  const sections = request.fetch_event_types ?? request.event_types;
+  const wanted = (name: string) => sections === undefined || sections.includes(name);
   const queue = {
     id: queueId,
     realmId: caller.realmId,
     userId: caller.id,
     // No event type contains NUL, which PostgreSQL text cannot hold: dropping such names keeps
     // exactly the types the queue can ever accept.
-    eventTypes: request.eventTypes?.filter(isStorableText) ?? null,
+    eventTypes: request.event_types?.filter(isStorableText) ?? null,
     lifespanSeconds: queueLifespanSeconds(request, config),
-    userListIncomplete: request.userListIncomplete,
+    userListIncomplete: request.client_capabilities.user_list_incomplete === true,
   };
-  const userOptions = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
+  const userOptions = { clientGravatar: request.client_gravatar, includeCustomProfileFields: true, omitIsActive: true };
   // Every user is accessible to this caller: their JSON built by PostgreSQL (users.json.ts).
   const usersInSql = canBuildUsersInSql(caller, config);
   const state: InitialState = {};
   const readState = async () => {
-    // The organization's membership lock, shared: no user-management or subscription change of
-    // the organization commits between the queue and the reads (REALM_MEMBERSHIP_LOCK_NAMESPACE).
     const [, , users, userTexts, subscriptions, views] = await transactions.run(
       caller.id,
       [
@@ -144,7 +115,7 @@ export async function registerEventQueue(
         wanted('realm_user') && usersInSql
           ? queryStatement((db) => selectRealmUsersJson(db, caller, userOptions, config, { split: true }))
           : undefined,
-        wanted('subscription') ? queryStatement((db) => selectActiveSubscriptions(db, caller, request.includeSubscribers)) : undefined,
+        wanted('subscription') ? queryStatement((db) => selectActiveSubscriptions(db, caller, request.include_subscribers)) : undefined,
         wanted('navigation_views') ? queryStatement((db) => selectNavigationViews(db, caller.realmId, caller.id)) : undefined,
       ],
       departure,
@@ -155,7 +126,7 @@ export async function registerEventQueue(
     );
     // The objects are built once the transaction is over: building a large organization's users
     // takes many turns of the event loop, which must not hold the connection and the user's lock.
-    if (users) Object.assign(state, await realmUserSections(users, config, caller, request));
+    if (users) Object.assign(state, await realmUserSections(users, config, caller, userOptions, queue.userListIncomplete));
     if (userTexts) {
       const { active = [], nonActive = [] } = await userJsonTexts(userTexts, caller, userOptions, config, (row) =>
         row.active ? 'active' : 'nonActive',
@@ -168,9 +139,9 @@ export async function registerEventQueue(
   const read = await (wanted('realm_user') ? largeReads.run(caller.id, readState) : readState());
   if (read.subscriptions) {
     const objects = read.subscriptions.map(serializeSubscription);
-    state.subscriptions = request.notificationSettingsNull
+    state.subscriptions = request.client_capabilities.notification_settings_null
       ? objects
-      : objects.map((sub) => withUserDefaults(sub, request.notificationDefaults));
+      : objects.map((sub) => withUserDefaults(sub, defaults));
   }
   if (read.views) state.navigation_views = read.views;
   return { queueId, lifespanSeconds: queue.lifespanSeconds, state };
@@ -183,10 +154,10 @@ export async function registerEventQueue(
 function withUserDefaults(sub: SubscriptionObject, defaults: NotificationDefaults): SubscriptionObject {
   return {
     ...sub,
-    audible_notifications: sub.audible_notifications ?? defaults.audible,
-    desktop_notifications: sub.desktop_notifications ?? defaults.desktop,
-    email_notifications: sub.email_notifications ?? defaults.email,
-    push_notifications: sub.push_notifications ?? defaults.push,
+    audible_notifications: sub.audible_notifications ?? defaults.audible_default,
+    desktop_notifications: sub.desktop_notifications ?? defaults.desktop_default,
+    email_notifications: sub.email_notifications ?? defaults.email_default,
+    push_notifications: sub.push_notifications ?? defaults.push_default,
   };
 }
 
@@ -198,16 +169,16 @@ async function realmUserSections(
   rows: Parameters<typeof realmUserRecord>[0][],
   config: RegisterConfig,
   caller: Caller,
-  request: RegisterRequest,
+  options: UserObjectOptions,
+  userListIncomplete: boolean,
 ): Promise<Pick<InitialState, 'realm_users' | 'realm_non_active_users'>> {
-  const options = { clientGravatar: request.clientGravatar, includeCustomProfileFields: true, omitIsActive: true };
   const active: ApiUser[] = [];
   const nonActive: ApiUser[] = [];
   await forEachInSlices(rows, (row) => {
     const user = realmUserRecord(row);
     if (canAccessUser(caller, user)) {
       (user.isActive ? active : nonActive).push(buildUserObject(caller, user, options, config));
-    } else if (!request.userListIncomplete) {
+    } else if (!userListIncomplete) {
       active.push(buildInaccessibleUserPlaceholder(caller, user.id, config, options));
     }
   });

@@ -6,22 +6,15 @@ import { deleteExpiredQueues } from '../events/event-queues.repository.js';
 import { deleteOldAuditRows } from '../subscriptions/subscriptions.repository.js';
 
 /**
- * The periodic clean-up every instance runs, every QUEUE_SWEEP_INTERVAL_SECONDS: event queues idle
- * past their lifespan (docs/api.md §2.10) and subscription audit rows older than
- * AUDIT_LOG_RETENTION_DAYS. Both are idempotent deletes, so many instances sweeping at once is
- * harmless. Each statement deletes a bounded batch (well within the statement timeout, and never
- * one huge transaction); a sweep repeats batches until nothing is left or its budget is spent, and
- * the next sweep goes on from there.
+ * The periodic clean-up every instance runs: event queues idle past their lifespan (docs/api.md
+ * §2.10) and subscription audit rows older than AUDIT_LOG_RETENTION_DAYS, idempotent deletes that
+ * many instances may run at once. Each statement deletes a bounded batch (within the statement
+ * timeout); a sweep repeats them until nothing is left or its budget is spent.
  */
 
 const QUEUE_BATCH = 500;
 const AUDIT_BATCH = 5000;
 const MAX_BATCHES_PER_SWEEP = 40;
-
-export interface SweepResult {
-  queues: number;
-  auditRows: number;
-}
 
 async function inBatches(batch: number, run: () => Promise<number>): Promise<number> {
   let total = 0;
@@ -33,7 +26,10 @@ async function inBatches(batch: number, run: () => Promise<number>): Promise<num
   return total;
 }
 
-export async function sweepOnce(db: Database, config: Pick<Config, 'auditLogRetentionDays'>): Promise<SweepResult> {
+export async function sweepOnce(
+  db: Database,
+  config: Pick<Config, 'auditLogRetentionDays'>,
+): Promise<{ queues: number; auditRows: number }> {
   const queues = await inBatches(QUEUE_BATCH, () => deleteExpiredQueues(db, QUEUE_BATCH));
   const auditRows = await inBatches(AUDIT_BATCH, () => deleteOldAuditRows(db, config.auditLogRetentionDays, AUDIT_BATCH));
   return { queues, auditRows };
