@@ -1,6 +1,6 @@
 import type { Config } from '../config.js';
 
-type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
+export type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
 
 /** The organization subdomain a request's host names (docs/api.md §1.4); "" is the root organization. */
 export function subdomainOfHost(host: string | undefined, config: HostConfig): string {
