@@ -62,18 +62,18 @@ export class Metrics {
   private readonly httpRequests: SeriesCounter;
   private readonly httpDuration: SeriesHistogram;
   private inFlight = 0;
-  private readonly rateLimited: Counter<'limit'>;
-  private readonly bodyRefused: Counter<'reason'>;
-  private readonly dbUnavailable: Counter;
-  private readonly authBatchSize: HistogramSeries;
-  private readonly queuesRegistered: Counter;
-  private readonly queuesExpired: Counter;
-  private readonly heartbeats: Counter;
-  private readonly notifications: Counter;
-  private readonly listenReconnects: Counter;
-  private readonly pollRechecks: Counter<'outcome'>;
-  private readonly deliveryLatency: HistogramSeries;
-  private readonly sweptRows: Counter<'kind'>;
+
+  /** From the error handler: counts the refusals and the database's failures among the errors answered. */
+  readonly errorAnswered: (cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined) => void;
+  readonly authBatch: (size: number) => void;
+  readonly queueRegistered: () => void;
+  readonly heartbeatSent: () => void;
+  readonly notificationReceived: () => void;
+  readonly listenReconnected: () => void;
+  readonly pollRecheck: (outcome: 'ok' | 'failed') => void;
+  /** A woken poll answered `seconds` after the notification that woke it arrived. */
+  readonly delivered: (seconds: number) => void;
+  readonly swept: (kind: SweptKind, rows: number) => void;
 
   /** The series of each route template and method, made at their first request. */
   private readonly routes = new Map<string, Map<string, RouteSeries>>();
@@ -125,12 +125,12 @@ export class Metrics {
       registers,
     });
     gauge('zulip_http_requests_in_flight', 'Requests received and not yet answered', () => this.inFlight);
-    this.rateLimited = counter(
+    const rateLimited = counter(
       'zulip_http_rate_limited_total',
       "Requests refused with 429, by limit: the per-user rate limit, or the user's share of body memory",
       ['limit'],
     );
-    this.bodyRefused = counter(
+    const bodyRefused = counter(
       'zulip_http_body_refused_total',
       'Request bodies refused, by reason: size (413), field count (400), too slow (408)',
       ['reason'],
@@ -157,10 +157,15 @@ export class Metrics {
     const dbErrors = counter('zulip_db_errors_total', 'Statements PostgreSQL failed, by SQLSTATE class (the first two characters)', [
       'sqlstate_class',
     ]);
-    this.dbUnavailable = counter(
+    const dbUnavailable = counter(
       'zulip_db_unavailable_total',
       'Requests answered 503 because the database could not be reached or a statement was cut off',
     );
+    this.errorAnswered = (cause, limit, reason) => {
+      if (isDatabaseUnavailable(cause)) dbUnavailable.inc();
+      if (limit) rateLimited.inc({ limit });
+      if (reason) bodyRefused.inc({ reason });
+    };
 
     // The database layer's reports: statements, failures, connections, commit groups.
     const statementDuration = new SeriesHistogram({
@@ -199,23 +204,34 @@ export class Metrics {
     observer.connectionOpened = (kind) => opened.inc({ kind });
     observer.connectionLost = (kind) => lost.inc({ kind });
     observer.commitGroup = (members) => groups.observe(members);
-    this.authBatchSize = histogram('zulip_db_auth_batch_size', 'Requests authenticated by one statement', BATCH_BUCKETS);
+    const authBatchSize = histogram('zulip_db_auth_batch_size', 'Requests authenticated by one statement', BATCH_BUCKETS);
+    this.authBatch = (size) => authBatchSize.observe(size);
 
     gauge('zulip_events_polls_waiting', 'Long polls waiting on this instance', () => this.waitingPolls());
-    this.queuesRegistered = counter('zulip_events_queues_registered_total', 'Event queues registered on this instance');
-    this.queuesExpired = counter('zulip_events_queues_expired_total', "Expired event queues deleted by this instance's sweeps");
-    this.heartbeats = counter('zulip_events_heartbeats_total', 'Heartbeat events sent to idle long polls');
-    this.notifications = counter('zulip_events_notifications_total', 'NOTIFY messages received on the LISTEN connection');
-    this.listenReconnects = counter('zulip_events_listen_reconnects_total', 'Times the LISTEN connection was lost and opened again');
-    this.pollRechecks = counter('zulip_events_poll_rechecks_total', 'Checks of all the waiting polls in one statement, by outcome', [
+    const queuesRegistered = counter('zulip_events_queues_registered_total', 'Event queues registered on this instance');
+    this.queueRegistered = () => queuesRegistered.inc();
+    const queuesExpired = counter('zulip_events_queues_expired_total', "Expired event queues deleted by this instance's sweeps");
+    const heartbeats = counter('zulip_events_heartbeats_total', 'Heartbeat events sent to idle long polls');
+    this.heartbeatSent = () => heartbeats.inc();
+    const notifications = counter('zulip_events_notifications_total', 'NOTIFY messages received on the LISTEN connection');
+    this.notificationReceived = () => notifications.inc();
+    const reconnects = counter('zulip_events_listen_reconnects_total', 'Times the LISTEN connection was lost and opened again');
+    this.listenReconnected = () => reconnects.inc();
+    const rechecks = counter('zulip_events_poll_rechecks_total', 'Checks of all the waiting polls in one statement, by outcome', [
       'outcome',
     ]);
-    this.deliveryLatency = histogram(
+    this.pollRecheck = (outcome) => rechecks.inc({ outcome });
+    const deliveryLatency = histogram(
       'zulip_events_delivery_seconds',
       'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
       DELIVERY_BUCKETS,
     );
-    this.sweptRows = counter('zulip_sweep_deleted_rows_total', 'Rows deleted by the periodic sweeps, by kind', ['kind']);
+    this.delivered = (seconds) => deliveryLatency.observe(seconds);
+    const sweptRows = counter('zulip_sweep_deleted_rows_total', 'Rows deleted by the periodic sweeps, by kind', ['kind']);
+    this.swept = (kind, rows) => {
+      sweptRows.inc({ kind }, rows);
+      if (kind === 'event_queues') queuesExpired.inc(rows);
+    };
   }
 
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
@@ -244,50 +260,9 @@ export class Metrics {
     done();
   };
 
-  /** From the error handler: counts the refusals and the database's failures among the errors answered. */
-  errorAnswered(cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined): void {
-    if (isDatabaseUnavailable(cause)) this.dbUnavailable.inc();
-    if (limit) this.rateLimited.inc({ limit });
-    if (reason) this.bodyRefused.inc({ reason });
-  }
-
-  authBatch(size: number): void {
-    this.authBatchSize.observe(size);
-  }
-
   /** Where the waiting polls are counted (the events module's QueueWakeups). */
   watchWaitingPolls(count: () => number): void {
     this.waitingPolls = count;
-  }
-
-  queueRegistered(): void {
-    this.queuesRegistered.inc();
-  }
-
-  heartbeatSent(): void {
-    this.heartbeats.inc();
-  }
-
-  notificationReceived(): void {
-    this.notifications.inc();
-  }
-
-  listenReconnected(): void {
-    this.listenReconnects.inc();
-  }
-
-  pollRecheck(outcome: 'ok' | 'failed'): void {
-    this.pollRechecks.inc({ outcome });
-  }
-
-  /** A woken poll answered `seconds` after the notification that woke it arrived. */
-  delivered(seconds: number): void {
-    this.deliveryLatency.observe(seconds);
-  }
-
-  swept(kind: SweptKind, rows: number): void {
-    this.sweptRows.inc({ kind }, rows);
-    if (kind === 'event_queues') this.queuesExpired.inc(rows);
   }
 
   private routeSeries(route: string, method: string): RouteSeries {
