@@ -17,7 +17,7 @@ export function subdomainOfHost(host: string | undefined, config: HostConfig): s
   return config.rootSubdomainAliases.includes(subdomain) ? '' : subdomain;
 }
 
-export function organizationHost(subdomain: string, config: HostConfig): string {
+function organizationHost(subdomain: string, config: HostConfig): string {
   return subdomain === '' ? config.externalHost : `${subdomain}.${config.externalHost}`;
 }
 
