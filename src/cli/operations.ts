@@ -29,10 +29,7 @@ import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_T
 
 export class AdminError extends Error {}
 
-/**
- * What the user-management service needs of the configuration: the events' user objects and the
- * queues' cap (the environment's, as the server reads it, when not given).
- */
+/** What the user-management service needs of the configuration: the events' user objects and the queues' cap. */
 export type ManagementConfig = UserObjectConfig & Pick<Config, 'queueMaxPendingEvents'>;
 
 /**
@@ -270,15 +267,12 @@ async function deactivateQuietly(
 }
 
 /**
- * Zulip's delete_user command (do_delete_user_preserving_messages; the API has no deletion: DELETE
- * /users/{id} deactivates). One transaction: first the API's deactivation service, so an active
- * user's bots are deactivated, every queue of theirs ends and the organization gets the same
- * subscription/peer_remove and realm_user/update events as DELETE /users/{id} (an already
- * deactivated user: nothing is sent, as Zulip's do_deactivate_user returns early); then the
- * personal data goes, as Zulip's do_delete_user_core scrubs it: the row stays (ids in history stay
- * valid) with Zulip's placeholder name and address, default time zone, address visibility and
- * avatar, a new unknown API key; the profile values and the subscriptions are deleted. Zulip sends
- * no event about the scrubbed name or address, nor here.
+ * Zulip's delete_user command (do_delete_user_preserving_messages; DELETE /users/{id} only
+ * deactivates). One transaction: the API's deactivation of an active user (their bots, queues, and
+ * the same events as DELETE /users/{id}); then the personal data is scrubbed as Zulip's
+ * do_delete_user_core does: the row stays (ids in history stay valid) with Zulip's placeholders and
+ * defaults and an unknown API key, the profile values and subscriptions go. Like Zulip, no event
+ * tells of the scrubbed name or address.
  */
 export async function deleteUser(
   operator: Operator,
