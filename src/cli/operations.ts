@@ -156,15 +156,6 @@ export interface NewUser {
   canCreateUsers?: boolean;
 }
 
-function checkTimezone(timezone: string): void {
-  if (timezone === '') return;
-  try {
-    new Intl.DateTimeFormat('en', { timeZone: timezone });
-  } catch {
-    throw new AdminError(`Unknown time zone "${timezone}"`);
-  }
-}
-
 const alreadyExists = (email: string) => `A user with email "${email}" already exists in this organization`;
 
 /** Creates a user through the API's service (src/modules/user-management/users-management.service.ts): the same statement and realm_user/add events. */
@@ -181,7 +172,11 @@ export async function createUser(
   const visibility = EMAIL_ADDRESS_VISIBILITY[options.emailVisibility ?? 'everyone'];
   if (visibility === undefined) throw new AdminError(`Unknown email visibility "${options.emailVisibility}"`);
   const timezone = options.timezone ?? '';
-  checkTimezone(timezone);
+  try {
+    if (timezone !== '') new Intl.DateTimeFormat('en', { timeZone: timezone });
+  } catch {
+    throw new AdminError(`Unknown time zone "${timezone}"`);
+  }
   const fullName = requireText(options.fullName, '--full-name');
   try {
     const created = await asOperator(operator, config, realm, (context) =>

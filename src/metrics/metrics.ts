@@ -8,11 +8,9 @@ import type { DatabaseObserver } from '../db/observer.js';
 import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
- * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
- * what production serves on METRICS_PORT (src/metrics/listener.ts). Every label value comes from a
- * bounded set: route templates (never a raw path), the routes' HTTP methods (`other` for the rest) and statuses, fixed reasons and
- * kinds, lane numbers, SQLSTATE classes. Names follow Prometheus's rules: `zulip_` prefix, base
- * units (seconds, bytes), `_total` on counters.
+ * The server's Prometheus metrics, one registry per app (buildApp): a test scrapes exactly what
+ * production serves on METRICS_PORT. Every label value comes from a bounded set (route templates,
+ * never a raw path). Names: `zulip_` prefix, base units, `_total` on counters.
  */
 
 /** What the metrics read when scraped; nothing on the request path. */
@@ -27,11 +25,7 @@ export interface MetricsSources {
 /** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
 const UNMATCHED = 'unmatched';
 
-/**
- * The method labels: the methods the routes answer (ROUTED_METHODS in src/http/routing.ts, which
- * metrics does not import) and OPTIONS, and `other` for the rest of the 34 Node parses (PROPFIND,
- * QUERY…), one value whatever the client sends.
- */
+/** The method labels: the routes' methods (ROUTED_METHODS in src/http/routing.ts) and OPTIONS; `other` for the rest Node parses. */
 const METHOD_LABELS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 const OTHER_METHOD = 'other';
 
