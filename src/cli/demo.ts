@@ -68,14 +68,13 @@ export function describeDemo(accounts: DemoAccount[], config: Config): string {
   const url = realmUrl('', config);
   const member = accounts.find((account) => account.role === 'member')!;
   const owner = accounts.find((account) => account.role === 'owner')!;
-  const lines = [
+  return [
     `Demo organization created. Give a client the server URL ${url} and an account's email and API key.`,
     `API keys are shown only this once (a new one: ${ROTATE_HINT}):`,
     ...accounts.map((a) => `  ${a.role.padEnd(6)} user_id=${a.user_id}  email=${a.email}  api_key=${a.api_key}`),
     'Try:',
     `  curl -sS -u ${member.email}:${member.api_key} ${url}/api/v1/users/${owner.user_id}`,
-  ];
-  return lines.join('\n');
+  ].join('\n');
 }
 
 /** The addresses of the demo's people, as createDemoOrganization makes them. */

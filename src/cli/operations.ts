@@ -1,10 +1,9 @@
-import { type Insertable, sql } from 'kysely';
+import { sql } from 'kysely';
 import { type Config, loadConfig } from '../config.js';
 import { type Database, type DatabaseHandle, kyselyIn } from '../db/database.js';
 import type { StatementRunner } from '../db/reusable-statement.js';
-import type { Users } from '../db/types.js';
 import { generateApiKey, hashApiKey } from '../lib/api-keys.js';
-import { fakeEmailDomain } from '../lib/hosts.js';
+import { fakeEmailDomain, type HostConfig } from '../lib/hosts.js';
 import { renderMarkdown } from '../lib/markdown.js';
 import { ApiError } from '../http/errors.js';
 import { apiErrorOfRefusal, findManagedUser, isLastOwner } from '../modules/user-management/users-admin.service.js';
@@ -30,12 +29,7 @@ import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, PROFILE_FIELD_T
 
 export class AdminError extends Error {}
 
-type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
-
-/**
- * What the user-management service needs of the configuration: the events' user objects and the
- * queues' cap (the environment's, as the server reads it, when not given).
- */
+/** What the user-management service needs of the configuration: the events' user objects and the queues' cap. */
 export type ManagementConfig = UserObjectConfig & Pick<Config, 'queueMaxPendingEvents'>;
 
 /**
@@ -80,18 +74,20 @@ async function findRealm(db: Database, subdomain: string) {
   return realm;
 }
 
-async function findUser(db: Database, realmId: number, email: string) {
+/** The organization named by `subdomain` and its user with `email`. */
+async function findUser(db: Database, subdomain: string, email: string) {
+  const realm = await findRealm(db, subdomain);
   const user = await db
     .selectFrom('users')
     .select(['id', 'bot_type', 'is_active', 'role'])
     .select(
       sql<number[]>`ARRAY(SELECT b.id FROM users b WHERE b.bot_owner_id = users.id AND b.is_active ORDER BY b.id)`.as('active_bot_ids'),
     )
-    .where('realm_id', '=', realmId)
+    .where('realm_id', '=', realm.id)
     .where((eb) => eb(eb.fn('lower', ['delivery_email']), '=', email.trim().toLowerCase()))
     .executeTakeFirst();
   if (!user) throw new AdminError(`No user with email "${email}" in this organization`);
-  return user;
+  return { realm, user };
 }
 
 async function findStream(db: Database, realmId: number, name: string) {
@@ -110,8 +106,14 @@ function requireText(value: string | undefined, option: string): string {
   return value.trim();
 }
 
-function isUniqueViolation(error: unknown): boolean {
-  return (error as { code?: string }).code === '23505';
+/** Runs an insert returning the new row's id; a unique violation is refused with `duplicate`. */
+async function insertNew(insert: { executeTakeFirstOrThrow(): Promise<{ id: number }> }, duplicate: string): Promise<number> {
+  try {
+    return (await insert.executeTakeFirstOrThrow()).id;
+  } catch (error) {
+    if ((error as { code?: string }).code === '23505') throw new AdminError(duplicate);
+    throw error;
+  }
 }
 
 export async function createRealm(
@@ -123,23 +125,17 @@ export async function createRealm(
     throw new AdminError(`Invalid subdomain "${options.subdomain}": use letters, digits and inner hyphens`);
   }
   const description = options.description ?? '';
-  try {
-    const realm = await db
-      .insertInto('realms')
-      .values({
-        subdomain,
-        name: requireText(options.name, '--name'),
-        description,
-        rendered_description: renderMarkdown(description),
-        can_access_all_users_group: options.restrictGuestAccess ? 'members' : 'everyone',
-      })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    return { realm_id: realm.id };
-  } catch (error) {
-    if (isUniqueViolation(error)) throw new AdminError(`An organization with subdomain "${subdomain}" already exists`);
-    throw error;
-  }
+  const insert = db
+    .insertInto('realms')
+    .values({
+      subdomain,
+      name: requireText(options.name, '--name'),
+      description,
+      rendered_description: renderMarkdown(description),
+      can_access_all_users_group: options.restrictGuestAccess ? 'members' : 'everyone',
+    })
+    .returning('id');
+  return { realm_id: await insertNew(insert, `An organization with subdomain "${subdomain}" already exists`) };
 }
 
 export async function deactivateRealm(db: Database, subdomain: string): Promise<{ realm_id: number; deactivated: true }> {
@@ -160,34 +156,7 @@ export interface NewUser {
   canCreateUsers?: boolean;
 }
 
-function checkTimezone(timezone: string): void {
-  if (timezone === '') return;
-  try {
-    new Intl.DateTimeFormat('en', { timeZone: timezone });
-  } catch {
-    throw new AdminError(`Unknown time zone "${timezone}"`);
-  }
-}
-
-async function insertAccount(
-  db: Database,
-  values: Omit<Insertable<Users>, 'api_key_hash'>,
-): Promise<{ user_id: number; email: string; api_key: string }> {
-  const apiKey = generateApiKey();
-  try {
-    const user = await db
-      .insertInto('users')
-      .values({ ...values, api_key_hash: hashApiKey(apiKey) })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    return { user_id: user.id, email: values.delivery_email, api_key: apiKey };
-  } catch (error) {
-    if (isUniqueViolation(error)) throw alreadyExists(values.delivery_email);
-    throw error;
-  }
-}
-
-const alreadyExists = (email: string) => new AdminError(`A user with email "${email}" already exists in this organization`);
+const alreadyExists = (email: string) => `A user with email "${email}" already exists in this organization`;
 
 /** Creates a user through the API's service (src/modules/user-management/users-management.service.ts): the same statement and realm_user/add events. */
 export async function createUser(
@@ -203,7 +172,11 @@ export async function createUser(
   const visibility = EMAIL_ADDRESS_VISIBILITY[options.emailVisibility ?? 'everyone'];
   if (visibility === undefined) throw new AdminError(`Unknown email visibility "${options.emailVisibility}"`);
   const timezone = options.timezone ?? '';
-  checkTimezone(timezone);
+  try {
+    if (timezone !== '') new Intl.DateTimeFormat('en', { timeZone: timezone });
+  } catch {
+    throw new AdminError(`Unknown time zone "${timezone}"`);
+  }
   const fullName = requireText(options.fullName, '--full-name');
   try {
     const created = await asOperator(operator, config, realm, (context) =>
@@ -220,7 +193,7 @@ export async function createUser(
     );
     return { user_id: created.userId, email, api_key: created.apiKey };
   } catch (error) {
-    if (error instanceof ManagementRefusal && error.reason === REFUSALS.emailInUse) throw alreadyExists(email);
+    if (error instanceof ManagementRefusal && error.reason === REFUSALS.emailInUse) throw new AdminError(alreadyExists(email));
     throw error;
   }
 }
@@ -230,20 +203,26 @@ export async function createBot(
   config: HostConfig,
   options: { realm: string; ownerEmail: string; fullName: string; shortName: string; botType?: number },
 ): Promise<{ user_id: number; email: string; api_key: string }> {
-  const realm = await findRealm(db, options.realm);
-  const owner = await findUser(db, realm.id, options.ownerEmail);
+  const { realm, user: owner } = await findUser(db, options.realm, options.ownerEmail);
   if (owner.bot_type !== null) throw new AdminError('A bot cannot own another bot');
   const shortName = requireText(options.shortName, '--short-name').toLowerCase();
   if (!/^[a-z0-9._-]+$/.test(shortName)) throw new AdminError(`Invalid short name "${options.shortName}"`);
   const botType = options.botType ?? 1;
   if (![1, 2, 3, 4].includes(botType)) throw new AdminError(`Invalid bot type ${options.botType}: use 1, 2, 3 or 4`);
-  return insertAccount(db, {
-    realm_id: realm.id,
-    delivery_email: `${shortName}-bot@${fakeEmailDomain(realm.subdomain, config)}`,
-    full_name: requireText(options.fullName, '--full-name'),
-    bot_type: botType,
-    bot_owner_id: owner.id,
-  });
+  const email = `${shortName}-bot@${fakeEmailDomain(realm.subdomain, config)}`;
+  const apiKey = generateApiKey();
+  const insert = db
+    .insertInto('users')
+    .values({
+      realm_id: realm.id,
+      delivery_email: email,
+      full_name: requireText(options.fullName, '--full-name'),
+      bot_type: botType,
+      bot_owner_id: owner.id,
+      api_key_hash: hashApiKey(apiKey),
+    })
+    .returning('id');
+  return { user_id: await insertNew(insert, alreadyExists(email)), email, api_key: apiKey };
 }
 
 /**
@@ -257,8 +236,7 @@ export async function deactivateUser(
   email: string,
   config: ManagementConfig = loadConfig(),
 ): Promise<{ user_id: number; is_active: false }> {
-  const realm = await findRealm(operator.db, realmName);
-  const user = await findUser(operator.db, realm.id, email);
+  const { realm, user } = await findUser(operator.db, realmName, email);
   await deactivateQuietly(operator, config, realm, user);
   return { user_id: user.id, is_active: false };
 }
@@ -268,7 +246,7 @@ async function deactivateQuietly(
   operator: Operator,
   config: ManagementConfig,
   realm: Awaited<ReturnType<typeof findRealm>>,
-  user: Awaited<ReturnType<typeof findUser>>,
+  user: Awaited<ReturnType<typeof findUser>>['user'],
 ): Promise<void> {
   try {
     await asOperator(operator, config, realm, (context) =>
@@ -284,28 +262,24 @@ async function deactivateQuietly(
 }
 
 /**
- * Zulip's delete_user command (do_delete_user_preserving_messages; the API has no deletion: DELETE
- * /users/{id} deactivates). One transaction: first the API's deactivation service, so an active
- * user's bots are deactivated, every queue of theirs ends and the organization gets the same
- * subscription/peer_remove and realm_user/update events as DELETE /users/{id} (an already
- * deactivated user: nothing is sent, as Zulip's do_deactivate_user returns early); then the
- * personal data goes, as Zulip's do_delete_user_core scrubs it: the row stays (ids in history stay
- * valid) with Zulip's placeholder name and address, default time zone, address visibility and
- * avatar, a new unknown API key; the profile values and the subscriptions are deleted. Zulip sends
- * no event about the scrubbed name or address, nor here.
+ * Zulip's delete_user command (do_delete_user_preserving_messages; DELETE /users/{id} only
+ * deactivates). One transaction: the API's deactivation of an active user (their bots, queues, and
+ * the same events as DELETE /users/{id}); then the personal data is scrubbed as Zulip's
+ * do_delete_user_core does: the row stays (ids in history stay valid) with Zulip's placeholders and
+ * defaults and an unknown API key, the profile values and subscriptions go. Like Zulip, no event
+ * tells of the scrubbed name or address.
  */
 export async function deleteUser(
   operator: Operator,
   config: HostConfig & ManagementConfig,
-  realm: string,
+  subdomain: string,
   email: string,
 ): Promise<{ user_id: number; is_deleted: true }> {
-  const found = await findRealm(operator.db, realm);
-  const user = await findUser(operator.db, found.id, email);
+  const { realm, user } = await findUser(operator.db, subdomain, email);
   await inTransaction(operator, async (inside) => {
     const trx = inside.db;
     // Not for a deactivated user: the statement's refusal would abort the transaction.
-    if (user.is_active) await deactivateQuietly(inside, config, found, user);
+    if (user.is_active) await deactivateQuietly(inside, config, realm, user);
     await trx.deleteFrom('custom_profile_field_values').where('user_id', '=', user.id).execute();
     await trx.deleteFrom('subscriptions').where('user_id', '=', user.id).execute();
     await trx
@@ -313,7 +287,7 @@ export async function deleteUser(
       .set({
         is_deleted: true,
         full_name: `Deleted User ${user.id}`,
-        delivery_email: `deleteduser${user.id}@${fakeEmailDomain(found.subdomain, config)}`,
+        delivery_email: `deleteduser${user.id}@${fakeEmailDomain(realm.subdomain, config)}`,
         timezone: '',
         email_address_visibility: EMAIL_ADDRESS_VISIBILITY.everyone,
         avatar_source: 'G',
@@ -331,26 +305,20 @@ export async function createStream(
 ): Promise<{ stream_id: number }> {
   const realm = await findRealm(db, options.realm);
   const description = options.description ?? '';
-  try {
-    const stream = await db
-      .insertInto('streams')
-      .values({
-        realm_id: realm.id,
-        name: requireText(options.name, '--name'),
-        description,
-        rendered_description: renderMarkdown(description),
-        invite_only: options.private ?? false,
-        // As Zulip's make_stream: a private channel's history is not public to its subscribers.
-        history_public_to_subscribers: !(options.private ?? false),
-        is_web_public: options.webPublic ?? false,
-      })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    return { stream_id: stream.id };
-  } catch (error) {
-    if (isUniqueViolation(error)) throw new AdminError(`A channel named "${options.name}" already exists`);
-    throw error;
-  }
+  const insert = db
+    .insertInto('streams')
+    .values({
+      realm_id: realm.id,
+      name: requireText(options.name, '--name'),
+      description,
+      rendered_description: renderMarkdown(description),
+      invite_only: options.private ?? false,
+      // As Zulip's make_stream: a private channel's history is not public to its subscribers.
+      history_public_to_subscribers: !(options.private ?? false),
+      is_web_public: options.webPublic ?? false,
+    })
+    .returning('id');
+  return { stream_id: await insertNew(insert, `A channel named "${options.name}" already exists`) };
 }
 
 export async function archiveStream(db: Database, realm: string, name: string): Promise<{ stream_id: number; is_archived: true }> {
@@ -368,8 +336,7 @@ export async function subscribe(
   target: { db: Database; config?: UserObjectConfig } & EventWrites,
   options: { realm: string; email: string; stream: string },
 ): Promise<{ user_id: number; stream_id: number; color: string }> {
-  const realm = await findRealm(target.db, options.realm);
-  const user = await findUser(target.db, realm.id, options.email);
+  const { realm, user } = await findUser(target.db, options.realm, options.email);
   try {
     // The configuration builds the user objects of realm_user/add (organizations restricting guests).
     const writes = { ...target, config: target.config ?? loadConfig() };
@@ -390,17 +357,11 @@ export async function createProfileField(
   if (fieldType === undefined) {
     throw new AdminError(`Unknown field type "${options.type}": use ${Object.keys(PROFILE_FIELD_TYPES).join(', ')}`);
   }
-  try {
-    const field = await db
-      .insertInto('custom_profile_fields')
-      .values({ realm_id: realm.id, name: requireText(options.name, '--name'), field_type: fieldType, hint: options.hint ?? '' })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    return { field_id: field.id };
-  } catch (error) {
-    if (isUniqueViolation(error)) throw new AdminError(`A profile field named "${options.name}" already exists`);
-    throw error;
-  }
+  const insert = db
+    .insertInto('custom_profile_fields')
+    .values({ realm_id: realm.id, name: requireText(options.name, '--name'), field_type: fieldType, hint: options.hint ?? '' })
+    .returning('id');
+  return { field_id: await insertNew(insert, `A profile field named "${options.name}" already exists`) };
 }
 
 function checkProfileValue(fieldType: number, value: string): void {
@@ -427,8 +388,7 @@ export async function setProfileFieldValue(
   db: Database,
   options: { realm: string; email: string; fieldId: number; value: string },
 ): Promise<{ user_id: number; field_id: number }> {
-  const realm = await findRealm(db, options.realm);
-  const user = await findUser(db, realm.id, options.email);
+  const { realm, user } = await findUser(db, options.realm, options.email);
   if (user.bot_type !== null) throw new AdminError('Bots have no custom profile fields');
   const field = await db
     .selectFrom('custom_profile_fields')
@@ -448,7 +408,7 @@ export async function setProfileFieldValue(
 }
 
 export async function rotateApiKey(db: Database, realm: string, email: string): Promise<{ user_id: number; api_key: string }> {
-  const user = await findUser(db, (await findRealm(db, realm)).id, email);
+  const { user } = await findUser(db, realm, email);
   const apiKey = generateApiKey();
   await db
     .updateTable('users')
@@ -508,8 +468,7 @@ export async function setUserRole(
   const role = ROLES[options.role as keyof typeof ROLES];
   if (role === undefined) throw new AdminError(`Unknown role "${options.role}": use ${Object.keys(ROLES).join(', ')}`);
   const { db } = operator;
-  const realm = await findRealm(db, options.realm);
-  const user = await findUser(db, realm.id, options.email);
+  const { realm, user } = await findUser(db, options.realm, options.email);
   const target = (await findManagedUser(db, realm.id, user.id, role))!;
   if (target.role !== role) {
     if (target.role === ROLES.owner && isLastOwner(target)) {
@@ -536,8 +495,7 @@ export async function reactivateUser(
   realmName: string,
   email: string,
 ): Promise<{ user_id: number; is_active: true }> {
-  const realm = await findRealm(operator.db, realmName);
-  const user = await findUser(operator.db, realm.id, email);
+  const { realm, user } = await findUser(operator.db, realmName, email);
   if (!user.is_active) {
     try {
       await asOperator(operator, config, realm, (context) =>
@@ -558,8 +516,7 @@ export async function unsubscribe(
   target: { db: Database; config: UserObjectConfig } & EventWrites,
   options: { realm: string; email: string; stream: string },
 ): Promise<{ user_id: number; removed: string[]; not_removed: string[] }> {
-  const realm = await findRealm(target.db, options.realm);
-  const user = await findUser(target.db, realm.id, options.email);
+  const { realm, user } = await findUser(target.db, options.realm, options.email);
   await findStream(target.db, realm.id, options.stream);
   const caller = { id: user.id, realmId: realm.id, role: user.role, realmSubdomain: realm.subdomain };
   try {

@@ -1,9 +1,7 @@
 /**
- * Whether the client of a request went away before its answer was sent (its connection closed
- * early), and a way to hear of it: work done for that client alone can stop
- * (src/db/user-transactions.ts cancels its statements, a long poll ends). Lighter than an
- * AbortSignal, an EventTarget, made for every write. src/http/client-gone.ts makes one from a
- * request's reply; it lives here so that db/ needs nothing from http/.
+ * Whether a request's client went away before its answer, and a way to hear of it, so that work
+ * for that client alone can stop. Lighter than an AbortSignal (an EventTarget) made for every write;
+ * src/http/client-gone.ts makes one, and it lives here so that db/ needs nothing from http/.
  */
 export interface Departure {
   readonly gone: boolean;

@@ -1,6 +1,6 @@
 import type { Config } from '../config.js';
 
-type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
+export type HostConfig = Pick<Config, 'externalHost' | 'rootSubdomainAliases' | 'fakeEmailDomain' | 'externalUriScheme'>;
 
 /** The organization subdomain a request's host names (docs/api.md §1.4); "" is the root organization. */
 export function subdomainOfHost(host: string | undefined, config: HostConfig): string {
@@ -17,7 +17,7 @@ export function subdomainOfHost(host: string | undefined, config: HostConfig): s
   return config.rootSubdomainAliases.includes(subdomain) ? '' : subdomain;
 }
 
-export function organizationHost(subdomain: string, config: HostConfig): string {
+function organizationHost(subdomain: string, config: HostConfig): string {
   return subdomain === '' ? config.externalHost : `${subdomain}.${config.externalHost}`;
 }
 

@@ -100,12 +100,10 @@ function enter(state: KeyState, mode: QueueMode): void {
 }
 
 /**
- * The large reads' queue (a large organization's whole user list: GET /users, register with
- * realm_user), keyed by user: one at a time per user, two per instance. Each keeps a pooled
- * connection, megabytes of rows and its share of the event loop's slices (src/lib/slices.ts) until
- * its answer is built; unqueued, one account with many connections started as many at once, and
- * everyone else's requests waited behind all of them. The others wait in arrival order, holding
- * nothing but their request. Two, because the slices already share one budget of the event loop
- * whatever the number of reads: more would only hold more connections and memory at once.
+ * The large reads' queue (a large organization's user list: GET /users, register with realm_user):
+ * one at a time per user, so that one account's many connections cannot put everyone else behind
+ * theirs, and two per instance. Each holds a pooled connection, megabytes of rows and slices of the
+ * event loop (src/lib/slices.ts); the slices share one budget whatever the number of reads, so more
+ * would only hold more connections and memory at once.
  */
 export const largeReads = new KeyedQueue<number>(2);

@@ -2,12 +2,9 @@ import { performance } from 'node:perf_hooks';
 
 /**
  * Long CPU work done a little at a time, so that one request's large answer (a 20,000-user
- * organization's user list: building the objects, serializing megabytes of JSON) never holds
- * the event loop, which every other request of the instance shares.
- *
- * All the work waiting here shares ONE budget per turn of the event loop, whatever the number of
- * requests it belongs to: between two turns, everything else (arriving requests, database
- * answers, timers) runs. The tasks run round robin in arrival order, each until the budget is spent.
+ * organization's user list) never holds the event loop. All the work waiting here shares ONE budget
+ * per turn of the event loop, whatever the number of requests: between two turns everything else
+ * runs. The tasks run round robin in arrival order, each until the budget is spent.
  */
 
 /** CPU time large work may take per turn of the event loop. */
@@ -31,11 +28,9 @@ let scheduled = false;
 function schedule(): void {
   if (scheduled) return;
   scheduled = true;
-  // A timer (Node's shortest, 1 ms), not setImmediate: the process sleeps between two turns of
-  // large work. Spinning, it kept a core busy and lost the kernel's preference for tasks that
-  // wake from sleep: on a busy machine, a small request arriving then waited for a core behind
-  // the other processes (another organization's median, spinning against sleeping, is in
-  // bench/RESULTS.md).
+  // A timer (Node's shortest, 1 ms), not setImmediate: the process sleeps between two turns. Spinning
+  // kept a core busy and lost the kernel's preference for tasks waking from sleep, so on a busy
+  // machine small requests waited for a core (bench/RESULTS.md).
   setTimeout(runTurn, 1);
 }
 
@@ -63,7 +58,7 @@ function runTurn(): void {
  * is waiting (a small organization's answer is done then, without waiting for a timer), the
  * rest on later turns of the event loop.
  */
-export function runInSlices(step: (deadline: number) => boolean): Promise<void> {
+function runInSlices(step: (deadline: number) => boolean): Promise<void> {
   return new Promise((resolve, reject) => {
     if (tasks.length === 0 && step(performance.now() + SLICE_BUDGET_MS)) return resolve();
     tasks.push({ step, resolve, reject });
@@ -112,10 +107,8 @@ export class JsonTextList {
 }
 
 /**
- * Exactly the bytes of JSON.stringify(value) for a plain object, as UTF-8 chunks; the elements of
- * the arrays among its values are serialized a slice at a time (one call on a large organization's
- * user list, and encoding its text in the socket write, each held the event loop far past a turn's budget).
- * A JsonTextList among its values is written as the array of its texts.
+ * Exactly the bytes of JSON.stringify(value) for a plain object, as UTF-8 chunks, the elements of its
+ * arrays serialized a slice at a time; a JsonTextList among its values is written as the array of its texts.
  */
 export async function jsonInSlices(value: object): Promise<Buffer[]> {
   const chunks: Buffer[] = [];

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 
 /**
- * UUID-shaped ids unique across instances and restarts, for ids made on every request (request
- * ids, poll ids): a random prefix per process (a UUID's first 24 characters: 74 random bits) and a
- * counter. randomUUID() builds its string from 13 pieces that V8 keeps as 12 concatenation nodes,
- * about 450 bytes for each of a waiting poll's two ids; this is two pieces, about 100.
+ * UUID-shaped ids unique across instances and restarts, for ids made on every request: a random
+ * prefix per process (74 random bits) and a counter. Two pieces, about 100 bytes in V8; randomUUID()'s
+ * 13 pieces take about 450 for each of a waiting poll's two ids.
  */
 const COUNTER_DIGITS = 12;
 const COUNTER_LIMIT = 16 ** COUNTER_DIGITS;

@@ -8,30 +8,24 @@ import type { DatabaseObserver } from '../db/observer.js';
 import { type CounterSeries, type HistogramSeries, SeriesCounter, SeriesHistogram } from './series.js';
 
 /**
- * The server's Prometheus metrics: one registry per app (buildApp), so that a test scrapes exactly
- * what production serves on METRICS_PORT (src/metrics/listener.ts). Every label value comes from a
- * bounded set: route templates (never a raw path), the routes' HTTP methods (`other` for the rest) and statuses, fixed reasons and
- * kinds, lane numbers, SQLSTATE classes. Names follow Prometheus's rules: `zulip_` prefix, base
- * units (seconds, bytes), `_total` on counters.
+ * The server's Prometheus metrics, one registry per app (buildApp): a test scrapes exactly what
+ * production serves on METRICS_PORT. Every label value comes from a bounded set (route templates,
+ * never a raw path). Names: `zulip_` prefix, base units, `_total` on counters.
  */
 
 /** What the metrics read when scraped; nothing on the request path. */
 export interface MetricsSources {
-  pool?: Pick<Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+  pool: Pick<Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
   /** The pipelined connections' statements in flight per lane (PipelinedConnections.inFlightByLane). */
-  lanes?: { shortStatements?: () => readonly number[]; writes?: () => readonly number[] };
+  lanes: { shortStatements?: () => readonly number[]; writes: () => readonly number[] };
   /** The database layer's reports (src/db/observer.ts): the metrics fill it in. */
-  observer?: DatabaseObserver;
+  observer: DatabaseObserver;
 }
 
 /** The route label of a request no route matched (404, 405, OPTIONS): one value, whatever the path. */
 const UNMATCHED = 'unmatched';
 
-/**
- * The method labels: the methods the routes answer (ROUTED_METHODS in src/http/routing.ts, which
- * metrics does not import) and OPTIONS, and `other` for the rest of the 34 Node parses (PROPFIND,
- * QUERY…), one value whatever the client sends.
- */
+/** The method labels: the routes' methods (ROUTED_METHODS in src/http/routing.ts) and OPTIONS; `other` for the rest Node parses. */
 const METHOD_LABELS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 const OTHER_METHOD = 'other';
 
@@ -54,7 +48,7 @@ export type RefusedLimit = 'rate_limit' | 'user_body_memory';
 export type BodyRefusal = 'size' | 'fields' | 'timeout';
 
 /** What a sweep deletes. */
-export type SweptKind = 'event_queues' | 'audit_rows';
+type SweptKind = 'event_queues' | 'audit_rows';
 
 export class Metrics {
   readonly registry = new Registry();
@@ -62,26 +56,41 @@ export class Metrics {
   private readonly httpRequests: SeriesCounter;
   private readonly httpDuration: SeriesHistogram;
   private inFlight = 0;
-  private readonly rateLimited: Counter<'limit'>;
-  private readonly bodyRefused: Counter<'reason'>;
-  private readonly dbErrors: Counter<'sqlstate_class'>;
-  private readonly dbUnavailable: Counter;
-  private readonly authBatchSize: HistogramSeries;
-  private readonly queuesRegistered: Counter;
-  private readonly queuesExpired: Counter;
-  private readonly heartbeats: Counter;
-  private readonly notifications: Counter;
-  private readonly listenReconnects: Counter;
-  private readonly pollRechecks: Counter<'outcome'>;
-  private readonly deliveryLatency: HistogramSeries;
-  private readonly sweptRows: Counter<'kind'>;
+
+  /** From the error handler: counts the refusals and the database's failures among the errors answered. */
+  readonly errorAnswered: (cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined) => void;
+  readonly authBatch: (size: number) => void;
+  readonly queueRegistered: () => void;
+  readonly heartbeatSent: () => void;
+  readonly notificationReceived: () => void;
+  readonly listenReconnected: () => void;
+  readonly pollRecheck: (outcome: 'ok' | 'failed') => void;
+  /** A woken poll answered `seconds` after the notification that woke it arrived. */
+  readonly delivered: (seconds: number) => void;
+  readonly swept: (kind: SweptKind, rows: number) => void;
 
   /** The series of each route template and method, made at their first request. */
   private readonly routes = new Map<string, Map<string, RouteSeries>>();
   private waitingPolls: () => number = () => 0;
 
-  constructor(sources: MetricsSources = {}) {
+  constructor({ pool, lanes, observer }: MetricsSources) {
     const registers = [this.registry];
+    const counter = <L extends string = string>(name: string, help: string, labelNames: readonly L[] = []) =>
+      new Counter<L>({ name, help, labelNames, registers });
+    /** A gauge that reads its value when scraped. */
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read());
+        },
+      });
+    /** A histogram without labels: its one series. */
+    const histogram = (name: string, help: string, buckets: number[]) =>
+      new SeriesHistogram({ name, help, buckets, registers }).seriesFor({});
+
     collectDefaultMetrics({ register: this.registry });
     // Gauges named like counters, which `promtool check metrics` rejects; the same totals are the
     // sums of nodejs_active_handles, _requests and _resources (by type), which stay.
@@ -89,15 +98,11 @@ export class Metrics {
       this.registry.removeSingleMetric(name);
     }
     let lastUtilization = performance.eventLoopUtilization();
-    new Gauge({
-      name: 'nodejs_eventloop_utilization_ratio',
-      help: 'Share of the time since the previous scrape the event loop was busy',
-      registers,
-      collect() {
-        const now = performance.eventLoopUtilization();
-        this.set(performance.eventLoopUtilization(now, lastUtilization).utilization);
-        lastUtilization = now;
-      },
+    gauge('nodejs_eventloop_utilization_ratio', 'Share of the time since the previous scrape the event loop was busy', () => {
+      const now = performance.eventLoopUtilization();
+      const { utilization } = performance.eventLoopUtilization(now, lastUtilization);
+      lastUtilization = now;
+      return utilization;
     });
 
     this.httpRequests = new SeriesCounter({
@@ -113,131 +118,50 @@ export class Metrics {
       buckets: HTTP_BUCKETS,
       registers,
     });
-    const inFlight = () => this.inFlight;
+    gauge('zulip_http_requests_in_flight', 'Requests received and not yet answered', () => this.inFlight);
+    const rateLimited = counter(
+      'zulip_http_rate_limited_total',
+      "Requests refused with 429, by limit: the per-user rate limit, or the user's share of body memory",
+      ['limit'],
+    );
+    const bodyRefused = counter(
+      'zulip_http_body_refused_total',
+      'Request bodies refused, by reason: size (413), field count (400), too slow (408)',
+      ['reason'],
+    );
+
+    gauge('zulip_db_pool_connections', 'Connections of the pool, idle or lent out', () => pool.totalCount);
+    gauge('zulip_db_pool_idle_connections', 'Idle connections of the pool', () => pool.idleCount);
+    gauge('zulip_db_pool_waiting_clients', 'Requests waiting for a connection of the pool', () => pool.waitingCount);
     new Gauge({
-      name: 'zulip_http_requests_in_flight',
-      help: 'Requests received and not yet answered',
+      name: 'zulip_db_lane_statements_in_flight',
+      help: 'Statements sent and not yet answered on each pipelined connection, by kind and lane',
+      labelNames: ['kind', 'lane'],
       registers,
       collect() {
-        this.set(inFlight());
+        this.reset();
+        for (const [kind, read] of [
+          ['short_statements', lanes.shortStatements],
+          ['writes', lanes.writes],
+        ] as const) {
+          read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));
+        }
       },
     });
-    this.rateLimited = new Counter({
-      name: 'zulip_http_rate_limited_total',
-      help: "Requests refused with 429, by limit: the per-user rate limit, or the user's share of body memory",
-      labelNames: ['limit'],
-      registers,
-    });
-    this.bodyRefused = new Counter({
-      name: 'zulip_http_body_refused_total',
-      help: 'Request bodies refused, by reason: size (413), field count (400), too slow (408)',
-      labelNames: ['reason'],
-      registers,
-    });
+    const dbErrors = counter('zulip_db_errors_total', 'Statements PostgreSQL failed, by SQLSTATE class (the first two characters)', [
+      'sqlstate_class',
+    ]);
+    const dbUnavailable = counter(
+      'zulip_db_unavailable_total',
+      'Requests answered 503 because the database could not be reached or a statement was cut off',
+    );
+    this.errorAnswered = (cause, limit, reason) => {
+      if (isDatabaseUnavailable(cause)) dbUnavailable.inc();
+      if (limit) rateLimited.inc({ limit });
+      if (reason) bodyRefused.inc({ reason });
+    };
 
-    const { pool, lanes } = sources;
-    if (pool) {
-      const poolGauge = (name: string, help: string, read: () => number) =>
-        new Gauge({
-          name,
-          help,
-          registers,
-          collect() {
-            this.set(read());
-          },
-        });
-      poolGauge('zulip_db_pool_connections', 'Connections of the pool, idle or lent out', () => pool.totalCount);
-      poolGauge('zulip_db_pool_idle_connections', 'Idle connections of the pool', () => pool.idleCount);
-      poolGauge('zulip_db_pool_waiting_clients', 'Requests waiting for a connection of the pool', () => pool.waitingCount);
-    }
-    if (lanes) {
-      new Gauge({
-        name: 'zulip_db_lane_statements_in_flight',
-        help: 'Statements sent and not yet answered on each pipelined connection, by kind and lane',
-        labelNames: ['kind', 'lane'],
-        registers,
-        collect() {
-          this.reset();
-          for (const [kind, read] of [
-            ['short_statements', lanes.shortStatements],
-            ['writes', lanes.writes],
-          ] as const) {
-            read?.().forEach((inFlight, lane) => this.set({ kind, lane: String(lane) }, inFlight));
-          }
-        },
-      });
-    }
-    this.dbErrors = new Counter({
-      name: 'zulip_db_errors_total',
-      help: 'Statements PostgreSQL failed, by SQLSTATE class (the first two characters)',
-      labelNames: ['sqlstate_class'],
-      registers,
-    });
-    this.dbUnavailable = new Counter({
-      name: 'zulip_db_unavailable_total',
-      help: 'Requests answered 503 because the database could not be reached or a statement was cut off',
-      registers,
-    });
-    if (sources.observer) this.observeDatabase(sources.observer, registers);
-    this.authBatchSize = new SeriesHistogram({
-      name: 'zulip_db_auth_batch_size',
-      help: 'Requests authenticated by one statement',
-      buckets: BATCH_BUCKETS,
-      registers,
-    }).seriesFor({});
-
-    const waiting = () => this.waitingPolls();
-    new Gauge({
-      name: 'zulip_events_polls_waiting',
-      help: 'Long polls waiting on this instance',
-      registers,
-      collect() {
-        this.set(waiting());
-      },
-    });
-    this.queuesRegistered = new Counter({
-      name: 'zulip_events_queues_registered_total',
-      help: 'Event queues registered on this instance',
-      registers,
-    });
-    this.queuesExpired = new Counter({
-      name: 'zulip_events_queues_expired_total',
-      help: "Expired event queues deleted by this instance's sweeps",
-      registers,
-    });
-    this.heartbeats = new Counter({ name: 'zulip_events_heartbeats_total', help: 'Heartbeat events sent to idle long polls', registers });
-    this.notifications = new Counter({
-      name: 'zulip_events_notifications_total',
-      help: 'NOTIFY messages received on the LISTEN connection',
-      registers,
-    });
-    this.listenReconnects = new Counter({
-      name: 'zulip_events_listen_reconnects_total',
-      help: 'Times the LISTEN connection was lost and opened again',
-      registers,
-    });
-    this.pollRechecks = new Counter({
-      name: 'zulip_events_poll_rechecks_total',
-      help: 'Checks of all the waiting polls in one statement, by outcome',
-      labelNames: ['outcome'],
-      registers,
-    });
-    this.deliveryLatency = new SeriesHistogram({
-      name: 'zulip_events_delivery_seconds',
-      help: 'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
-      buckets: DELIVERY_BUCKETS,
-      registers,
-    }).seriesFor({});
-    this.sweptRows = new Counter({
-      name: 'zulip_sweep_deleted_rows_total',
-      help: 'Rows deleted by the periodic sweeps, by kind',
-      labelNames: ['kind'],
-      registers,
-    });
-  }
-
-  /** Fills in the database layer's reports: statements, failures, connections, commit groups. */
-  private observeDatabase(observer: DatabaseObserver, registers: Registry[]): void {
+    // The database layer's reports: statements, failures, connections, commit groups.
     const statementDuration = new SeriesHistogram({
       name: 'zulip_db_statement_duration_seconds',
       help: 'From sending a prepared statement on a pipelined connection to its answer (its wait in the pipeline included), by statement',
@@ -245,29 +169,17 @@ export class Metrics {
       buckets: STATEMENT_BUCKETS,
       registers,
     });
-    const timeouts = new Counter({
-      name: 'zulip_db_statement_timeouts_total',
-      help: 'Statements cut off by statement_timeout (SQLSTATE 57014 for a timeout; cancelled requests of clients that left are not counted)',
-      registers,
-    });
-    const opened = new Counter({
-      name: 'zulip_db_connections_opened_total',
-      help: 'Database connections opened, by kind',
-      labelNames: ['kind'],
-      registers,
-    });
-    const lost = new Counter({
-      name: 'zulip_db_connections_lost_total',
-      help: 'Database connections lost (an error or a disconnect), by kind',
-      labelNames: ['kind'],
-      registers,
-    });
-    const groups = new SeriesHistogram({
-      name: 'zulip_db_commit_group_size',
-      help: 'Write transactions committed together in one commit group',
-      buckets: [1, 2, 4, 8, 16, 32],
-      registers,
-    }).seriesFor({});
+    const timeouts = counter(
+      'zulip_db_statement_timeouts_total',
+      'Statements cut off by statement_timeout (SQLSTATE 57014 for a timeout; cancelled requests of clients that left are not counted)',
+    );
+    const opened = counter('zulip_db_connections_opened_total', 'Database connections opened, by kind', ['kind']);
+    const lost = counter('zulip_db_connections_lost_total', 'Database connections lost (an error or a disconnect), by kind', ['kind']);
+    const groups = histogram(
+      'zulip_db_commit_group_size',
+      'Write transactions committed together in one commit group',
+      [1, 2, 4, 8, 16, 32],
+    );
     // One series per statement name, made at its first answer. Names are per process, so the label
     // is the statement's kind, first table and a digest of its text: the same on every instance and restart.
     const byName = new Map<string, HistogramSeries>();
@@ -279,13 +191,41 @@ export class Metrics {
     };
     observer.statementFailed = (error) => {
       const code = error.code ?? '';
-      this.dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(code) ? code.slice(0, 2) : 'unknown' });
+      dbErrors.inc({ sqlstate_class: /^[0-9A-Z]{2}/.test(code) ? code.slice(0, 2) : 'unknown' });
       // PostgreSQL tells a timeout from another cancel only in the message text.
       if (code === QUERY_CANCELED && error.message.includes('statement timeout')) timeouts.inc();
     };
     observer.connectionOpened = (kind) => opened.inc({ kind });
     observer.connectionLost = (kind) => lost.inc({ kind });
     observer.commitGroup = (members) => groups.observe(members);
+    const authBatchSize = histogram('zulip_db_auth_batch_size', 'Requests authenticated by one statement', BATCH_BUCKETS);
+    this.authBatch = (size) => authBatchSize.observe(size);
+
+    gauge('zulip_events_polls_waiting', 'Long polls waiting on this instance', () => this.waitingPolls());
+    const queuesRegistered = counter('zulip_events_queues_registered_total', 'Event queues registered on this instance');
+    this.queueRegistered = () => queuesRegistered.inc();
+    const queuesExpired = counter('zulip_events_queues_expired_total', "Expired event queues deleted by this instance's sweeps");
+    const heartbeats = counter('zulip_events_heartbeats_total', 'Heartbeat events sent to idle long polls');
+    this.heartbeatSent = () => heartbeats.inc();
+    const notifications = counter('zulip_events_notifications_total', 'NOTIFY messages received on the LISTEN connection');
+    this.notificationReceived = () => notifications.inc();
+    const reconnects = counter('zulip_events_listen_reconnects_total', 'Times the LISTEN connection was lost and opened again');
+    this.listenReconnected = () => reconnects.inc();
+    const rechecks = counter('zulip_events_poll_rechecks_total', 'Checks of all the waiting polls in one statement, by outcome', [
+      'outcome',
+    ]);
+    this.pollRecheck = (outcome) => rechecks.inc({ outcome });
+    const deliveryLatency = histogram(
+      'zulip_events_delivery_seconds',
+      'From the NOTIFY of a committed write reaching this instance to the answer of the poll it woke',
+      DELIVERY_BUCKETS,
+    );
+    this.delivered = (seconds) => deliveryLatency.observe(seconds);
+    const sweptRows = counter('zulip_sweep_deleted_rows_total', 'Rows deleted by the periodic sweeps, by kind', ['kind']);
+    this.swept = (kind, rows) => {
+      sweptRows.inc({ kind }, rows);
+      if (kind === 'event_queues') queuesExpired.inc(rows);
+    };
   }
 
   /** onRequest: one more request in flight, one less when its response closes (answered or abandoned). */
@@ -314,50 +254,9 @@ export class Metrics {
     done();
   };
 
-  /** From the error handler: counts the refusals and the database's failures among the errors answered. */
-  errorAnswered(cause: unknown, limit: RefusedLimit | undefined, reason: BodyRefusal | undefined): void {
-    if (isDatabaseUnavailable(cause)) this.dbUnavailable.inc();
-    if (limit) this.rateLimited.inc({ limit });
-    if (reason) this.bodyRefused.inc({ reason });
-  }
-
-  authBatch(size: number): void {
-    this.authBatchSize.observe(size);
-  }
-
   /** Where the waiting polls are counted (the events module's QueueWakeups). */
   watchWaitingPolls(count: () => number): void {
     this.waitingPolls = count;
-  }
-
-  queueRegistered(): void {
-    this.queuesRegistered.inc();
-  }
-
-  heartbeatSent(): void {
-    this.heartbeats.inc();
-  }
-
-  notificationReceived(): void {
-    this.notifications.inc();
-  }
-
-  listenReconnected(): void {
-    this.listenReconnects.inc();
-  }
-
-  pollRecheck(outcome: 'ok' | 'failed'): void {
-    this.pollRechecks.inc({ outcome });
-  }
-
-  /** A woken poll answered `seconds` after the notification that woke it arrived. */
-  delivered(seconds: number): void {
-    this.deliveryLatency.observe(seconds);
-  }
-
-  swept(kind: SweptKind, rows: number): void {
-    this.sweptRows.inc({ kind }, rows);
-    if (kind === 'event_queues') this.queuesExpired.inc(rows);
   }
 
   private routeSeries(route: string, method: string): RouteSeries {

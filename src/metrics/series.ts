@@ -1,11 +1,9 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
 
 /**
- * Metrics whose series are plain numbers on the request path, read by prom-client when scraped.
- * prom-client's own `inc(labels)` and `observe(labels, value)` build a string key from the labels
- * and validate them on every call, a cost that is a visible share of a small request's CPU once
- * every request and statement reports (bench/RESULTS.md has the figures). Here a caller keeps its series (one
- * per label set, made once) and adds to it; the scrape turns the figures into samples.
+ * Metrics whose series are plain numbers on the request path, read by prom-client when scraped:
+ * prom-client's `inc(labels)` and `observe(labels, value)` build and validate a key from the labels on
+ * every call, a visible share of a small request's CPU (bench/RESULTS.md). A caller keeps its series.
  */
 
 type Labels = Record<string, string>;
@@ -19,11 +17,10 @@ export interface CounterSeries {
 export class SeriesCounter extends Counter<string> {
   private readonly pending: { labels: Labels; value: number }[];
 
-  constructor(config: { name: string; help: string; labelNames?: readonly string[]; registers: Registry[] }) {
+  constructor(config: { name: string; help: string; labelNames: readonly string[]; registers: Registry[] }) {
     const pending: { labels: Labels; value: number }[] = [];
     super({
       ...config,
-      labelNames: config.labelNames ?? [],
       collect() {
         for (const series of pending) {
           this.inc(series.labels, series.value);
