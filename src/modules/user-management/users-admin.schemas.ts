@@ -81,19 +81,13 @@ const cappedText = (limit: number) =>
   });
 
 /** DELETE /users/{user_id}'s `actions` (Zulip's DeactivateUserActions; each false when absent). */
-export interface DeactivationActions {
-  delete_profile: boolean;
-  delete_public_channel_messages: boolean;
-  delete_private_channel_messages: boolean;
-  delete_direct_messages: boolean;
-}
-
 const ACTION_NAMES = [
   'delete_profile',
   'delete_public_channel_messages',
   'delete_private_channel_messages',
   'delete_direct_messages',
-] as const satisfies readonly (keyof DeactivationActions)[];
+] as const;
+type DeactivationActions = Record<(typeof ACTION_NAMES)[number], boolean>;
 
 /**
  * Zulip's `Json[DeactivateUserActions]`, validated strictly: an object (anything else: pydantic's
@@ -108,9 +102,7 @@ const deactivationActions = jsonTextKind(
     }
     const object = value as Record<string, unknown>;
     const actions = {} as DeactivationActions;
-    for (const key of ACTION_NAMES) {
-      actions[key] = Object.hasOwn(object, key) ? checkBoolean(object[key], keyPath(name, key)) : false;
-    }
+    for (const key of ACTION_NAMES) actions[key] = Object.hasOwn(object, key) ? checkBoolean(object[key], keyPath(name, key)) : false;
     return actions;
   },
 );
