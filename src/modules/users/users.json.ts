@@ -8,19 +8,12 @@ import { realmUserRecord } from './users.repository.js';
 import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOptions, userJsonSql } from './users.serializers.js';
 
 /**
- * A whole organization's user objects with their JSON text built by PostgreSQL: the
- * event loop then decodes one text column per 256 users instead of fifteen typed ones per user,
- * builds no objects and serializes nothing, which was most of the time a large organization's
- * GET /users and register held the loop that every other request of the instance shares.
- *
- * The text is exactly JSON.stringify(buildUserObject(...)): both come from one table
- * (users.serializers.ts, USER_FIELDS; PostgreSQL escapes strings as JSON.stringify does). What SQL
- * cannot reproduce exactly, it leaves to buildUserObject: a user whose statement gives no text (a
- * Markdown profile value stored without its HTML, which renderMarkdown renders; a Gravatar hash of a
- * non-ASCII address, which JavaScript lowercases by Unicode's rules; a date outside years 1000–9999)
- * comes with its columns instead, from the same statement (the same snapshot), and is built as
- * before. test/users-json.test.ts compares the two. Only for viewers who may access every user: a
- * restricted guest's list (docs/api.md §2.4) is built as before.
+ * A whole organization's user objects with their JSON text built by PostgreSQL: the event loop
+ * decodes one text column per 256 users and serializes nothing, so a large GET /users or register
+ * does not hold the loop every other request shares. The text is exactly
+ * JSON.stringify(buildUserObject(...)) (both from USER_FIELDS; test/users-json.test.ts compares
+ * them); a user SQL cannot build exactly comes with its columns, from the same statement, and
+ * buildUserObject builds it. Not for restricted guests (docs/api.md §2.4).
  */
 
 /** Whether the SQL-built text can serve this viewer and configuration (else: buildUserObject). */
@@ -33,10 +26,9 @@ export function canBuildUsersInSql(viewer: UserViewer, config: UserObjectConfig)
 const USERS_PER_ROW = 256;
 
 /**
- * Every user of the viewer's organization (only those of `userIds` when given), ascending by id,
- * USERS_PER_ROW at a time: each row the comma-separated JSON texts of consecutive users, or
- * (json null) one user that buildUserObject builds, with its columns as JSON (fallback). With
- * `split`, active and deactivated users are listed apart (`active`), each list ascending by id.
+ * The viewer's organization's users (those of `userIds` when given), ascending by id: each row the
+ * comma-separated texts of up to USERS_PER_ROW users, or (json null) one user's columns (fallback).
+ * With `split`, active and deactivated users are listed apart (`active`).
  */
 export function selectRealmUsersJson(
   db: Database,
@@ -94,17 +86,11 @@ export function selectRealmUsersJson(
 /** A fallback user's columns, as selectRealmUsers reads them but for date_joined (text). */
 type FallbackColumns = Omit<RealmUserRow, 'date_joined'> & { date_joined: string };
 
-/** One row of selectRealmUsersJson. */
-export interface RealmUserJsonRow {
-  json: string | null;
-  fallback: FallbackColumns | null;
-  active: boolean;
-}
+type RealmUserJsonRow = Awaited<ReturnType<ReturnType<typeof selectRealmUsersJson>['execute']>>[number];
 
 /**
- * The JSON texts of the rows (buildUserObject's for the fallback users), a slice at a time, each
- * in the list `listOf` names (register puts active and deactivated users apart). One text may
- * hold several users, comma-separated, as JsonTextList takes them.
+ * The rows' JSON texts (buildUserObject's for the fallback users), a slice at a time, each in the
+ * list `listOf` names. One text may hold several users, comma-separated, as JsonTextList takes them.
  */
 export async function userJsonTexts<Name extends string>(
   rows: readonly RealmUserJsonRow[],
