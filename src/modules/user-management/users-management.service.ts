@@ -25,10 +25,9 @@ import { CREATE_USER, DEACTIVATE_USER, DELETED_BOT_NAME, DELETED_USER_NAME, REAC
 import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
 /**
- * The user-management writes shared by the API (users-api.service.ts) and the admin command line
- * (src/cli/operations.ts): each checks nothing the caller's permissions decide, only what the
- * organization's state decides (re-checked in the statement, behind the organization's lock), and
- * sends the realm_user events.
+ * The user-management writes of the API and the admin command line (src/cli/operations.ts): each
+ * checks only what the organization's state decides (in the statement, behind the organization's
+ * lock), never the caller's permissions, and sends the realm_user events.
  */
 
 /** The organization a write happens in. */
@@ -42,11 +41,7 @@ export interface ManagedRealm {
 export interface ManagementContext {
   /** Reads before the write (in `open`, when that is where the write runs). */
   db: Database;
-  /**
-   * Where the write runs: the acting user's transactions (the server's way: their turn and lock,
-   * src/db/user-transactions.ts), or `open`, a transaction of the same API its caller holds (the
-   * admin command line's, src/cli/operations.ts).
-   */
+  /** Where the write runs: the acting user's transactions (the server), or `open`, a transaction the caller holds (the command line). */
   transactions: { run: UserTransactions; actingUserId: number; departure?: Departure } | { open: StatementRunner };
   realm: ManagedRealm;
   maxPendingEvents: number;
@@ -68,10 +63,8 @@ export class ManagementRefusal extends Error {
 function refusalOf(error: unknown): unknown {
   const refusal = writeRefusal(error);
   if (refusal) return new ManagementRefusal(refusal.reason, refusal.detail);
-  if ((error as { code?: string; table?: string }).code === '23505' && (error as { table?: string }).table === 'users') {
-    return new ManagementRefusal(REFUSALS.emailInUse, '');
-  }
-  return error;
+  const { code, table } = error as { code?: string; table?: string };
+  return code === '23505' && table === 'users' ? new ManagementRefusal(REFUSALS.emailInUse, '') : error;
 }
 
 const lockOf = (context: ManagementContext) => [REALM_MEMBERSHIP_LOCK_NAMESPACE, context.realm.id];
@@ -99,11 +92,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
   }
 }
 
-/**
- * Runs `work` behind the organization's user-management lock, in one transaction where it may read
- * before it writes (the peers of a deactivation's channels): BEGIN, the acting user's lock (the
- * server's way), the organization's lock, `work`'s statements, COMMIT.
- */
+/** Runs `work` behind the organization's user-management lock, in one transaction where it may read before it writes. */
 async function runManagementInteractive(context: ManagementContext, work: (tx: StatementRunner) => Promise<void>): Promise<void> {
   const { transactions } = context;
   const locked = async (tx: StatementRunner) => {
@@ -158,11 +147,9 @@ export interface NewUserInput {
 }
 
 /**
- * Creates a user and sends realm_user/add (docs/management-api.md U.3) to everyone who may access them:
- * with the real address to the roles that may see it, with delivery_email null to the others; in
- * an organization that restricts guests, the guests get the inaccessible-user placeholder.
- * Refuses REFUSALS.emailInUse (any user of the organization, deactivated included, case-insensitively)
- * and then REFUSALS.weakPassword.
+ * Creates a user and sends realm_user/add (docs/management-api.md U.3): the real address to the roles
+ * that may see it, delivery_email null to the others. Refuses REFUSALS.emailInUse (any user of the
+ * organization, ignoring case), then REFUSALS.weakPassword.
  */
 export async function createUserWithEvents(context: ManagementContext, input: NewUserInput): Promise<{ userId: number; apiKey: string }> {
   const userId = await nextUserId(context.db);
@@ -246,11 +233,9 @@ export interface DeactivationTarget {
 }
 
 /**
- * Deactivates a user and their active bots, ends their event queues and sends, for each of them in
- * turn (bots first, then the user), subscription/peer_remove for its channels (archived included),
- * realm_user/update is_active false and, for a human in an organization that restricts guests,
- * realm_user/remove to the guests sharing a channel with it (docs/management-api.md U.5). Refuses REFUSALS.deactivated, then
- * (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
+ * Deactivates a user and their active bots, ends their event queues and sends each one's events,
+ * bots first (docs/management-api.md U.5). Refuses REFUSALS.deactivated, then (self)
+ * REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
   context: ManagementContext,
@@ -296,10 +281,8 @@ export async function deactivateUserWithEvents(
 }
 
 /**
- * The events of Zulip's delete_profile action for one user (do_deactivate_user runs
- * do_change_full_name, then do_change_avatar_fields, each only when it changes something), to
- * everyone who may access them. The realm_bot events Zulip adds for a bot are not sent here (no bot
- * lists).
+ * The events of Zulip's delete_profile for one user (do_change_full_name, then
+ * do_change_avatar_fields, each only when it changes something); no realm_bot events (no bot lists).
  */
 function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): AudienceEvent[] {
   const target = { id: user.id, botType: user.bot_type };
@@ -328,9 +311,8 @@ function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): 
 }
 
 /**
- * Reactivates a user (docs/management-api.md U.7): realm_user/update is_active true, the new bot owner
- * (a bot whose owner is deactivated gets `newBotOwnerId`), then subscription/peer_add for its
- * channels that are not archived. Refuses REFUSALS.botNameTaken.
+ * Reactivates a user (docs/management-api.md U.7), a bot whose owner is deactivated with
+ * `newBotOwnerId`, and sends its events. Refuses REFUSALS.botNameTaken.
  */
 export async function reactivateUserWithEvents(
   context: ManagementContext,

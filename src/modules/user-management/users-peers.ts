@@ -5,11 +5,9 @@ import { inaccessibleUserRemoval, peerEvents, type PeerChange, Recipients } from
 import type { ChannelRow } from '../subscriptions/membership.repository.js';
 
 /**
- * The subscription peer events of a deactivation (peer_remove) and a reactivation (peer_add), as
- * Zulip's send_events_for_user_deactivation and do_reactivate_user send them at feature level 490:
- * for the channels the user is subscribed to, to each channel's peers, computed by the same code
- * as a subscribe's or an unsubscribe's (membership.events.ts). Read under the organization's
- * membership lock, so the subscribers and the recipients cannot change before the write commits.
+ * The peer events of a deactivation (peer_remove) and a reactivation (peer_add) at feature level 490,
+ * by the code of a subscribe's or an unsubscribe's (membership.events.ts). Read under the
+ * organization's membership lock, so subscribers and recipients cannot change before the write commits.
  */
 
 export interface PeerReadUser {
@@ -24,8 +22,7 @@ export interface PeerReadUser {
 }
 
 /** What the events need, for the users who come or go. */
-export interface PeerRead {
-  /** The users who come or go, with their role, whether they are active now and what a profile deletion changes. */
+interface PeerRead {
   users: PeerReadUser[];
   /** The channels they are subscribed to (archived ones only when asked). */
   channels: ChannelRow[];

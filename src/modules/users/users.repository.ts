@@ -6,19 +6,11 @@ import type { DB } from '../../db/types.js';
 import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { USER_COLUMNS, type UserRecord, userRecordOf } from './users.serializers.js';
 
-/**
- * User lookups for the user endpoints and register. Each function is ONE statement: profile values
- * and the guest-access fact are correlated subqueries, so the cost in round trips never depends on
- * the number of users or profile fields.
- */
+/** User lookups, each ONE statement: profile values and the guest-access fact are correlated subqueries. */
 
 export interface UserLoadOptions {
-  /** Load every custom profile field value of each user. */
   withProfileData: boolean;
-  /**
-   * Id of a restricted viewer (docs/api.md §2.4): also load whether each user shares an active
-   * subscription with them. Omit for everyone else.
-   */
+  /** A restricted viewer (docs/api.md §2.4): also load whether each user shares an active subscription with them. */
   sharedChannelsWithUserId?: number;
 }
 
@@ -117,8 +109,7 @@ export async function findUserById(
 
 /**
  * Extends the authentication query (AuthLookup) with one user by id of the caller's organization,
- * joined under the table's own name and column names (one index probe per request: LATERAL with
- * OFFSET 0, as the caller's own row): no restricted-viewer fact, which depends on the viewer's role.
+ * under the table's own names (LATERAL with OFFSET 0: one index probe); no restricted-viewer fact.
  */
 const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: Expression<number>) =>
   account
