@@ -1,10 +1,9 @@
 import { sql } from 'kysely';
-import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import { type Database, parseTimestamptz } from '../../db/database.js';
 import { forEachInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { isRestrictedViewer, type UserViewer } from './users.access.js';
-import { realmUserRecord } from './users.repository.js';
+import { PROFILE_VALUES, realmUserRecord } from './users.repository.js';
 import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOptions, userJsonSql } from './users.serializers.js';
 
 /**
@@ -43,20 +42,7 @@ export function selectRealmUsersJson(
     sql.lit(column),
     column === 'date_joined' ? sql`users.date_joined::text` : sql.ref(`users.${column}`),
   ]);
-  if (options.includeCustomProfileFields) {
-    columns.push(
-      sql.lit('profile_values'),
-      jsonArrayFrom(
-        db
-          .selectFrom('custom_profile_field_values as v')
-          .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-          .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
-          .where('v.user_id', '=', sql.ref<number>('users.id'))
-          .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
-          .orderBy('v.field_id'),
-      ),
-    );
-  }
+  if (options.includeCustomProfileFields) columns.push(sql.lit('profile_values'), PROFILE_VALUES);
   const list = split ? sql<boolean>`users.is_active` : sql<boolean>`true`;
   const users = db
     .selectFrom('users')

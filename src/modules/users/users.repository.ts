@@ -1,4 +1,4 @@
-import { type Expression, type ExpressionBuilder, sql } from 'kysely';
+import { type Expression, type ExpressionBuilder, expressionBuilder, sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import { type AccountQuery, AuthLookupQuery } from '../../http/auth.repository.js';
@@ -18,16 +18,16 @@ export interface UserLoadOptions {
 const USER_COLUMNS_IN_REALM = USER_COLUMNS.filter((column) => column !== 'realm_id').map((column) => `users.${column}` as const);
 const SELECTED_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id' as const];
 
-const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
-  jsonArrayFrom(
-    eb
-      .selectFrom('custom_profile_field_values as v')
-      .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-      .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
-      .whereRef('v.user_id', '=', 'users.id')
-      .whereRef('v.realm_id', '=', 'users.realm_id')
-      .orderBy('v.field_id'),
-  );
+/** The profile values of the row `users`, as ProfileFieldValue. */
+export const PROFILE_VALUES = jsonArrayFrom(
+  expressionBuilder<DB, never>()
+    .selectFrom('custom_profile_field_values as v')
+    .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
+    .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
+    .where('v.user_id', '=', sql.ref<number>('users.id'))
+    .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
+    .orderBy('v.field_id'),
+);
 
 // Archived channels count too (docs/api.md §2.4 row 5), so the channel itself is not consulted.
 const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: number) =>
@@ -48,7 +48,7 @@ function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
   return db
     .selectFrom('users')
     .select(SELECTED_COLUMNS)
-    .$if(options.withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+    .$if(options.withProfileData, (qb) => qb.select(PROFILE_VALUES.as('profile_values')))
     .$if(viewerId !== undefined, (qb) => qb.select((eb) => sharesActiveChannel(eb, viewerId!).as('shares_channel')))
     .where('users.realm_id', '=', realmId);
 }
@@ -118,7 +118,7 @@ const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userI
         eb
           .selectFrom('users')
           .select(USER_COLUMNS_IN_REALM)
-          .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+          .$if(withProfileData, (qb) => qb.select(PROFILE_VALUES.as('profile_values')))
           .where('users.id', '=', userId)
           .whereRef('users.realm_id', '=', 'caller.realm_id')
           .offset(sql.lit(0))
