@@ -11,12 +11,6 @@ export interface NavigationView {
   name: string | null;
 }
 
-/** Fields a PATCH may change; absent keys stay as they are. */
-export interface NavigationViewChanges {
-  name?: string;
-  is_pinned?: boolean;
-}
-
 /** The user's views in creation order, in the API shape (also served by register). */
 export function selectNavigationViews(db: Database, realmId: number, userId: number) {
   return db

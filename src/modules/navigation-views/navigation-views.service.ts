@@ -7,7 +7,6 @@ import type { ApiEvent, EventWrites } from '../event-log/event-log.repository.js
 import {
   addViewStatement,
   type NavigationView,
-  type NavigationViewChanges,
   removeViewStatement,
   updateViewStatement,
   VIEW_EXISTS,
@@ -36,17 +35,14 @@ export interface NewNavigationView {
   name: string | undefined;
 }
 
-type ViewStatement = typeof addViewStatement;
-
 /**
- * Runs a view statement, which also appends its event, in the caller's transaction, one round trip. The statement
- * refuses (VIEW_EXISTS, VIEW_MISSING) by raising, which rolls everything back; `missing` is the
- * error a missing view gets (docs/api.md §4 row 7: PATCH and DELETE differ only in the code).
+ * Runs a view statement, which also appends its event, in one round trip; its refusals roll back.
+ * `missing` is a missing view's error (docs/api.md §4 row 7: PATCH and DELETE differ only in the code).
  */
 async function writeView(
   writes: EventWrites,
   caller: Caller,
-  statement: ViewStatement,
+  statement: typeof addViewStatement,
   args: { fragment: string | null; isPinned?: boolean; name?: string },
   event: ApiEvent,
   missing: () => ApiError,
@@ -95,7 +91,7 @@ export async function changeNavigationView(
   writes: EventWrites,
   caller: Caller,
   fragment: string,
-  changes: NavigationViewChanges,
+  changes: { name?: string; is_pinned?: boolean },
   departure?: Departure,
 ): Promise<void> {
   if (BUILT_IN_FRAGMENTS.has(fragment) && changes.name !== undefined) {

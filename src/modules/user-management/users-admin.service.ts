@@ -89,11 +89,9 @@ export interface RoleChannel extends ChannelRow {
 }
 
 /**
- * The active channels the target sees with exactly one of its role and `newRole`, in id order, as
- * Zulip's send_stream_events_for_role_update compares them (get_streams_for_user, archived left
- * out): not web-public (everyone sees those), not subscribed to (subscribers keep theirs), public
- * ones when only one role is a guest's, private ones the target did not create when only one is
- * an administrator's.
+ * The active channels the target sees with exactly one of its role and `newRole`, in id order (Zulip's
+ * send_stream_events_for_role_update): not web-public, not subscribed to, public ones when only one
+ * role is a guest's, private ones the target did not create when only one is an administrator's.
  */
 const roleChannelsSql = (newRole: number) => sql<RoleChannel[]>`(SELECT coalesce(json_agg(json_build_object(
     'id', c.id, 'name', c.name, 'description', c.description, 'rendered_description', c.rendered_description,
@@ -164,10 +162,7 @@ export function apiErrorOfRefusal(error: unknown, operation: Operation): unknown
 const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =>
   new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
 
-/**
- * DELETE /users/{user_id} (docs/management-api.md U.5). `deleteProfile`: the `actions` parameter's
- * delete_profile (its message deletions have nothing to delete here).
- */
+/** DELETE /users/{user_id} (docs/management-api.md U.5) with actions.delete_profile or not. */
 export async function deactivateUserByApi(
   deps: UserAdminDeps,
   caller: Caller,
