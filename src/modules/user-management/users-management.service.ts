@@ -24,11 +24,7 @@ import {
 import { CREATE_USER, DEACTIVATE_USER, DELETED_BOT_NAME, DELETED_USER_NAME, REACTIVATE_USER, REFUSALS } from './users.writes.js';
 import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
-/**
- * The user-management writes of the API and the admin command line (src/cli/operations.ts): each
- * checks only what the organization's state decides (in the statement, behind the organization's
- * lock), never the caller's permissions, and sends the realm_user events.
- */
+/** User-management writes of the API and the command line: each checks only the organization's state, in its statement. */
 
 /** The organization a write happens in. */
 export interface ManagedRealm {
@@ -147,9 +143,8 @@ export interface NewUserInput {
 }
 
 /**
- * Creates a user and sends realm_user/add (docs/management-api.md U.3): the real address to the roles
- * that may see it, delivery_email null to the others. Refuses REFUSALS.emailInUse (any user of the
- * organization, ignoring case), then REFUSALS.weakPassword.
+ * Creates a user and sends realm_user/add (docs/management-api.md U.3). Refuses REFUSALS.emailInUse
+ * (any user of the organization, ignoring case), then REFUSALS.weakPassword.
  */
 export async function createUserWithEvents(context: ManagementContext, input: NewUserInput): Promise<{ userId: number; apiKey: string }> {
   const userId = await nextUserId(context.db);
@@ -175,9 +170,8 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   const seesAddress = maxRoleSeeingAddress(input.emailAddressVisibility);
   const person = (role: number) =>
     buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
-  // Zulip's notify_created_user: in an organization that restricts guests, the new user shares no
-  // channel with any guest yet, so every guest gets its placeholder (not the clients registered
-  // with user_list_incomplete) and the others the user object.
+  // Zulip's notify_created_user: where guests are restricted, the new user shares no channel with
+  // any guest yet, so guests get its placeholder (not with user_list_incomplete), the others the user object.
   const restricted = guestsSeeing(context.realm, record) !== 'all';
   const guests: GuestAudience = restricted ? 'none' : 'all';
   const events: AudienceEvent[] = [
@@ -233,9 +227,8 @@ export interface DeactivationTarget {
 }
 
 /**
- * Deactivates a user and their active bots, ends their event queues and sends each one's events,
- * bots first (docs/management-api.md U.5). Refuses REFUSALS.deactivated, then (self)
- * REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
+ * Deactivates a user and their active bots (docs/management-api.md U.5) with their events. Refuses
+ * REFUSALS.deactivated, then (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
   context: ManagementContext,
@@ -280,10 +273,7 @@ export async function deactivateUserWithEvents(
   });
 }
 
-/**
- * The events of Zulip's delete_profile for one user (do_change_full_name, then
- * do_change_avatar_fields, each only when it changes something); no realm_bot events (no bot lists).
- */
+/** Zulip's delete_profile events for one user (name, then avatar, each if changed); no realm_bot events (no bot lists). */
 function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): AudienceEvent[] {
   const target = { id: user.id, botType: user.bot_type };
   const name = user.bot_type === null ? DELETED_USER_NAME : DELETED_BOT_NAME;
@@ -310,10 +300,7 @@ function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): 
   return events;
 }
 
-/**
- * Reactivates a user (docs/management-api.md U.7), a bot whose owner is deactivated with
- * `newBotOwnerId`, and sends its events. Refuses REFUSALS.botNameTaken.
- */
+/** Reactivates a user (docs/management-api.md U.7), with `newBotOwnerId` for a bot. Refuses REFUSALS.botNameTaken. */
 export async function reactivateUserWithEvents(
   context: ManagementContext,
   target: { id: number; botType: number | null },
@@ -331,7 +318,7 @@ export async function reactivateUserWithEvents(
   });
 }
 
-/** A PATCH's statement and its events (users-api.service.ts computes both). */
+/** A PATCH's statement and its events (users-update.service.ts computes both). */
 export async function updateUserWithEvents(
   context: ManagementContext,
   statement: Statement,

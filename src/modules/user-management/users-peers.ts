@@ -98,10 +98,8 @@ function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: numbe
 }
 
 /**
- * A deactivation's events: for each user who goes, in order (the bots, then their owner), the
- * events of its profile's deletion (`before`, Zulip's order: do_deactivate_user changes the profile
- * before send_events_for_user_deactivation), its peer_remove events, then its own realm_user events
- * (`after`).
+ * A deactivation's events, for each user who goes in order (bots, then their owner): `before` (its
+ * profile's deletion, as Zulip's do_deactivate_user), its peer_remove events, then `after`.
  */
 export function departureEvents(
   read: PeerRead,
@@ -115,11 +113,8 @@ export function departureEvents(
 }
 
 /**
- * The realm_user/remove of a user deactivated in an organization that restricts guests, after its
- * realm_user/update (Zulip's send_events_for_user_deactivation): to the active guests with an
- * active subscription to a channel the user is subscribed to, archived ones included, who lose
- * access to it (register then gives them its placeholder, or nothing with user_list_incomplete).
- * Only guests with a queue are listed, as for the peer events.
+ * The realm_user/remove of a user deactivated where guests are restricted (Zulip's
+ * send_events_for_user_deactivation): to the guests with a queue sharing a channel with it, archived included.
  */
 export function accessLossOnDeparture(read: PeerRead, userId: number): AudienceEvent[] {
   const channels = new Set(read.memberships.filter((row) => row.user_id === userId).map((row) => row.stream_id));

@@ -175,10 +175,8 @@ export function roleChangeEvents(realm: ManagedRealm, target: ManagedUser, role:
 }
 
 /**
- * The target's own events of a role change that gives or takes the sight of channels, after its
- * realm_user/update (Zulip's send_stream_events_for_role_update): stream/create of the channels it
- * now sees, a subscription/peer_add with each one's subscribers (the private channels first, as
- * Zulip's bulk_get_subscriber_peer_info), then stream/delete of those it no longer sees.
+ * The target's own events of a role change (Zulip's send_stream_events_for_role_update): stream/create
+ * of the channels it now sees, a peer_add each (private ones first), then stream/delete of the others.
  */
 function roleChannelEvents(target: ManagedUser, role: number): AudienceEvent[] {
   // Each channel read is seen with exactly one of the two roles (findManagedUser).
@@ -201,11 +199,7 @@ const namedUserIds = (entries: readonly ProfileDataEntry[]): number[] => [
   ...new Set(entries.flatMap((entry) => (Array.isArray(entry.value) ? entry.value.filter(isIdInRange) : []))),
 ];
 
-/**
- * The organization's profile fields, each with the target's current value (null: none) and the
- * users of the organization among `namedIds` (the same on every row: one statement however many
- * values name users).
- */
+/** The organization's profile fields, each with the target's current value (null: none) and the users among `namedIds`. */
 function profileFields(deps: UserAdminDeps, realmId: number, userId: number, namedIds: number[]) {
   return deps.db
     .selectFrom('custom_profile_fields as f')

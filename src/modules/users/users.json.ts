@@ -7,12 +7,9 @@ import { PROFILE_VALUES, realmUserRecord } from './users.repository.js';
 import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOptions, userJsonSql } from './users.serializers.js';
 
 /**
- * A whole organization's user objects with their JSON text built by PostgreSQL: the event loop
- * decodes one text column per 256 users and serializes nothing, so a large GET /users or register
- * does not hold the loop every other request shares. The text is exactly
- * JSON.stringify(buildUserObject(...)) (both from USER_FIELDS; test/users-json.test.ts compares
- * them); a user SQL cannot build exactly comes with its columns, from the same statement, and
- * buildUserObject builds it. Not for restricted guests (docs/api.md §2.4).
+ * A whole organization's user objects as JSON text built by PostgreSQL, so a large GET /users or
+ * register does not hold the event loop. The text is exactly JSON.stringify(buildUserObject(...))
+ * (test/users-json.test.ts); a user SQL cannot build exactly comes with its columns instead.
  */
 
 /** Whether the SQL-built text can serve this viewer and configuration (else: buildUserObject). */
@@ -25,9 +22,8 @@ export function canBuildUsersInSql(viewer: UserViewer, config: UserObjectConfig)
 const USERS_PER_ROW = 256;
 
 /**
- * The viewer's organization's users (those of `userIds` when given), ascending by id: each row the
- * comma-separated texts of up to USERS_PER_ROW users, or (json null) one user's columns (fallback).
- * With `split`, active and deactivated users are listed apart (`active`).
+ * The organization's users (or those of `userIds`) by id: each row the texts of up to USERS_PER_ROW
+ * users, or one user's columns (fallback). `split`: active and deactivated users apart (`active`).
  */
 export function selectRealmUsersJson(
   db: Database,
@@ -74,10 +70,7 @@ type FallbackColumns = Omit<RealmUserRow, 'date_joined'> & { date_joined: string
 
 type RealmUserJsonRow = Awaited<ReturnType<ReturnType<typeof selectRealmUsersJson>['execute']>>[number];
 
-/**
- * The rows' JSON texts (buildUserObject's for the fallback users), a slice at a time, each in the
- * list `listOf` names. One text may hold several users, comma-separated, as JsonTextList takes them.
- */
+/** The rows' JSON texts (buildUserObject's for fallback users), a slice at a time, each in the list `listOf` names. */
 export async function userJsonTexts<Name extends string>(
   rows: readonly RealmUserJsonRow[],
   viewer: UserViewer,

@@ -80,8 +80,7 @@ const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
     ),
   );
 
-// GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
-// shape of the load options.
+// GET /users/{id}'s statements, one per shape of the load options (src/db/reusable-statement.ts).
 export const userByIdStatements = {
   plain: userByIdQuery(false, false),
   withProfileData: userByIdQuery(true, false),
@@ -155,10 +154,7 @@ export async function findUserByDeliveryEmail(
   return row && toUserRecord(row, row.realm_id);
 }
 
-/**
- * Every user of the organization (active, deactivated, bots), ascending by id; only those of
- * `userIds` when given (ids of no user of the organization match nothing).
- */
+/** Every user of the organization (active, deactivated, bots), or those of `userIds`, ascending by id. */
 export const selectRealmUsers = (db: Database, realmId: number, options: UserLoadOptions, userIds?: readonly number[]) =>
   selectUsers(db, realmId, options)
     .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))))
