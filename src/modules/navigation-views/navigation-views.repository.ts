@@ -11,12 +11,6 @@ export interface NavigationView {
   name: string | null;
 }
 
-/** Fields a PATCH may change; absent keys stay as they are. */
-export interface NavigationViewChanges {
-  name?: string;
-  is_pinned?: boolean;
-}
-
 /** The user's views in creation order, in the API shape (also served by register). */
 export function selectNavigationViews(db: Database, realmId: number, userId: number) {
   return db
@@ -48,11 +42,7 @@ const matchingViews = (db: QueryCreator<DB>, args: ViewWriteArgs) =>
     .where('v.realm_id', '=', args.realmId)
     .where((eb) => eb.or([eb('v.fragment', '=', sql<string>`${args.fragment}::text`), eb('v.name', '=', sql<string>`${args.name}::text`)]));
 
-/**
- * POST /navigation_views after its parameter checks (docs/api.md §3.9 checks 3–4): the view is inserted,
- * with its event, unless one of the user's views has its fragment or (when given) its name; then
- * the statement refuses (VIEW_EXISTS) and the transaction rolls back.
- */
+/** POST /navigation_views (docs/api.md §3.9 checks 3–4): inserts the view, or refuses VIEW_EXISTS on a taken fragment or name. */
 export const addViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(VIEW_ARGUMENTS, (db, args) =>
   withEventAppend(db, args)
     .with('clash', () => matchingViews(db, args).select('v.id').limit(sql.lit(1)))
@@ -82,9 +72,8 @@ export const addViewStatement = reusableStatement<ViewWriteArgs, { refused: bool
 );
 
 /**
- * PATCH /navigation_views/{fragment} after its parameter checks (docs/api.md §3.10 checks 2–3, in that
- * order): refuses VIEW_EXISTS when any of the user's views (this one included) has the new name,
- * VIEW_MISSING when the user has no view with the fragment; otherwise changes the given fields.
+ * PATCH /navigation_views/{fragment} (docs/api.md §3.10 checks 2–3, in order): refuses VIEW_EXISTS when
+ * any view (this one included) has the new name, then VIEW_MISSING; otherwise changes the given fields.
  */
 export const updateViewStatement = reusableStatement<ViewWriteArgs, { refused: boolean | null }>(VIEW_ARGUMENTS, (db, args) =>
   withEventAppend(db, args)

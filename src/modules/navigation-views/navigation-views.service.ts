@@ -7,7 +7,6 @@ import type { ApiEvent, EventWrites } from '../event-log/event-log.repository.js
 import {
   addViewStatement,
   type NavigationView,
-  type NavigationViewChanges,
   removeViewStatement,
   updateViewStatement,
   VIEW_EXISTS,
@@ -29,7 +28,6 @@ const BUILT_IN_FRAGMENTS: ReadonlySet<string> = new Set([
 
 const EXISTS_MESSAGE = 'Navigation view already exists.';
 const MISSING_MESSAGE = 'Navigation view does not exist.';
-const UNIQUE_VIOLATION = '23505';
 
 export interface NewNavigationView {
   fragment: string;
@@ -37,17 +35,14 @@ export interface NewNavigationView {
   name: string | undefined;
 }
 
-type ViewStatement = typeof addViewStatement;
-
 /**
- * Runs a view statement, which also appends its event, in the caller's transaction, one round trip. The statement
- * refuses (VIEW_EXISTS, VIEW_MISSING) by raising, which rolls everything back; `missing` is the
- * error a missing view gets (docs/api.md §4 row 7: PATCH and DELETE differ only in the code).
+ * Runs a view statement, which also appends its event, in one round trip; its refusals roll back.
+ * `missing` is a missing view's error (docs/api.md §4 row 7: PATCH and DELETE differ only in the code).
  */
 async function writeView(
   writes: EventWrites,
   caller: Caller,
-  statement: ViewStatement,
+  statement: typeof addViewStatement,
   args: { fragment: string | null; isPinned?: boolean; name?: string },
   event: ApiEvent,
   missing: () => ApiError,
@@ -69,7 +64,8 @@ async function writeView(
     if (refusal === VIEW_EXISTS) throw badRequest(EXISTS_MESSAGE);
     if (refusal === VIEW_MISSING) throw missing();
     // Backstop for a writer that bypassed the lock: the table's unique constraints still hold.
-    if (isNavigationViewUniqueViolation(error)) throw badRequest(EXISTS_MESSAGE);
+    const { code, table } = (error ?? {}) as { code?: unknown; table?: unknown };
+    if (code === '23505' && table === 'navigation_views') throw badRequest(EXISTS_MESSAGE);
     throw error;
   }
 }
@@ -95,23 +91,19 @@ export async function changeNavigationView(
   writes: EventWrites,
   caller: Caller,
   fragment: string,
-  changes: NavigationViewChanges,
+  changes: { name?: string; is_pinned?: boolean },
   departure?: Departure,
 ): Promise<void> {
   if (BUILT_IN_FRAGMENTS.has(fragment) && changes.name !== undefined) {
     throw badRequest('Built-in views cannot have a custom name');
   }
-  // Event data: name then is_pinned, only the supplied ones.
-  const data: NavigationViewChanges = {
-    ...(changes.name !== undefined && { name: changes.name }),
-    ...(changes.is_pinned !== undefined && { is_pinned: changes.is_pinned }),
-  };
   const args = {
     fragment: isStorableText(fragment) ? fragment : null,
     ...(changes.is_pinned !== undefined && { isPinned: changes.is_pinned }),
     ...(changes.name !== undefined && { name: changes.name }),
   };
-  const event = { type: 'navigation_view', op: 'update', fragment, data };
+  // Event data: name then is_pinned, only the supplied ones (as the route builds `changes`).
+  const event = { type: 'navigation_view', op: 'update', fragment, data: changes };
   await writeView(writes, caller, updateViewStatement, args, event, () => new ApiError(404, MISSING_MESSAGE, 'NOT_FOUND'), departure);
 }
 
@@ -121,10 +113,4 @@ export async function removeNavigationView(writes: EventWrites, caller: Caller, 
   if (!isStorableText(fragment)) throw missing();
   const event = { type: 'navigation_view', op: 'remove', fragment };
   await writeView(writes, caller, removeViewStatement, { fragment }, event, missing, departure);
-}
-
-function isNavigationViewUniqueViolation(error: unknown): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  const { code, table } = error as { code?: unknown; table?: unknown };
-  return code === UNIQUE_VIOLATION && table === 'navigation_views';
 }

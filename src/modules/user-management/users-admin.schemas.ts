@@ -27,10 +27,7 @@ import type { ProfileDataEntry } from './users-update.service.js';
 
 /** The path's user id: digits only (the router matches nothing else); undefined outside PostgreSQL's range (no such user). */
 const USER_ID_PATH = { user_id: idSegment('The user id.', parseUserId) };
-/**
- * DELETE's user id, named as GET and PATCH name the same path's segment (`/users/{user}`, which
- * also takes an email): one path with two parameter names is one path twice to OpenAPI tools.
- */
+/** DELETE's user id, named `user` as GET's and PATCH's: two names for one path would be two paths to OpenAPI tools. */
 const USER_PATH_ID = { user: idSegment('The user id (digits only).', parseUserId) };
 
 const LAST_USER = errorResponse('The last user or the last owner (code CANNOT_DEACTIVATE_LAST_USER, with `is_last_owner` and `entity`).', {
@@ -81,24 +78,15 @@ const cappedText = (limit: number) =>
   });
 
 /** DELETE /users/{user_id}'s `actions` (Zulip's DeactivateUserActions; each false when absent). */
-export interface DeactivationActions {
-  delete_profile: boolean;
-  delete_public_channel_messages: boolean;
-  delete_private_channel_messages: boolean;
-  delete_direct_messages: boolean;
-}
-
 const ACTION_NAMES = [
   'delete_profile',
   'delete_public_channel_messages',
   'delete_private_channel_messages',
   'delete_direct_messages',
-] as const satisfies readonly (keyof DeactivationActions)[];
+] as const;
+type DeactivationActions = Record<(typeof ACTION_NAMES)[number], boolean>;
 
-/**
- * Zulip's `Json[DeactivateUserActions]`, validated strictly: an object (anything else: pydantic's
- * model_type message), each known key a JSON boolean; other keys are ignored (the model's default).
- */
+/** Zulip's `Json[DeactivateUserActions]`: an object whose known keys are JSON booleans; other keys are ignored. */
 const deactivationActions = jsonTextKind(
   Type.Object(Object.fromEntries(ACTION_NAMES.map((name) => [name, Type.Optional(Type.Boolean())]))),
   (raw, name): DeactivationActions => {
@@ -108,9 +96,7 @@ const deactivationActions = jsonTextKind(
     }
     const object = value as Record<string, unknown>;
     const actions = {} as DeactivationActions;
-    for (const key of ACTION_NAMES) {
-      actions[key] = Object.hasOwn(object, key) ? checkBoolean(object[key], keyPath(name, key)) : false;
-    }
+    for (const key of ACTION_NAMES) actions[key] = Object.hasOwn(object, key) ? checkBoolean(object[key], keyPath(name, key)) : false;
     return actions;
   },
 );

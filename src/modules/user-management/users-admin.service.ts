@@ -1,8 +1,6 @@
 import { sql } from 'kysely';
-import type { Config } from '../../config.js';
 import type { Database } from '../../db/database.js';
-import type { StatementRunner } from '../../db/reusable-statement.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { AppDeps } from '../../deps.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
 import { ApiError, badRequest } from '../../http/errors.js';
@@ -14,7 +12,6 @@ import { REFUSALS } from './users.writes.js';
 import {
   createUserWithEvents,
   deactivateUserWithEvents,
-  type ManagedRealm,
   type ManagementContext,
   ManagementRefusal,
   reactivateUserWithEvents,
@@ -23,31 +20,20 @@ import { checkFullName, isPasswordTooWeak, isValidEmail, normalizeEmail } from '
 
 /** GET /users/me, POST /users, DELETE /users/{id} and /users/me, reactivate (docs/management-api.md "Users"). */
 
-export interface UserAdminDeps {
-  db: Database;
-  shortStatements: StatementRunner;
-  transactions: UserTransactions;
-  config: Config;
-}
+export type UserAdminDeps = Pick<AppDeps, 'db' | 'shortStatements' | 'transactions' | 'config'>;
 
-const isAdmin = (role: number): boolean => role === ROLES.owner || role === ROLES.admin;
+export const isAdmin = (role: number): boolean => role === ROLES.owner || role === ROLES.admin;
 
 export const noSuchUser = (): ApiError => badRequest('No such user');
 export const insufficientPermission = (): ApiError => badRequest('Insufficient permission');
 export const adminRequired = (): ApiError => new ApiError(400, 'Must be an organization administrator', 'UNAUTHORIZED_PRINCIPAL');
 export const ownerRequired = (): ApiError => new ApiError(400, 'Must be an organization owner', 'UNAUTHORIZED_PRINCIPAL');
 
-const realmOf = (caller: Caller): ManagedRealm => ({
-  id: caller.realmId,
-  subdomain: caller.realmSubdomain,
-  canAccessAllUsersGroup: caller.realmCanAccessAllUsersGroup,
-});
-
 export function contextOf(deps: UserAdminDeps, caller: Caller, departure: Departure | undefined): ManagementContext {
   return {
     db: deps.db,
     transactions: { run: deps.transactions, actingUserId: caller.id, ...(departure && { departure }) },
-    realm: realmOf(caller),
+    realm: { id: caller.realmId, subdomain: caller.realmSubdomain, canAccessAllUsersGroup: caller.realmCanAccessAllUsersGroup },
     maxPendingEvents: deps.config.queueMaxPendingEvents,
     config: deps.config,
   };
@@ -95,20 +81,7 @@ export async function createUserByApi(
 }
 
 /** What the user-management checks read of a user, in one statement. */
-export interface ManagedUser {
-  id: number;
-  role: number;
-  is_active: boolean;
-  bot_type: number | null;
-  bot_owner_id: number | null;
-  full_name: string;
-  is_imported_stub: boolean;
-  owner_is_active: boolean | null;
-  active_human_owners: number;
-  active_bot_ids: number[];
-  /** The channels whose sight a change to `newRole` gives or takes (empty without one): see roleChannelsSql. */
-  role_channels: RoleChannel[];
-}
+export type ManagedUser = NonNullable<Awaited<ReturnType<typeof findManagedUser>>>;
 
 /** A channel the target starts or stops seeing with a new role, and its active subscribers that are active users. */
 export interface RoleChannel extends ChannelRow {
@@ -116,11 +89,9 @@ export interface RoleChannel extends ChannelRow {
 }
 
 /**
- * The active channels the target sees with exactly one of its role and `newRole`, in id order, as
- * Zulip's send_stream_events_for_role_update compares them (get_streams_for_user, archived left
- * out): not web-public (everyone sees those), not subscribed to (subscribers keep theirs), public
- * ones when only one role is a guest's, private ones the target did not create when only one is
- * an administrator's.
+ * The active channels the target sees with exactly one of its role and `newRole`, in id order (Zulip's
+ * send_stream_events_for_role_update): not web-public, not subscribed to, public ones when only one
+ * role is a guest's, private ones the target did not create when only one is an administrator's.
  */
 const roleChannelsSql = (newRole: number) => sql<RoleChannel[]>`(SELECT coalesce(json_agg(json_build_object(
     'id', c.id, 'name', c.name, 'description', c.description, 'rendered_description', c.rendered_description,
@@ -136,7 +107,7 @@ const roleChannelsSql = (newRole: number) => sql<RoleChannel[]>`(SELECT coalesce
       ELSE (t.role = ${ROLES.guest}) <> (${newRole}::smallint = ${ROLES.guest}) END)`;
 
 /** The target of a management request; with `newRole` (a role change), the channels it changes the sight of. */
-export async function findManagedUser(db: Database, realmId: number, userId: number, newRole?: number): Promise<ManagedUser | undefined> {
+export function findManagedUser(db: Database, realmId: number, userId: number, newRole?: number) {
   return db
     .selectFrom('users as t')
     .select(['t.id', 't.role', 't.is_active', 't.bot_type', 't.bot_owner_id', 't.full_name', 't.is_imported_stub'])
@@ -191,10 +162,7 @@ export function apiErrorOfRefusal(error: unknown, operation: Operation): unknown
 const cannotDeactivateLast = (entity: 'user' | 'organization owner'): ApiError =>
   new ApiError(400, `Cannot deactivate the only ${entity}.`, 'CANNOT_DEACTIVATE_LAST_USER', { is_last_owner: entity !== 'user', entity });
 
-/**
- * DELETE /users/{user_id} (docs/management-api.md U.5). `deleteProfile`: the `actions` parameter's
- * delete_profile (its message deletions have nothing to delete here).
- */
+/** DELETE /users/{user_id} (docs/management-api.md U.5) with actions.delete_profile or not. */
 export async function deactivateUserByApi(
   deps: UserAdminDeps,
   caller: Caller,
@@ -227,18 +195,12 @@ export async function deactivateOwnUser(deps: UserAdminDeps, caller: Caller, dep
     await deactivateUserWithEvents(
       contextOf(deps, caller, departure),
       { id: own.id, botType: own.bot_type, activeBotIds: own.active_bot_ids },
-      {
-        self: true,
-        keepLastOwner: true,
-      },
+      { self: true, keepLastOwner: true },
     );
   } catch (error) {
     throw apiErrorOfRefusal(error, 'delete-me');
   }
 }
-
-/** Guests may not create bots (can_create_bots_group and can_create_write_only_bots_group default to members). */
-const canCreateBots = (caller: Caller): boolean => caller.role !== ROLES.guest;
 
 /** POST /users/{user_id}/reactivate (docs/management-api.md U.7). An active human: success, nothing sent. */
 export async function reactivateUserByApi(
@@ -251,7 +213,8 @@ export async function reactivateUserByApi(
   if (!target) throw noSuchUser();
   const ownsBot = target.bot_type !== null && target.bot_owner_id === caller.id;
   if (!isAdmin(caller.role) && !ownsBot) throw insufficientPermission();
-  if (target.bot_type !== null && !canCreateBots(caller)) throw insufficientPermission();
+  // Guests may not create bots (can_create_bots_group and can_create_write_only_bots_group default to members).
+  if (target.bot_type !== null && caller.role === ROLES.guest) throw insufficientPermission();
   // Zulip's do_reactivate_user: an imported stub (its mirror dummy) becomes a user by signing up.
   if (target.is_imported_stub) throw badRequest('Cannot activate a placeholder account; ask the user to sign up, instead.');
   const newOwner = target.bot_type !== null && target.owner_is_active === false ? caller.id : null;

@@ -24,12 +24,7 @@ import {
 import { CREATE_USER, DEACTIVATE_USER, DELETED_BOT_NAME, DELETED_USER_NAME, REACTIVATE_USER, REFUSALS } from './users.writes.js';
 import { accessLossOnDeparture, arrivalEvents, departureEvents, type PeerReadUser, readPeers } from './users-peers.js';
 
-/**
- * The user-management writes shared by the API (users-api.service.ts) and the admin command line
- * (src/cli/operations.ts): each checks nothing the caller's permissions decide, only what the
- * organization's state decides (re-checked in the statement, behind the organization's lock), and
- * sends the realm_user events.
- */
+/** User-management writes of the API and the command line: each checks only the organization's state, in its statement. */
 
 /** The organization a write happens in. */
 export interface ManagedRealm {
@@ -42,11 +37,7 @@ export interface ManagedRealm {
 export interface ManagementContext {
   /** Reads before the write (in `open`, when that is where the write runs). */
   db: Database;
-  /**
-   * Where the write runs: the acting user's transactions (the server's way: their turn and lock,
-   * src/db/user-transactions.ts), or `open`, a transaction of the same API its caller holds (the
-   * admin command line's, src/cli/operations.ts).
-   */
+  /** Where the write runs: the acting user's transactions (the server), or `open`, a transaction the caller holds (the command line). */
   transactions: { run: UserTransactions; actingUserId: number; departure?: Departure } | { open: StatementRunner };
   realm: ManagedRealm;
   maxPendingEvents: number;
@@ -68,10 +59,8 @@ export class ManagementRefusal extends Error {
 function refusalOf(error: unknown): unknown {
   const refusal = writeRefusal(error);
   if (refusal) return new ManagementRefusal(refusal.reason, refusal.detail);
-  if ((error as { code?: string; table?: string }).code === '23505' && (error as { table?: string }).table === 'users') {
-    return new ManagementRefusal(REFUSALS.emailInUse, '');
-  }
-  return error;
+  const { code, table } = error as { code?: string; table?: string };
+  return code === '23505' && table === 'users' ? new ManagementRefusal(REFUSALS.emailInUse, '') : error;
 }
 
 const lockOf = (context: ManagementContext) => [REALM_MEMBERSHIP_LOCK_NAMESPACE, context.realm.id];
@@ -99,11 +88,7 @@ async function runManagementWrite(context: ManagementContext, statement: Stateme
   }
 }
 
-/**
- * Runs `work` behind the organization's user-management lock, in one transaction where it may read
- * before it writes (the peers of a deactivation's channels): BEGIN, the acting user's lock (the
- * server's way), the organization's lock, `work`'s statements, COMMIT.
- */
+/** Runs `work` behind the organization's user-management lock, in one transaction where it may read before it writes. */
 async function runManagementInteractive(context: ManagementContext, work: (tx: StatementRunner) => Promise<void>): Promise<void> {
   const { transactions } = context;
   const locked = async (tx: StatementRunner) => {
@@ -158,11 +143,8 @@ export interface NewUserInput {
 }
 
 /**
- * Creates a user and sends realm_user/add (docs/management-api.md U.3) to everyone who may access them:
- * with the real address to the roles that may see it, with delivery_email null to the others; in
- * an organization that restricts guests, the guests get the inaccessible-user placeholder.
- * Refuses REFUSALS.emailInUse (any user of the organization, deactivated included, case-insensitively)
- * and then REFUSALS.weakPassword.
+ * Creates a user and sends realm_user/add (docs/management-api.md U.3). Refuses REFUSALS.emailInUse
+ * (any user of the organization, ignoring case), then REFUSALS.weakPassword.
  */
 export async function createUserWithEvents(context: ManagementContext, input: NewUserInput): Promise<{ userId: number; apiKey: string }> {
   const userId = await nextUserId(context.db);
@@ -188,9 +170,8 @@ export async function createUserWithEvents(context: ManagementContext, input: Ne
   const seesAddress = maxRoleSeeingAddress(input.emailAddressVisibility);
   const person = (role: number) =>
     buildUserObject(viewerOfRole(context.realm, role), record, { clientGravatar: false, includeCustomProfileFields: true }, context.config);
-  // Zulip's notify_created_user: in an organization that restricts guests, the new user shares no
-  // channel with any guest yet, so every guest gets its placeholder (not the clients registered
-  // with user_list_incomplete) and the others the user object.
+  // Zulip's notify_created_user: where guests are restricted, the new user shares no channel with
+  // any guest yet, so guests get its placeholder (not with user_list_incomplete), the others the user object.
   const restricted = guestsSeeing(context.realm, record) !== 'all';
   const guests: GuestAudience = restricted ? 'none' : 'all';
   const events: AudienceEvent[] = [
@@ -246,11 +227,8 @@ export interface DeactivationTarget {
 }
 
 /**
- * Deactivates a user and their active bots, ends their event queues and sends, for each of them in
- * turn (bots first, then the user), subscription/peer_remove for its channels (archived included),
- * realm_user/update is_active false and, for a human in an organization that restricts guests,
- * realm_user/remove to the guests sharing a channel with it (docs/management-api.md U.5). Refuses REFUSALS.deactivated, then
- * (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
+ * Deactivates a user and their active bots (docs/management-api.md U.5) with their events. Refuses
+ * REFUSALS.deactivated, then (self) REFUSALS.lastUser, then (keepLastOwner) REFUSALS.lastOwner.
  */
 export async function deactivateUserWithEvents(
   context: ManagementContext,
@@ -295,12 +273,7 @@ export async function deactivateUserWithEvents(
   });
 }
 
-/**
- * The events of Zulip's delete_profile action for one user (do_deactivate_user runs
- * do_change_full_name, then do_change_avatar_fields, each only when it changes something), to
- * everyone who may access them. The realm_bot events Zulip adds for a bot are not sent here (no bot
- * lists).
- */
+/** Zulip's delete_profile events for one user (name, then avatar, each if changed); no realm_bot events (no bot lists). */
 function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): AudienceEvent[] {
   const target = { id: user.id, botType: user.bot_type };
   const name = user.bot_type === null ? DELETED_USER_NAME : DELETED_BOT_NAME;
@@ -327,11 +300,7 @@ function profileDeletionEvents(context: ManagementContext, user: PeerReadUser): 
   return events;
 }
 
-/**
- * Reactivates a user (docs/management-api.md U.7): realm_user/update is_active true, the new bot owner
- * (a bot whose owner is deactivated gets `newBotOwnerId`), then subscription/peer_add for its
- * channels that are not archived. Refuses REFUSALS.botNameTaken.
- */
+/** Reactivates a user (docs/management-api.md U.7), with `newBotOwnerId` for a bot. Refuses REFUSALS.botNameTaken. */
 export async function reactivateUserWithEvents(
   context: ManagementContext,
   target: { id: number; botType: number | null },
@@ -349,7 +318,7 @@ export async function reactivateUserWithEvents(
   });
 }
 
-/** A PATCH's statement and its events (users-api.service.ts computes both). */
+/** A PATCH's statement and its events (users-update.service.ts computes both). */
 export async function updateUserWithEvents(
   context: ManagementContext,
   statement: Statement,

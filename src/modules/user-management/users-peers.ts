@@ -5,11 +5,9 @@ import { inaccessibleUserRemoval, peerEvents, type PeerChange, Recipients } from
 import type { ChannelRow } from '../subscriptions/membership.repository.js';
 
 /**
- * The subscription peer events of a deactivation (peer_remove) and a reactivation (peer_add), as
- * Zulip's send_events_for_user_deactivation and do_reactivate_user send them at feature level 490:
- * for the channels the user is subscribed to, to each channel's peers, computed by the same code
- * as a subscribe's or an unsubscribe's (membership.events.ts). Read under the organization's
- * membership lock, so the subscribers and the recipients cannot change before the write commits.
+ * The peer events of a deactivation (peer_remove) and a reactivation (peer_add) at feature level 490,
+ * by the code of a subscribe's or an unsubscribe's (membership.events.ts). Read under the
+ * organization's membership lock, so subscribers and recipients cannot change before the write commits.
  */
 
 export interface PeerReadUser {
@@ -24,8 +22,7 @@ export interface PeerReadUser {
 }
 
 /** What the events need, for the users who come or go. */
-export interface PeerRead {
-  /** The users who come or go, with their role, whether they are active now and what a profile deletion changes. */
+interface PeerRead {
   users: PeerReadUser[];
   /** The channels they are subscribed to (archived ones only when asked). */
   channels: ChannelRow[];
@@ -101,10 +98,8 @@ function addressed(op: 'peer_add' | 'peer_remove', read: PeerRead, userId: numbe
 }
 
 /**
- * A deactivation's events: for each user who goes, in order (the bots, then their owner), the
- * events of its profile's deletion (`before`, Zulip's order: do_deactivate_user changes the profile
- * before send_events_for_user_deactivation), its peer_remove events, then its own realm_user events
- * (`after`).
+ * A deactivation's events, for each user who goes in order (bots, then their owner): `before` (its
+ * profile's deletion, as Zulip's do_deactivate_user), its peer_remove events, then `after`.
  */
 export function departureEvents(
   read: PeerRead,
@@ -118,11 +113,8 @@ export function departureEvents(
 }
 
 /**
- * The realm_user/remove of a user deactivated in an organization that restricts guests, after its
- * realm_user/update (Zulip's send_events_for_user_deactivation): to the active guests with an
- * active subscription to a channel the user is subscribed to, archived ones included, who lose
- * access to it (register then gives them its placeholder, or nothing with user_list_incomplete).
- * Only guests with a queue are listed, as for the peer events.
+ * The realm_user/remove of a user deactivated where guests are restricted (Zulip's
+ * send_events_for_user_deactivation): to the guests with a queue sharing a channel with it, archived included.
  */
 export function accessLossOnDeparture(read: PeerRead, userId: number): AudienceEvent[] {
   const channels = new Set(read.memberships.filter((row) => row.user_id === userId).map((row) => row.stream_id));

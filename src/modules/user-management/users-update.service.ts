@@ -14,6 +14,7 @@ import {
   contextOf,
   findManagedUser,
   insufficientPermission,
+  isAdmin,
   isLastOwner,
   noSuchUser,
   ownerRequired,
@@ -40,16 +41,7 @@ export interface UserChanges {
   new_email: string | undefined;
 }
 
-const isAdmin = (role: number): boolean => role === ROLES.owner || role === ROLES.admin;
-
-interface ProfileField {
-  id: number;
-  name: string;
-  field_type: number;
-  field_data: string;
-  /** The users of the organization that the request's user-list values name. */
-  named_users: NamedUser[];
-}
+type ProfileField = Awaited<ReturnType<typeof profileFields>>[number];
 
 const SHORT_TEXT_LIMIT = 50;
 const LONG_TEXT_LIMIT = 500;
@@ -131,6 +123,8 @@ export async function updateUserByApi(
   // No one holds Zulip's can_change_user_emails permission here.
   if (changes.new_email !== undefined) throw badRequest('User not authorized to change user emails');
   const context = contextOf(deps, caller, departure);
+  const subject = { id: target.id, botType: target.bot_type };
+  const profileEvent = (field: object) => userUpdateEvent(context.realm, subject, { custom_profile_field: field });
   const events: AudienceEvent[] = [];
   let role: number | null = null;
   if (changes.role !== undefined && changes.role !== target.role) {
@@ -144,8 +138,7 @@ export async function updateUserByApi(
   let fullName: string | null = null;
   if (changes.full_name !== undefined && changes.full_name !== target.full_name && changes.full_name.trim() !== '') {
     fullName = checkFullName(changes.full_name);
-    if (fullName !== target.full_name)
-      events.push(userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { full_name: fullName }));
+    if (fullName !== target.full_name) events.push(userUpdateEvent(context.realm, subject, { full_name: fullName }));
   }
   const stored: { id: number; value: string; rendered_value: string | null }[] = [];
   const removed: number[] = [];
@@ -159,15 +152,14 @@ export async function updateUserByApi(
   for (const entry of entries.filter((candidate) => isEmptyValue(candidate.value))) {
     const field = fieldOf(entry);
     removed.push(field.id);
-    if (field.current !== null) events.push(profileEvent(context, target, { id: field.id, value: null }));
+    if (field.current !== null) events.push(profileEvent({ id: field.id, value: null }));
   }
   for (const entry of entries.filter((candidate) => !isEmptyValue(candidate.value))) {
     const field = fieldOf(entry);
     const value = storedProfileValue(field, entry.value!);
     const rendered = MARKDOWN_PROFILE_FIELD_TYPES.has(field.field_type) ? renderMarkdown(value) : null;
     stored.push({ id: field.id, value, rendered_value: rendered });
-    if (field.current !== value)
-      events.push(profileEvent(context, target, { id: field.id, value, ...(rendered ? { rendered_value: rendered } : {}) }));
+    if (field.current !== value) events.push(profileEvent({ id: field.id, value, ...(rendered ? { rendered_value: rendered } : {}) }));
   }
   if (role === null && fullName === null && stored.length === 0 && removed.length === 0) return;
   try {
@@ -183,10 +175,8 @@ export function roleChangeEvents(realm: ManagedRealm, target: ManagedUser, role:
 }
 
 /**
- * The target's own events of a role change that gives or takes the sight of channels, after its
- * realm_user/update (Zulip's send_stream_events_for_role_update): stream/create of the channels it
- * now sees, a subscription/peer_add with each one's subscribers (the private channels first, as
- * Zulip's bulk_get_subscriber_peer_info), then stream/delete of those it no longer sees.
+ * The target's own events of a role change (Zulip's send_stream_events_for_role_update): stream/create
+ * of the channels it now sees, a peer_add each (private ones first), then stream/delete of the others.
  */
 function roleChannelEvents(target: ManagedUser, role: number): AudienceEvent[] {
   // Each channel read is seen with exactly one of the two roles (findManagedUser).
@@ -204,24 +194,12 @@ function roleChannelEvents(target: ManagedUser, role: number): AudienceEvent[] {
   ];
 }
 
-function profileEvent(
-  context: ReturnType<typeof contextOf>,
-  target: { id: number; bot_type: number | null },
-  field: object,
-): AudienceEvent {
-  return userUpdateEvent(context.realm, { id: target.id, botType: target.bot_type }, { custom_profile_field: field });
-}
-
 /** Every id the request's user-list values name that PostgreSQL's integers can hold (the others name no user). */
 const namedUserIds = (entries: readonly ProfileDataEntry[]): number[] => [
   ...new Set(entries.flatMap((entry) => (Array.isArray(entry.value) ? entry.value.filter(isIdInRange) : []))),
 ];
 
-/**
- * The organization's profile fields, each with the target's current value (null: none) and the
- * users of the organization among `namedIds` (the same on every row: one statement however many
- * values name users).
- */
+/** The organization's profile fields, each with the target's current value (null: none) and the users among `namedIds`. */
 function profileFields(deps: UserAdminDeps, realmId: number, userId: number, namedIds: number[]) {
   return deps.db
     .selectFrom('custom_profile_fields as f')

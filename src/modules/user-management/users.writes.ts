@@ -4,15 +4,11 @@ import { realmEventAppend } from '../event-log/audiences.js';
 import { GRAVATAR_SOURCE } from '../users/users.serializers.js';
 
 /**
- * The statements of user management (POST /users, PATCH / DELETE /users/{id}, DELETE /users/me,
- * reactivate), one per request, each run behind the organization's user-management lock
- * (event-log/audiences.ts). Each re-checks, after the lock, the facts a concurrent change could have
- * altered since the service read them (the last owner, the target's state); a failed check calls
- * refuse_write (migration 0006), which rolls everything back. The change, the deletion of a
- * deactivated user's queues and the events to the rest of the organization are one statement.
- *
- * Every statement takes $1 realm id, $2 QUEUE_MAX_PENDING_EVENTS, $3 the events (event-log/audiences.ts
- * audienceEventsJson), $4 the users who get none; its own arguments follow.
+ * The statements of user management, one per request, each behind the organization's
+ * user-management lock. Each re-checks after the lock what a concurrent change could have altered
+ * (the last owner, the target's state); a failed check calls refuse_write (migration 0006), which
+ * rolls everything back. Every statement takes $1 realm id, $2 QUEUE_MAX_PENDING_EVENTS, $3 the
+ * events (audienceEventsJson), $4 the users who get none; its own arguments follow.
  */
 
 /** refuse_write reasons (the service turns them into the API's errors). */
@@ -52,11 +48,9 @@ export const CREATE_USER = preparedStatement(`WITH guard AS (
   SELECT (SELECT refused FROM guard) AS refused`);
 
 /**
- * $5 target, $6 its active bots (deactivated with it), $7 the caller deactivates themselves
- * (DELETE /users/me: the last user of the organization stays), $8 the last owner stays (the API;
- * the admin command line deactivates anyone), $9 their profiles are deleted (DELETE /users/{id}'s
- * actions.delete_profile, as Zulip's do_deactivate_user: a human is renamed "Deleted user", a bot
- * "Deactivated bot", and an avatar that is not the default one is reset to it, in a new version).
+ * $5 target, $6 its active bots (deactivated with it), $7 self-deactivation (the last user stays),
+ * $8 the last owner stays (the API, not the command line), $9 delete_profile (Zulip's
+ * do_deactivate_user: renamed, and a non-default avatar reset to the default in a new version).
  */
 export const DEACTIVATE_USER = preparedStatement(`WITH guard AS (
     SELECT CASE

@@ -1,10 +1,7 @@
 import type { Caller } from '../../http/auth.js';
 import { EMAIL_ADDRESS_VISIBILITY as VISIBILITY, ROLES } from '../../zulip.js';
 
-/**
- * Who may see what of another user: the address-visibility matrix (docs/api.md §2.3) and guest access
- * in restricted organizations (docs/api.md §2.4). Pure functions, shared by every endpoint that shows users.
- */
+/** Who may see what of another user: address visibility (docs/api.md §2.3) and guest access (§2.4). */
 
 /** The caller's facts these rules depend on (a Caller satisfies it). */
 export type UserViewer = Pick<Caller, 'id' | 'role' | 'realmSubdomain' | 'realmCanAccessAllUsersGroup'>;
@@ -46,10 +43,7 @@ export function isRestrictedViewer(viewer: UserViewer): boolean {
   return viewer.role === ROLES.guest && viewer.realmCanAccessAllUsersGroup === 'members';
 }
 
-/**
- * docs/api.md §2.4. `sharesActiveChannelWithViewer` only matters for restricted viewers; repositories
- * compute it only for them (undefined counts as "no shared channel").
- */
+/** docs/api.md §2.4. `sharesActiveChannelWithViewer` is loaded for restricted viewers only (undefined: none shared). */
 export function canAccessUser(viewer: UserViewer, target: VisibilityTarget & { sharesActiveChannelWithViewer?: boolean }): boolean {
   if (target.botType !== null) return true;
   if (!isRestrictedViewer(viewer)) return true;
@@ -57,10 +51,7 @@ export function canAccessUser(viewer: UserViewer, target: VisibilityTarget & { s
   return target.isActive && target.sharesActiveChannelWithViewer === true;
 }
 
-/**
- * The highest (least privileged) role that may see an address of this visibility (docs/api.md §2.3): the
- * matrix above is a threshold on the role, so the users who see it are those with role ≤ this.
- */
+/** The highest (least privileged) role that may see an address of this visibility: the matrix is a threshold on the role. */
 export function maxRoleSeeingAddress(visibility: number): number {
   const roles = Object.entries(VISIBLE_TO_ROLE)
     .filter(([, allowed]) => allowed.includes(visibility))

@@ -1,26 +1,15 @@
 import { sql } from 'kysely';
-import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import { type Database, parseTimestamptz } from '../../db/database.js';
 import { forEachInSlices } from '../../lib/slices.js';
 import { isStorableText } from '../../lib/text.js';
 import { isRestrictedViewer, type UserViewer } from './users.access.js';
-import { realmUserRecord } from './users.repository.js';
+import { PROFILE_VALUES, realmUserRecord } from './users.repository.js';
 import { buildUserObject, USER_COLUMNS, type UserObjectConfig, type UserObjectOptions, userJsonSql } from './users.serializers.js';
 
 /**
- * A whole organization's user objects with their JSON text built by PostgreSQL: the
- * event loop then decodes one text column per 256 users instead of fifteen typed ones per user,
- * builds no objects and serializes nothing, which was most of the time a large organization's
- * GET /users and register held the loop that every other request of the instance shares.
- *
- * The text is exactly JSON.stringify(buildUserObject(...)): both come from one table
- * (users.serializers.ts, USER_FIELDS; PostgreSQL escapes strings as JSON.stringify does). What SQL
- * cannot reproduce exactly, it leaves to buildUserObject: a user whose statement gives no text (a
- * Markdown profile value stored without its HTML, which renderMarkdown renders; a Gravatar hash of a
- * non-ASCII address, which JavaScript lowercases by Unicode's rules; a date outside years 1000–9999)
- * comes with its columns instead, from the same statement (the same snapshot), and is built as
- * before. test/users-json.test.ts compares the two. Only for viewers who may access every user: a
- * restricted guest's list (docs/api.md §2.4) is built as before.
+ * A whole organization's user objects as JSON text built by PostgreSQL, so a large GET /users or
+ * register does not hold the event loop. The text is exactly JSON.stringify(buildUserObject(...))
+ * (test/users-json.test.ts); a user SQL cannot build exactly comes with its columns instead.
  */
 
 /** Whether the SQL-built text can serve this viewer and configuration (else: buildUserObject). */
@@ -33,10 +22,8 @@ export function canBuildUsersInSql(viewer: UserViewer, config: UserObjectConfig)
 const USERS_PER_ROW = 256;
 
 /**
- * Every user of the viewer's organization (only those of `userIds` when given), ascending by id,
- * USERS_PER_ROW at a time: each row the comma-separated JSON texts of consecutive users, or
- * (json null) one user that buildUserObject builds, with its columns as JSON (fallback). With
- * `split`, active and deactivated users are listed apart (`active`), each list ascending by id.
+ * The organization's users (or those of `userIds`) by id: each row the texts of up to USERS_PER_ROW
+ * users, or one user's columns (fallback). `split`: active and deactivated users apart (`active`).
  */
 export function selectRealmUsersJson(
   db: Database,
@@ -51,20 +38,7 @@ export function selectRealmUsersJson(
     sql.lit(column),
     column === 'date_joined' ? sql`users.date_joined::text` : sql.ref(`users.${column}`),
   ]);
-  if (options.includeCustomProfileFields) {
-    columns.push(
-      sql.lit('profile_values'),
-      jsonArrayFrom(
-        db
-          .selectFrom('custom_profile_field_values as v')
-          .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-          .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
-          .where('v.user_id', '=', sql.ref<number>('users.id'))
-          .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
-          .orderBy('v.field_id'),
-      ),
-    );
-  }
+  if (options.includeCustomProfileFields) columns.push(sql.lit('profile_values'), PROFILE_VALUES);
   const list = split ? sql<boolean>`users.is_active` : sql<boolean>`true`;
   const users = db
     .selectFrom('users')
@@ -94,18 +68,9 @@ export function selectRealmUsersJson(
 /** A fallback user's columns, as selectRealmUsers reads them but for date_joined (text). */
 type FallbackColumns = Omit<RealmUserRow, 'date_joined'> & { date_joined: string };
 
-/** One row of selectRealmUsersJson. */
-export interface RealmUserJsonRow {
-  json: string | null;
-  fallback: FallbackColumns | null;
-  active: boolean;
-}
+type RealmUserJsonRow = Awaited<ReturnType<ReturnType<typeof selectRealmUsersJson>['execute']>>[number];
 
-/**
- * The JSON texts of the rows (buildUserObject's for the fallback users), a slice at a time, each
- * in the list `listOf` names (register puts active and deactivated users apart). One text may
- * hold several users, comma-separated, as JsonTextList takes them.
- */
+/** The rows' JSON texts (buildUserObject's for fallback users), a slice at a time, each in the list `listOf` names. */
 export async function userJsonTexts<Name extends string>(
   rows: readonly RealmUserJsonRow[],
   viewer: UserViewer,

@@ -1,4 +1,4 @@
-import { type Expression, type ExpressionBuilder, sql } from 'kysely';
+import { type Expression, type ExpressionBuilder, expressionBuilder, sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
 import type { Database } from '../../db/database.js';
 import { type AccountQuery, AuthLookupQuery } from '../../http/auth.repository.js';
@@ -6,19 +6,11 @@ import type { DB } from '../../db/types.js';
 import { reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { USER_COLUMNS, type UserRecord, userRecordOf } from './users.serializers.js';
 
-/**
- * User lookups for the user endpoints and register. Each function is ONE statement: profile values
- * and the guest-access fact are correlated subqueries, so the cost in round trips never depends on
- * the number of users or profile fields.
- */
+/** User lookups, each ONE statement: profile values and the guest-access fact are correlated subqueries. */
 
 export interface UserLoadOptions {
-  /** Load every custom profile field value of each user. */
   withProfileData: boolean;
-  /**
-   * Id of a restricted viewer (docs/api.md §2.4): also load whether each user shares an active
-   * subscription with them. Omit for everyone else.
-   */
+  /** A restricted viewer (docs/api.md §2.4): also load whether each user shares an active subscription with them. */
   sharedChannelsWithUserId?: number;
 }
 
@@ -26,16 +18,16 @@ export interface UserLoadOptions {
 const USER_COLUMNS_IN_REALM = USER_COLUMNS.filter((column) => column !== 'realm_id').map((column) => `users.${column}` as const);
 const SELECTED_COLUMNS = [...USER_COLUMNS_IN_REALM, 'users.realm_id' as const];
 
-const profileValues = (eb: ExpressionBuilder<DB, 'users'>) =>
-  jsonArrayFrom(
-    eb
-      .selectFrom('custom_profile_field_values as v')
-      .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
-      .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
-      .whereRef('v.user_id', '=', 'users.id')
-      .whereRef('v.realm_id', '=', 'users.realm_id')
-      .orderBy('v.field_id'),
-  );
+/** The profile values of the row `users`, as ProfileFieldValue. */
+export const PROFILE_VALUES = jsonArrayFrom(
+  expressionBuilder<DB, never>()
+    .selectFrom('custom_profile_field_values as v')
+    .innerJoin('custom_profile_fields as f', 'f.id', 'v.field_id')
+    .select(['v.field_id as fieldId', 'f.field_type as fieldType', 'v.value', 'v.rendered_value as renderedValue'])
+    .where('v.user_id', '=', sql.ref<number>('users.id'))
+    .where('v.realm_id', '=', sql.ref<number>('users.realm_id'))
+    .orderBy('v.field_id'),
+);
 
 // Archived channels count too (docs/api.md §2.4 row 5), so the channel itself is not consulted.
 const sharesActiveChannel = (eb: ExpressionBuilder<DB, 'users'>, viewerId: number) =>
@@ -56,7 +48,7 @@ function selectUsers(db: Database, realmId: number, options: UserLoadOptions) {
   return db
     .selectFrom('users')
     .select(SELECTED_COLUMNS)
-    .$if(options.withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+    .$if(options.withProfileData, (qb) => qb.select(PROFILE_VALUES.as('profile_values')))
     .$if(viewerId !== undefined, (qb) => qb.select((eb) => sharesActiveChannel(eb, viewerId!).as('shares_channel')))
     .where('users.realm_id', '=', realmId);
 }
@@ -88,8 +80,7 @@ const userByIdQuery = (withProfileData: boolean, restricted: boolean) =>
     ),
   );
 
-// GET /users/{id} runs these on every call (see src/db/reusable-statement.ts), one statement per
-// shape of the load options.
+// GET /users/{id}'s statements, one per shape of the load options (src/db/reusable-statement.ts).
 export const userByIdStatements = {
   plain: userByIdQuery(false, false),
   withProfileData: userByIdQuery(true, false),
@@ -117,8 +108,7 @@ export async function findUserById(
 
 /**
  * Extends the authentication query (AuthLookup) with one user by id of the caller's organization,
- * joined under the table's own name and column names (one index probe per request: LATERAL with
- * OFFSET 0, as the caller's own row): no restricted-viewer fact, which depends on the viewer's role.
+ * under the table's own names (LATERAL with OFFSET 0: one index probe); no restricted-viewer fact.
  */
 const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userId: Expression<number>) =>
   account
@@ -127,7 +117,7 @@ const joinUserById = (withProfileData: boolean) => (account: AccountQuery, userI
         eb
           .selectFrom('users')
           .select(USER_COLUMNS_IN_REALM)
-          .$if(withProfileData, (qb) => qb.select((eb) => profileValues(eb).as('profile_values')))
+          .$if(withProfileData, (qb) => qb.select(PROFILE_VALUES.as('profile_values')))
           .where('users.id', '=', userId)
           .whereRef('users.realm_id', '=', 'caller.realm_id')
           .offset(sql.lit(0))
@@ -164,10 +154,7 @@ export async function findUserByDeliveryEmail(
   return row && toUserRecord(row, row.realm_id);
 }
 
-/**
- * Every user of the organization (active, deactivated, bots), ascending by id; only those of
- * `userIds` when given (ids of no user of the organization match nothing).
- */
+/** Every user of the organization (active, deactivated, bots), or those of `userIds`, ascending by id. */
 export const selectRealmUsers = (db: Database, realmId: number, options: UserLoadOptions, userIds?: readonly number[]) =>
   selectUsers(db, realmId, options)
     .$if(userIds !== undefined, (qb) => qb.where((eb) => eb('users.id', '=', eb.fn.any(eb.val(userIds!)))))

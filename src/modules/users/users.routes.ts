@@ -7,21 +7,14 @@ import { largeReads } from '../../lib/keyed-queue.js';
 import { getUserSchema, listUsersSchema } from './users.schemas.js';
 import { getUserForViewer, listUsersForViewer, userByIdAuthLookup } from './users.service.js';
 
-/**
- * Runs before authentication, so it must not throw: a bad include_custom_profile_fields gets no
- * lookup here and its 400 from the decoder, after the credentials are checked.
- */
+/** Runs before authentication, so it must not throw: a bad parameter gets its 400 from the decoder later. */
 function userLookupForRequest(request: FastifyRequest): AuthLookup<object> | undefined {
   const withProfileData = peekParameter(request, getUserSchema, 'include_custom_profile_fields');
   if (withProfileData === undefined) return undefined;
   return userByIdAuthLookup(peekParameter(request, getUserSchema, 'user') ?? '', withProfileData);
 }
 
-/**
- * GET /api/v1/users and GET /api/v1/users/{user_id | email} (docs/api.md §3.5–§3.7). Fastify cannot hold
- * two parametric routes at one position, so one route takes every segment except `me` and the
- * service tells ids from emails.
- */
+/** GET /users and /users/{user_id | email} (docs/api.md §3.5–§3.7): one parametric route, the service tells ids from emails. */
 export const userRoutes: FastifyPluginAsync<AppDeps> = async (app, { db, shortStatements, config }) => {
   app.get('/api/v1/users', { schema: listUsersSchema }, async (request, reply) => {
     const { client_gravatar, include_custom_profile_fields, user_ids } = parametersOf(request, listUsersSchema);

@@ -55,9 +55,7 @@ export const getUserSchema = {
     'dummy `user<id>@<domain>` address. Unknown users and hidden addresses answer 400 `No such user`; a user ' +
     'the caller cannot access answers 400 `Insufficient permission`.',
   tags: ['users'],
-  ...queryParameters(USER_OPTIONS, {
-    ...USER_PATH,
-  }),
+  ...queryParameters(USER_OPTIONS, USER_PATH),
   documentedResponses: {
     200: successResponse('The user.', { user: UserObject }),
     ...AUTHENTICATED_ERRORS,

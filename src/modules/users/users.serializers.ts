@@ -9,12 +9,10 @@ import { EMAIL_ADDRESS_VISIBILITY, MARKDOWN_PROFILE_FIELD_TYPES, ROLES } from '.
 import { allowedVisibilities, canSeeDeliveryEmail, effectiveVisibility, type UserViewer } from './users.access.js';
 
 /**
- * The user object of docs/api.md §2.11, declared once (USER_FIELDS): each key with the columns it reads,
- * its value in JavaScript and as the JSON text PostgreSQL builds, when it is sent and what the
- * inaccessible-user placeholder says. Derived from it: the columns the user statements select
- * (USER_COLUMNS), the record they load (UserRecord), buildUserObject, the placeholder and
- * userJsonSql (the text large reads have PostgreSQL build, users.json.ts). The two builds give the
- * same bytes: test/users-json.test.ts compares them for every viewer, option and configuration.
+ * The user object of docs/api.md §2.11, declared once (USER_FIELDS): each key's columns, its value in
+ * JavaScript and as PostgreSQL's JSON text, when it is sent and the placeholder's value. Derived:
+ * USER_COLUMNS, UserRecord, buildUserObject, the placeholder, userJsonSql and the OpenAPI schema.
+ * test/users-json.test.ts checks both builds give the same bytes.
  */
 
 export type UserObjectConfig = Pick<
@@ -36,11 +34,6 @@ export interface UserObjectOptions {
   includeCustomProfileFields: boolean;
   /** register's realm_users / realm_non_active_users leave is_active out (docs/api.md §3.12). */
   omitIsActive?: boolean;
-}
-
-export interface ApiProfileValue {
-  value: string;
-  rendered_value?: string;
 }
 
 type Camel<S extends string> = S extends `${infer Head}_${infer Tail}` ? `${Head}${Capitalize<Camel<Tail>>}` : S;
@@ -386,8 +379,8 @@ function avatarUrlSql({ viewer, options, config }: Context) {
 }
 
 /** profile_data: keyed by field id as a string; rendered_value only for the Markdown types. */
-export function buildProfileData(values: readonly ProfileFieldValue[]): Record<string, ApiProfileValue> {
-  const data: Record<string, ApiProfileValue> = {};
+export function buildProfileData(values: readonly ProfileFieldValue[]) {
+  const data: Record<string, { value: string; rendered_value?: string }> = {};
   for (const field of values) {
     data[String(field.fieldId)] = MARKDOWN_PROFILE_FIELD_TYPES.has(field.fieldType)
       ? { value: field.value, rendered_value: field.renderedValue ?? renderMarkdown(field.value) }

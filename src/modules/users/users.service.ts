@@ -35,13 +35,10 @@ export function parseUserId(digits: string): number | undefined {
   return isIdInRange(value) ? value : undefined;
 }
 
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
 /** The id digits of a dummy address `user<id>@<fake domain>` (exact, case-sensitive), if it is one. */
 export function dummyAddressDigits(value: string, fakeDomain: string): string | undefined {
-  return new RegExp(`^user([0-9]+)@${escapeRegExp(fakeDomain)}$`).exec(value)?.[1];
+  const domain = fakeDomain.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`^user([0-9]+)@${domain}$`).exec(value)?.[1];
 }
 
 function loadOptions(viewer: UserViewerInRealm, options: UserObjectOptions): UserLoadOptions {
@@ -70,10 +67,7 @@ async function findTarget(
   return target && canSeeDeliveryEmail(viewer, target) ? target : undefined;
 }
 
-/**
- * GET /users/{user_id}'s lookup, folded into the authentication statement (one round trip instead
- * of two on the hottest read). Only for id paths; the result is used only by unrestricted viewers.
- */
+/** GET /users/{user_id}'s lookup, in the authentication statement (one round trip); id paths, unrestricted viewers only. */
 export function userByIdAuthLookup(pathValue: string, withProfileData: boolean): AuthLookup<JoinedUser> | undefined {
   const userId = DIGITS.test(pathValue) ? parseUserId(pathValue) : undefined;
   if (userId === undefined) return undefined;
@@ -103,11 +97,7 @@ export async function getUserForViewer(
   return buildUserObject(viewer, target, options, config);
 }
 
-/**
- * The users of the viewer's organization the viewer can access (all of them, or those of
- * `userIds`). Since feature level 437 an inaccessible user is left out, not replaced by a
- * placeholder as register still does (docs/api.md §3.7).
- */
+/** The users of the organization (or of `userIds`) the viewer can access; since feature level 437 without placeholders (docs/api.md §3.7). */
 export async function listUsersForViewer(
   db: Database,
   config: Config,
