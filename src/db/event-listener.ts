@@ -37,11 +37,6 @@ export class EventListener {
 
   constructor(private readonly options: EventListenerOptions) {}
 
-  /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
-  async start(): Promise<void> {
-    await this.connect();
-  }
-
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.retryTimer);
@@ -50,7 +45,8 @@ export class EventListener {
     await client?.end().catch(() => undefined);
   }
 
-  private async connect(): Promise<void> {
+  /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
+  async start(): Promise<void> {
     const { connectionString, log } = this.options;
     if (this.closed) return;
     if (connectionString === undefined) {
@@ -105,7 +101,7 @@ export class EventListener {
     if (this.closed) return;
     const delay = this.retryMs;
     this.retryMs = Math.min(this.retryMs * 2, MAX_RETRY_MS);
-    this.retryTimer = setTimeout(() => void this.connect(), delay);
+    this.retryTimer = setTimeout(() => void this.start(), delay);
     this.retryTimer.unref();
   }
 }
