@@ -22,10 +22,9 @@ export interface EventListenerOptions {
 }
 
 /**
- * One dedicated connection per app instance that LISTENs on a channel (the events', docs/api.md §2.10
- * Wake-up), reconnecting with backoff when lost. Losing it and getting it back both call onGap,
- * which checks every waiting poll in one statement (PollRechecks), so a lost connection delays
- * answers until the reconnection; it never loses events.
+ * One connection per app instance that LISTENs on a channel (the events', docs/api.md §2.10
+ * Wake-up), reconnecting with backoff. Losing it and getting it back both call onGap (every waiting
+ * poll checked in one statement): a lost connection delays answers, never loses events.
  */
 export class EventListener {
   private client: pg.Client | undefined;
