@@ -130,8 +130,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
     ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
-    // A user's transaction sends BEGIN, its statements and COMMIT together (pipelined-transaction.ts);
-    // Kysely, sending one statement at a time, is unaffected.
+    // For transactions sent in one burst (pipelined-transaction.ts); Kysely's one statement at a time is unaffected.
     pipeline: true,
   });
   const report = (error: Error) => options.onConnectionError?.(error);

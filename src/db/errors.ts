@@ -79,12 +79,9 @@ export function commitMayHaveHappened(error: unknown, completed: number, stateme
   return isDatabaseUnavailable(error);
 }
 
-/** SQLSTATE of refuse_write (migration 0006): a write's own check failed; the transaction rolled back. */
-const WRITE_REFUSED = 'ZU001';
-
-/** The reason and detail a write statement refused with, if `error` is such a refusal. */
+/** The reason and detail of refuse_write's refusal (ZU001, migration 0006: a write's own check failed; it rolled back). */
 export function writeRefusal(error: unknown): { reason: string; detail: string } | undefined {
-  if (!(error instanceof pg.DatabaseError) || error.code !== WRITE_REFUSED) return undefined;
+  if (!(error instanceof pg.DatabaseError) || error.code !== 'ZU001') return undefined;
   return { reason: error.message, detail: error.detail ?? '' };
 }
 
@@ -99,12 +96,9 @@ export function valueMayCause(error: unknown): boolean {
   return code.startsWith('22') || code.startsWith('23');
 }
 
-/** SQLSTATE of user_lock_now (migration 0007): the user's lock is held by another transaction; this one rolled back. */
-const USER_LOCK_REFUSED = 'ZU002';
-
-/** Whether `error` is user_lock_now's refusal (src/db/user-transactions.ts sends the write again, where it may wait). */
+/** Whether `error` is user_lock_now's refusal (ZU002, migration 0007: the user's lock is held elsewhere; it rolled back). */
 export function isUserLockRefusal(error: unknown): boolean {
-  return error instanceof pg.DatabaseError && error.code === USER_LOCK_REFUSED;
+  return error instanceof pg.DatabaseError && error.code === 'ZU002';
 }
 
 /** A connection from the pool, or DatabaseUnavailable when none can be had (refused, timed out, pool ended). */
