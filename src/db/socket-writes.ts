@@ -6,11 +6,6 @@ import type pg from 'pg';
  * the server's CPU on the write path): corking the socket around several queries makes one write.
  */
 
-interface Corkable {
-  cork(): void;
-  uncork(): void;
-}
-
 /**
  * The socket under a client (node-postgres's Connection.stream, private: the TLS socket when the
  * connection is encrypted); test/pg-contract.test.ts and test/large-reads.test.ts fail if an upgrade moves it.
@@ -19,25 +14,19 @@ export function connectionStream(client: pg.ClientBase): Partial<Duplex> | undef
   return (client as unknown as { connection?: { stream?: Partial<Duplex> } }).connection?.stream;
 }
 
-/** The socket under a client, when there is one to cork. */
-function socketOf(client: pg.ClientBase): Corkable | undefined {
-  const stream = connectionStream(client);
-  return stream?.cork && stream.uncork ? (stream as Corkable) : undefined;
-}
-
-const corkedUntilImmediate = new WeakSet<Corkable>();
+const corkedUntilImmediate = new WeakSet<Partial<Duplex>>();
 
 /**
  * Holds the client's writes until the end of this turn of the event loop (setImmediate runs after
  * this poll phase's I/O callbacks): the statements of all this turn's requests leave in one write.
  */
 export function batchWritesOfThisTurn(client: pg.ClientBase): void {
-  const socket = socketOf(client);
-  if (!socket || corkedUntilImmediate.has(socket)) return;
+  const socket = connectionStream(client);
+  if (!socket?.cork || !socket.uncork || corkedUntilImmediate.has(socket)) return;
   corkedUntilImmediate.add(socket);
   socket.cork();
   setImmediate(() => {
     corkedUntilImmediate.delete(socket);
-    socket.uncork();
+    socket.uncork!();
   });
 }
