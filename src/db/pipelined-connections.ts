@@ -17,15 +17,11 @@ import { sendTransaction, type TransactionProgress, transactionProgress, type Tr
  * A few long-lived connections in pipeline mode, shared by many requests: short single statements
  * (authentication with its rate-limit upserts, one user by id, the cancels of pooled transactions)
  * and small write transactions (user-transactions.ts). Through the pool each statement would check
- * a connection out and wait a round trip with it, costing more CPU than the statement on a busy
- * server; here node-postgres writes statements back to back (each with its own Sync, so one failing
- * statement fails alone) and PostgreSQL answers them in order (bench/RESULTS.md, "Pipelined
- * connections"). Only short statements and short transactions sent in one burst (`transaction`)
- * go here, never a session setting or long work: it would hold up every statement behind it on its
- * connection (statement_timeout bounds that).
- *
- * Connections open on first use and are replaced after an error or a disconnect: the statements
- * in flight on a lost connection fail with DatabaseUnavailable (a 503), the next ones open anew.
+ * a connection out for a round trip, costing more CPU than the statement; here node-postgres writes
+ * statements back to back (each with its own Sync: one failing fails alone) and PostgreSQL answers
+ * in order (bench/RESULTS.md, "Pipelined connections"). Never a session setting or long work: it
+ * would hold up everything behind it on its connection (statement_timeout bounds that). A lost
+ * connection fails its statements in flight with DatabaseUnavailable (a 503); the next statement opens another.
  */
 
 export interface PipelinedConnectionsOptions {

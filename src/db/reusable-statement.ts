@@ -95,11 +95,9 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     // An argument the statement does not declare reads as undefined while it is built.
     if (query.parameters.some((value) => value === undefined))
       throw new Error('reusableStatement: a parameter is undefined (an argument missing from names?)');
-    for (const name of names) {
-      if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name)) {
+    for (const name of names)
+      if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name))
         throw new Error(`reusableStatement: argument ${name} is not bound (transformed before binding, or unused)`);
-      }
-    }
     const { text, constants, bound } = shareParameters(query.sql, query.parameters);
     return { statement: preparedStatement(text), constants, bound };
   };
