@@ -5,33 +5,23 @@ import { transactionProgress, type TransactionStatement } from './pipelined-tran
 
 /**
  * The small write transactions of one turn of the event loop, each a different user's, committed
- * together: their statements go as ONE transaction (one `BEGIN`, every member's statements, one
- * `COMMIT`, in one burst: pipelined-transaction.ts), so they share one commit and one WAL flush. With synchronous commit a flush costs more than a small write itself (waiting on the
- * disk; bench/RESULTS.md), and on a pipelined connection each commit's
- * flush holds up every transaction behind it: one flush per transaction made the write path wait
- * on the disk rather than work.
+ * together as ONE transaction in one burst (pipelined-transaction.ts): one commit, one WAL flush.
+ * A flush costs more than a small write (bench/RESULTS.md), and on a pipelined connection each one
+ * holds up every transaction behind it.
  *
- * What stays as it was for each member:
- * - its statements run in order, behind its user's lock, each seeing what was committed before it
- *   (and the members before it in the group, which write other users' rows only);
- * - all or nothing, with its own outcome: when the group fails with an error the server reported
- *   (a refusal, a deadlock, a timeout) or a value pg could not send, the whole group rolled back. The member whose statement
- *   failed is then sent again alone, so that its answer is the one it would have had alone, and
- *   the others again as a group (so one refused request costs the others one more round trip, not
- *   one transaction each); if that group fails too, each of its members goes alone. A lost
- *   connection fails every member as it would have failed each (503): whether the commit happened
- *   is unknown, so nothing is sent again. (A savepoint per member would not save the others: after
- *   a failure the transaction refuses everything until a ROLLBACK TO SAVEPOINT, which can only be
- *   sent once the failure is known, a round trip later, as the group sent again is.)
+ * Each member keeps its semantics:
+ * - its statements run in order, behind its user's lock (a group never holds one user twice:
+ *   UserTransactions), seeing what committed before it and the members before it (other users' rows);
+ * - all or nothing, with its own outcome: when the group rolled back (a server error, a value pg
+ *   could not send), the failing member goes again alone, for the answer it would have had alone,
+ *   and the others again as a group; if that fails too, each goes alone. A lost connection fails
+ *   every member (503): the commit's outcome is unknown, so nothing is sent again. (Savepoints would
+ *   not save the others: a ROLLBACK TO SAVEPOINT can only follow the failure a round trip later.)
  *
- * A member whose user's lock is held elsewhere (by another instance, say) is refused it at once
- * (ZU002, user_lock_now): a group never waits for a user's lock, which would hold up all its
- * members and the connection behind it for as long as the other holder keeps it. The group rolled
- * back; the refused member fails with the refusal, not sent again here (UserTransactions sends it
- * on a connection of its own), and the others go again together, as after any other culprit's
- * failure, but counted as a first attempt (each refusal removes a member, so this ends). Each
- * instance runs at most one transaction per user at a time (UserTransactions), so a group never
- * holds one user twice.
+ * A member whose user's lock is held elsewhere is refused it at once (ZU002, user_lock_now), as a
+ * group must never wait for a lock: it fails with the refusal (UserTransactions sends it again on
+ * a connection of its own), and the others go again together, counted as a first attempt (each
+ * refusal removes a member, so this ends).
  */
 export class CommitGroups {
   private readonly batcher: Batcher<Member, Rows>;

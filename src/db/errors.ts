@@ -3,9 +3,7 @@ import type { DatabaseObserver } from './observer.js';
 
 /**
  * The database cannot serve this statement now: no connection could be made, or the one the
- * statement used was lost. Raised where connections are handled (the pool wrapper in
- * database.ts, the pipelined connections), from the error pg gave, which is kept as `cause`; answered
- * with 503 (docs/api.md §1.9).
+ * statement used was lost (pg's error is the `cause`). Answered with 503 (docs/api.md §1.9).
  */
 export class DatabaseUnavailable extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -15,10 +13,9 @@ export class DatabaseUnavailable extends Error {
 }
 
 /**
- * The connection was lost after its transaction was sent whole (statements and commit), and not
- * on a statement: whether the commit happened is unknown (a failover under way, say). Answered
- * with 504, which the balancer never replays (deploy/haproxy.cfg), unlike a 503, which the app
- * answers only when it knows nothing was committed.
+ * The connection was lost during a transaction's commit: whether it happened is unknown (a failover
+ * under way, say). Answered with 504, which the balancer never replays (deploy/haproxy.cfg), unlike
+ * a 503, answered only when nothing was committed.
  */
 export class CommitOutcomeUnknown extends DatabaseUnavailable {
   constructor(cause: unknown) {
@@ -31,19 +28,17 @@ export class CommitOutcomeUnknown extends DatabaseUnavailable {
 const READ_ONLY = '25006';
 
 /**
- * SQLSTATE invalid_sql_statement_name: a named statement the session does not have. On a pipelined
- * connection pg skips the Parse of a statement another query in flight has already sent; when that
- * query fails (a terminated backend, an aborted transaction) the second one finds no statement.
- * Nothing of its transaction was kept and its connection is replaced; a transaction is sent once
- * more on another (pipelined-connections.ts), so this answers 503, not 500, only when that fails too.
+ * SQLSTATE invalid_sql_statement_name: on a pipelined connection pg skips the Parse of a statement
+ * another query in flight has already sent; when that query fails first, the second finds no
+ * statement. Nothing of its transaction was kept; it is sent once more on another connection
+ * (pipelined-connections.ts), and answers 503, not 500, only when that fails too.
  */
-const STATEMENT_NOT_PREPARED = '26000';
+export const STATEMENT_NOT_PREPARED = '26000';
 
 /**
- * SQLSTATEs that mean "not now" rather than "wrong statement": admin and crash shutdown, cannot
- * connect now, too many connections, a statement cancelled by statement_timeout or by a request
- * whose client went away (57014), a write refused by a server that turned read-only (25006:
- * the connection reached a standby), and a statement pg believed prepared (26000). Class 08 (connection exceptions) is added below.
+ * SQLSTATEs that mean "not now" rather than "wrong statement": shutdowns, cannot connect now, too
+ * many connections, a statement cancelled (57014: statement_timeout, or its client went away), a
+ * server turned read-only (25006), a statement pg believed prepared (26000); and class 08 below.
  */
 const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300', '57014', READ_ONLY, STATEMENT_NOT_PREPARED]);
 
@@ -65,35 +60,28 @@ export function endsSession(error: unknown): boolean {
 }
 
 /**
- * Whether the connection that failed with `error` must be closed at once rather than used again:
- * the server ended its session (its socket may stay open a moment, and a statement sent on it then
- * would be lost with no word), or it reached a server that takes no writes (25006: a demoted
- * primary, a standby), where every later write would fail the same way; the next connection
- * reaches the primary of now through the address that follows it (Patroni's HAProxy, a managed
- * service's name).
+ * Whether the connection that failed with `error` must be closed at once: the server ended its
+ * session (a statement sent while the socket stays open a moment would be lost with no word), or
+ * takes no writes (25006: a demoted primary), where every later write would fail alike; the next
+ * connection reaches the current primary through the address that follows it (Patroni's HAProxy).
  */
 export function closesConnection(error: unknown): boolean {
   return endsSession(error) || (error instanceof pg.DatabaseError && error.code === READ_ONLY);
 }
 
 /**
- * Whether a transaction sent whole (its statements and commit in one burst, pipelined-transaction.ts)
- * that failed with `error` may have committed: the connection was lost with no word from the
- * server, or the server ended the session (an unavailable SQLSTATE) after every statement had
- * completed, that is during the commit. A session ended while a statement ran, and any other
- * server error, rolled the transaction back. `completed` counts the statements that completed.
+ * Whether a transaction sent whole (pipelined-transaction.ts) that failed with `error` may have
+ * committed: the connection was lost with no word from the server, or the server ended the session
+ * after all `statements` had completed (during the commit). Any other failure rolled it back.
  */
 export function commitMayHaveHappened(error: unknown, completed: number, statements: number): boolean {
   if (error instanceof pg.DatabaseError) return completed >= statements && isDatabaseUnavailable(error);
   return isDatabaseUnavailable(error);
 }
 
-/** SQLSTATE of refuse_write (migration 0006): a write's own check failed; the transaction rolled back. */
-const WRITE_REFUSED = 'ZU001';
-
-/** The reason and detail a write statement refused with, if `error` is such a refusal. */
+/** The reason and detail of refuse_write's refusal (ZU001, migration 0006: a write's own check failed; it rolled back). */
 export function writeRefusal(error: unknown): { reason: string; detail: string } | undefined {
-  if (!(error instanceof pg.DatabaseError) || error.code !== WRITE_REFUSED) return undefined;
+  if (!(error instanceof pg.DatabaseError) || error.code !== 'ZU001') return undefined;
   return { reason: error.message, detail: error.detail ?? '' };
 }
 
@@ -108,12 +96,9 @@ export function valueMayCause(error: unknown): boolean {
   return code.startsWith('22') || code.startsWith('23');
 }
 
-/** SQLSTATE of user_lock_now (migration 0007): the user's lock is held by another transaction; this one rolled back. */
-const USER_LOCK_REFUSED = 'ZU002';
-
-/** Whether `error` is user_lock_now's refusal (src/db/user-transactions.ts sends the write again, where it may wait). */
+/** Whether `error` is user_lock_now's refusal (ZU002, migration 0007: the user's lock is held elsewhere; it rolled back). */
 export function isUserLockRefusal(error: unknown): boolean {
-  return error instanceof pg.DatabaseError && error.code === USER_LOCK_REFUSED;
+  return error instanceof pg.DatabaseError && error.code === 'ZU002';
 }
 
 /** A connection from the pool, or DatabaseUnavailable when none can be had (refused, timed out, pool ended). */
@@ -126,10 +111,9 @@ export async function connectOrUnavailable(pool: pg.Pool): Promise<pg.PoolClient
 }
 
 /**
- * A statement failed on `client`: a server error (pg.DatabaseError) is the statement's own; any
- * other failure on a connection that has since failed (pg emitted 'error' on it, see `broken`)
- * is the connection's, and becomes DatabaseUnavailable. Anything else (a programming error in the
- * values, say) is passed on as it is. Server errors are reported to `observer` (the metrics).
+ * A statement's failure: a server error is the statement's own (reported to `observer`); any other
+ * on a connection that has failed is the connection's (DatabaseUnavailable); anything else (a
+ * programming error in the values, say) is passed on as it is.
  */
 export function statementFailure(error: unknown, connectionFailed: boolean, observer?: DatabaseObserver): unknown {
   if (error instanceof pg.DatabaseError) {

@@ -22,10 +22,9 @@ export interface EventListenerOptions {
 }
 
 /**
- * One dedicated connection per app instance that LISTENs on a channel (the events', docs/api.md §2.10
- * Wake-up), reconnecting with backoff when lost. Losing it and getting it back both call onGap,
- * which checks every waiting poll in one statement (PollRechecks), so a lost connection delays
- * answers until the reconnection; it never loses events.
+ * One connection per app instance that LISTENs on a channel (the events', docs/api.md §2.10
+ * Wake-up), reconnecting with backoff. Losing it and getting it back both call onGap (every waiting
+ * poll checked in one statement): a lost connection delays answers, never loses events.
  */
 export class EventListener {
   private client: pg.Client | undefined;
@@ -37,11 +36,6 @@ export class EventListener {
 
   constructor(private readonly options: EventListenerOptions) {}
 
-  /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
-  async start(): Promise<void> {
-    await this.connect();
-  }
-
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.retryTimer);
@@ -50,7 +44,8 @@ export class EventListener {
     await client?.end().catch(() => undefined);
   }
 
-  private async connect(): Promise<void> {
+  /** Connects once; on failure keeps retrying in the background (startup must not depend on it). */
+  async start(): Promise<void> {
     const { connectionString, log } = this.options;
     if (this.closed) return;
     if (connectionString === undefined) {
@@ -105,7 +100,7 @@ export class EventListener {
     if (this.closed) return;
     const delay = this.retryMs;
     this.retryMs = Math.min(this.retryMs * 2, MAX_RETRY_MS);
-    this.retryTimer = setTimeout(() => void this.connect(), delay);
+    this.retryTimer = setTimeout(() => void this.start(), delay);
     this.retryTimer.unref();
   }
 }

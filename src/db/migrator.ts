@@ -6,14 +6,12 @@ import { type Kysely, type Migration, type MigrationProvider, type MigrationResu
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
 /** Plain `.sql` files, applied in name order; each runs in the migrator's transaction. */
-class SqlFileMigrationProvider implements MigrationProvider {
-  constructor(private readonly directory: string = MIGRATIONS_DIR) {}
-
-  async getMigrations(): Promise<Record<string, Migration>> {
-    const files = (await readdir(this.directory)).filter((name) => name.endsWith('.sql')).sort();
+const sqlFiles: MigrationProvider = {
+  async getMigrations() {
+    const files = (await readdir(MIGRATIONS_DIR)).filter((name) => name.endsWith('.sql')).sort();
     const migrations: Record<string, Migration> = {};
     for (const file of files) {
-      const text = await readFile(`${this.directory}/${file}`, 'utf8');
+      const text = await readFile(`${MIGRATIONS_DIR}/${file}`, 'utf8');
       migrations[file.replace(/\.sql$/, '')] = {
         up: async (db: Kysely<unknown>) => {
           await sql.raw(text).execute(db);
@@ -21,8 +19,8 @@ class SqlFileMigrationProvider implements MigrationProvider {
       };
     }
     return migrations;
-  }
-}
+  },
+};
 
 /**
  * Applies every pending migration. Kysely's Migrator holds an advisory lock while it runs, so
@@ -31,7 +29,7 @@ class SqlFileMigrationProvider implements MigrationProvider {
 // The migrator runs before the schema exists, so it is not typed by it.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- Kysely's Migrator takes Kysely<any>
 export async function migrateToLatest(db: Kysely<any>): Promise<MigrationResultSet> {
-  const migrator = new Migrator({ db, provider: new SqlFileMigrationProvider() });
+  const migrator = new Migrator({ db, provider: sqlFiles });
   const resultSet = await migrator.migrateToLatest();
   if (resultSet.error) {
     const failed = resultSet.results?.find((result) => result.status === 'Error');

@@ -1,32 +1,27 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { closesConnection, CommitOutcomeUnknown, commitMayHaveHappened, DatabaseUnavailable, statementFailure } from './errors.js';
+import {
+  closesConnection,
+  CommitOutcomeUnknown,
+  commitMayHaveHappened,
+  DatabaseUnavailable,
+  STATEMENT_NOT_PREPARED,
+  statementFailure,
+} from './errors.js';
 import type { Statement, StatementRunner } from './reusable-statement.js';
 import type { DatabaseObserver } from './observer.js';
 import { batchWritesOfThisTurn } from './socket-writes.js';
 import { sendTransaction, type TransactionProgress, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
- * A few long-lived connections in pipeline mode, shared by many requests: the authentication
- * statements with their rate-limit upserts (src/http/auth.repository.ts), one user by id and the
- * cancels of pooled transactions on the short-statement connections, small write
- * transactions on the write connections (src/db/user-transactions.ts).
- *
- * Through the pool, every such statement checks a connection out, waits a full round trip with it
- * and hands it back; on a busy server the check-out, the idle timers and one socket write and
- * wake-up per statement on both sides cost more CPU than the statement itself. Here statements
- * from many requests share a connection without waiting for each other's answers: node-postgres
- * writes them back to back (each with its own Sync, so one failing statement fails alone) and
- * PostgreSQL answers them in order: less CPU per statement on both sides and more throughput than
- * the pool (bench/RESULTS.md, "Pipelined connections" and the connection strategies).
- *
- * What may go here: short statements, and short transactions sent in one burst
- * (`transaction`), never a session setting or long work: it would hold up every statement queued
- * behind it on its connection. The connections' statement_timeout bounds that.
- *
- * Connections open on first use and are replaced after an error or a disconnect: the statements
- * in flight on a lost connection fail with DatabaseUnavailable (a 503, as the pool's would), the
- * next ones open a new connection.
+ * A few long-lived connections in pipeline mode, shared by many requests: short single statements
+ * (authentication with its rate-limit upserts, one user by id, the cancels of pooled transactions)
+ * and small write transactions (user-transactions.ts). Through the pool each statement would check
+ * a connection out for a round trip, costing more CPU than the statement; here node-postgres writes
+ * statements back to back (each with its own Sync: one failing fails alone) and PostgreSQL answers
+ * in order (bench/RESULTS.md, "Pipelined connections"). Never a session setting or long work: it
+ * would hold up everything behind it on its connection (statement_timeout bounds that). A lost
+ * connection fails its statements in flight with DatabaseUnavailable (a 503); the next statement opens another.
  */
 
 export interface PipelinedConnectionsOptions {
@@ -61,11 +56,9 @@ interface Lane {
 
 /**
  * Errors after which a connection's prepared statements cannot serve again: a schema change under a
- * prepared plan ("cached plan must not change result type") and node-postgres's bookkeeping of
- * named statements out of step with the session (a statement issued without its Parse while its
- * first Parse, still in flight, was about to fail: a 26000 once). A new connection prepares afresh.
+ * prepared plan ("cached plan must not change result type") and node-postgres's record of named
+ * statements out of step with the session (26000, errors.ts). A new connection prepares afresh.
  */
-const STATEMENT_NOT_PREPARED = '26000';
 const STALE_PREPARED_STATEMENT_CODES = new Set(['0A000', STATEMENT_NOT_PREPARED, '42P05']);
 
 /**
@@ -110,18 +103,15 @@ export class PipelinedConnections implements StatementRunner {
   }
 
   /**
-   * Runs `statements` as one transaction on one connection (pipelined-transaction.ts): `BEGIN`, the
-   * statements and `COMMIT` in one burst; resolves to each statement's rows, in order, once
-   * committed. After a failure, `progress` tells the index of the statement that failed and
-   * whether the transaction rolled back on a connection that serves on.
+   * Runs `statements` as one transaction in one burst on one connection (pipelined-transaction.ts);
+   * resolves to each statement's rows once committed. After a failure, `progress` tells how far it got.
    */
   async transaction(statements: readonly TransactionStatement[], progress = transactionProgress()): Promise<unknown[][]> {
     try {
       return await this.transactionOnce(statements, progress);
     } catch (error) {
-      // A named statement pg believed prepared on that connection (26000: the query in flight that
-      // sent its Parse failed first): nothing of this one was kept, and that connection is retired.
-      // Once more, on another: its client never sees a failure that was not its own.
+      // 26000 (errors.ts): nothing was kept and that connection is retired; once more, on another,
+      // so that its client never sees a failure that was not its own.
       if ((error as { code?: string }).code !== STATEMENT_NOT_PREPARED) throw error;
       Object.assign(progress, transactionProgress());
       return this.transactionOnce(statements, progress);
@@ -161,17 +151,18 @@ export class PipelinedConnections implements StatementRunner {
     const { observer } = this;
     const timed = observer.statementDone;
     const sentAt = timed ? performance.now() : 0;
+    const done = () => {
+      lane.inFlight--;
+      onStatement?.(config.text);
+      timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
+    };
     return lane.client.query<R & pg.QueryResultRow>(config).then(
       (result) => {
-        lane.inFlight--;
-        onStatement?.(config.text);
-        timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
+        done();
         return result.rows;
       },
       (error: unknown) => {
-        lane.inFlight--;
-        onStatement?.(config.text);
-        timed?.(config.name, config.text, (performance.now() - sentAt) / 1000);
+        done();
         if (retiresConnection(error)) lane.retire();
         throw statementFailure(error, lane.failed, observer);
       },
@@ -240,12 +231,11 @@ export class PipelinedConnections implements StatementRunner {
       },
     );
     lane.ready.catch(() => undefined); // observed by the statements waiting on it
-    // Without an error listener a dropped idle connection would crash the process.
-    // A lost connection may emit several errors (the server's reason, then the disconnect): the
-    // first retires it and is reported when no statement was in flight to carry it.
+    // Without an error listener a dropped idle connection would crash the process. A lost
+    // connection may emit several errors (the server's reason, then the disconnect): counted once,
+    // also when a statement's error already retired the lane; reported when none was in flight.
     let lost = false;
     client.on('error', (error) => {
-      // Counted once, also when a statement's error (its session ended) already retired the lane.
       if (!lost) this.observer.connectionLost?.(this.kind);
       lost = true;
       lane.failed = true;

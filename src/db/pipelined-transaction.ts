@@ -20,17 +20,14 @@ export const transactionProgress = (): TransactionProgress => ({ completed: 0, r
 
 /**
  * Sends `BEGIN`, `statements` and `COMMIT` back to back on a client in pipeline mode (pg's
- * documented `pipeline: true`: queries issued without awaiting go out at once, each with its own
- * Sync and its own answer), corked into one socket write: one round trip, one commit. Resolves to
- * each statement's rows, in order.
+ * `pipeline: true`: each query with its own Sync and answer), in one socket write: one round trip,
+ * one commit. Resolves to each statement's rows, in order.
  *
- * A statement that fails aborts the transaction: every statement after it fails with 25P02
- * ("current transaction is aborted") and the COMMIT answers ROLLBACK; the first failure is the
- * transaction's, and `progress.completed` names it. A value pg cannot convert (a circular object)
- * fails its query as it is issued, before anything of it is written: the statements after it are
- * not issued, and ROLLBACK takes the COMMIT's place. pg then closed the statement it had prepared
- * for it (Close after a failed Bind), so the connection's record of its prepared statements is
- * wrong (`unsendable`: the caller closes the connection).
+ * After a failing statement the others fail with 25P02 and the COMMIT answers ROLLBACK; the first
+ * failure is the transaction's (`progress.completed` names it). A value pg cannot convert fails its
+ * query as it is issued: the rest is not issued and ROLLBACK replaces the COMMIT. pg then closed
+ * the statement it had prepared (Close after a failed Bind), so its record of prepared statements
+ * is wrong (`unsendable`: the caller closes the connection).
  */
 export async function sendTransaction(
   client: pg.ClientBase,
@@ -77,13 +74,11 @@ export async function sendTransaction(
 }
 
 /**
- * A transaction whose statements may depend on earlier ones' rows (`work` awaits them), through
- * `query` (the caller's: it maps failures and counts statements). `BEGIN` and `opening` (the
- * locks) are issued at once, unawaited, so on a pipelined connection they leave with `work`'s
- * first statement; `COMMIT` follows `work`. The first failure is the transaction's: a statement of
- * `work` refused because an opening one failed (25P02) fails with that one's error, and a failed
- * opening fails the transaction whatever `work` made of it. On failure the caller rolls back; a
- * connection lost during the COMMIT is CommitOutcomeUnknown.
+ * A transaction whose statements may depend on earlier ones' rows (`work` awaits them), through the
+ * caller's `query`. `BEGIN` and `opening` (the locks) are issued unawaited, so they leave with
+ * `work`'s first statement; `COMMIT` follows `work`. A failed opening fails the transaction with
+ * its own error, whatever `work` made of it. On failure the caller rolls back; a connection lost
+ * during the COMMIT is CommitOutcomeUnknown.
  */
 export async function interactiveTransaction<T>(
   query: StatementRunner['run'],

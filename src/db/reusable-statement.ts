@@ -19,11 +19,7 @@ export interface Statement {
 /** Only in types: what a bound statement's rows are (never a property at run time). */
 declare const rowsOf: unique symbol;
 
-/**
- * A statement with its values, as data: an element of a user's transaction
- * (UserTransactions.run), which resolves to its rows, typed `Row`. Made by a reusable statement's
- * `with`, by `bindStatement` (hand-written SQL) or by `queryStatement` (a Kysely query).
- */
+/** A statement with its values, as data: an element of a user's transaction (UserTransactions.run), whose rows are `Row`s. */
 export interface BoundStatement<Row> extends Statement {
   readonly values: readonly unknown[];
   readonly [rowsOf]?: Row;
@@ -34,10 +30,7 @@ export function bindStatement<Row>(statement: Statement, values: readonly unknow
   return { ...statement, values };
 }
 
-/**
- * Where a statement can run: the short-statement connections (pipelined-connections.ts) or the connection
- * of a transaction. Resolves to the rows.
- */
+/** Where a statement can run: the short-statement connections (pipelined-connections.ts) or a transaction's connection. */
 export interface StatementRunner {
   run<R>(statement: Statement, values: readonly unknown[]): Promise<R[]>;
 }
@@ -57,17 +50,12 @@ class Placeholder {
   constructor(readonly name: string) {}
 }
 
-/**
- * A prepared statement's name: a hash of its text, so the name says what it runs whatever the order
- * the statements were first used in, and two statements of one text share one preparation.
- */
+/** A prepared statement's name: a hash of its text, whatever the order of first use; one text, one preparation. */
 export const statementName = (text: string): string => `s_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
 
 /**
- * Every named statement this process has made so far (compiled reusable statements and
- * preparedStatement's), text by name: the tests compare them with scripts/lib/sql-registry.ts, so that a
- * statement the code builds at run time cannot be missing from the reviewed sql/ files. One entry
- * per statement, added once, when it is compiled: never on a request's path after that.
+ * Every named statement this process has made so far, text by name, added once when compiled: the
+ * tests check that none is missing from the reviewed sql/ files (scripts/lib/sql-registry.ts).
  */
 export const compiledStatements = new Map<string, string>();
 
@@ -78,10 +66,7 @@ export function preparedStatement(text: string): Required<Statement> {
   return { name, text };
 }
 
-/**
- * A reusable statement: runs with each call's arguments; `statement()` is its text and name,
- * compiled once; `with(args)` is it with those arguments, as a transaction's statement.
- */
+/** Runs with each call's arguments; `statement()`: its text and name; `with(args)`: it as a transaction's statement. */
 export interface ReusableStatement<Args, Row> {
   (runner: StatementRunner, args: Args): Promise<Row[]>;
   readonly statement: () => Required<Statement>;
@@ -89,22 +74,15 @@ export interface ReusableStatement<Args, Row> {
 }
 
 /**
- * A Kysely query built and compiled once, then run with other values as a named prepared
- * statement. Kysely builds an immutable node tree and parses every column reference on each call
- * (30–40 µs and garbage per query here); on the per-request paths that was the largest part of the
- * server's own overhead over a bare `pg` floor. PostgreSQL parses and plans a named statement once
- * per connection; its plan may become one generic plan for all values, so only statements whose
- * best plan cannot depend on the values belong here (lookups by unique keys, writes by key).
+ * A Kysely query built and compiled once, then run with other values as a named prepared statement:
+ * building it on each call (30–40 µs and garbage) was the largest part of the server's overhead over
+ * a bare `pg` floor. Its plan may become one generic plan for all values, so only statements whose
+ * best plan cannot depend on the values belong here (lookups and writes by unique key).
  *
- * `build` runs once, with a placeholder object standing for each argument named in `names`. Each
- * argument is then bound exactly once, as one parameter that the statement may reference in
- * several places ($n: Kysely numbers every occurrence apart, and the compiled text is renumbered
- * so that all of them share the argument's one parameter, which also lets the planner see the same
- * value everywhere). Checked at that first compile: every declared argument is used as it was
- * given (not transformed, not inlined, not in a list), and nothing else is bound from `args`; so a
- * query that would silently bind a wrong value fails at once. Other parameters of the query are
- * constants, sent as they were compiled. A call passes every argument by name; names the
- * statement does not use are ignored.
+ * `build` runs once, with a placeholder for each argument in `names`; each argument becomes one
+ * parameter, shared by all its occurrences (the planner sees the same value everywhere). The first
+ * compile checks that every declared argument is used as given (not transformed, inlined or in a
+ * list) and nothing else is bound from `args`; other parameters are constants, sent as compiled.
  */
 export function reusableStatement<Args extends Record<string, unknown>, Row>(
   names: readonly (keyof Args & string)[],
@@ -117,41 +95,35 @@ export function reusableStatement<Args extends Record<string, unknown>, Row>(
     // An argument the statement does not declare reads as undefined while it is built.
     if (query.parameters.some((value) => value === undefined))
       throw new Error('reusableStatement: a parameter is undefined (an argument missing from names?)');
-    for (const name of names) {
-      if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name)) {
+    for (const name of names)
+      if (!query.parameters.some((value) => value instanceof Placeholder && value.name === name))
         throw new Error(`reusableStatement: argument ${name} is not bound (transformed before binding, or unused)`);
-      }
-    }
     const { text, constants, bound } = shareParameters(query.sql, query.parameters);
     return { statement: preparedStatement(text), constants, bound };
   };
-  const bind = (args: Args) => {
+  const bind = (args: Args): BoundStatement<Row> => {
     const { statement, constants, bound } = (compiled ??= compile());
-    return { statement, values: bound.map((name, i) => (name === undefined ? constants[i] : args[name])) };
+    return bindStatement(
+      statement,
+      bound.map((name, i) => (name === undefined ? constants[i] : args[name])),
+    );
   };
   // Not async: the runner's promise is returned as it is, without another promise around it.
   const run = (runner: StatementRunner, args: Args): Promise<Row[]> => {
-    let bound: ReturnType<typeof bind>;
+    let bound: BoundStatement<Row>;
     try {
       bound = bind(args);
     } catch (error) {
       return Promise.reject(error);
     }
-    return runner.run<Row>(bound.statement, bound.values);
+    return runner.run<Row>(bound, bound.values);
   };
-  return Object.assign(run, {
-    statement: () => (compiled ??= compile()).statement,
-    with: (args: Args) => {
-      const { statement, values } = bind(args);
-      return bindStatement<Row>(statement, values);
-    },
-  });
+  return Object.assign(run, { statement: () => (compiled ??= compile()).statement, with: bind });
 }
 
 /**
- * Renumbers Kysely's `$1…$n` so that every occurrence of one placeholder refers to the first one's
- * parameter; constants keep one parameter each. Kysely writes each parameter exactly once, in
- * order: anything else in the text (a `$` inside a raw fragment, say) is refused.
+ * Renumbers Kysely's `$1…$n` so that every occurrence of one placeholder refers to its first one's
+ * parameter. Kysely writes each parameter once, in order: anything else (a `$` in a raw fragment) is refused.
  */
 function shareParameters(
   sql: string,
@@ -177,11 +149,7 @@ function shareParameters(
   return { text, constants: kept.map((parameter) => parameter.value), bound: kept.map((parameter) => parameter.name) };
 }
 
-/**
- * A Kysely query as a transaction's statement, unnamed: for queries whose shape varies with their
- * options. `build` gets a Kysely that only compiles, never the pool's: a statement is data, built
- * without a connection.
- */
+/** A Kysely query whose shape varies (built by a Kysely that only compiles) as a transaction's statement, unnamed. */
 export function queryStatement<Row>(build: (db: Kysely<DB>) => Compilable<Row>): BoundStatement<Row> {
   const { sql, parameters } = build(compiler).compile();
   return { text: sql, values: parameters };

@@ -3,14 +3,11 @@ import { afterTurnOfSlices } from '../lib/slices.js';
 import { connectionStream } from './socket-writes.js';
 
 /**
- * A large result (a 20,000-user organization's users: megabytes of rows) arrives faster than
- * node-postgres decodes it, and libuv reads a readable socket up to 32 times (64 KiB each) before
- * it returns to the event loop: the rows of up to 2 MB were decoded in one piece, a long stretch
- * in which no other request of the instance was served (bench/RESULTS.md). Pausing the
- * socket after each large chunk and resuming it on the next turn lets everything else run between
- * two chunks. The chunks of every connection wait in the same line as the other large
- * work (src/lib/slices.ts): one chunk per turn, whatever the number of large answers arriving. An
- * answer smaller than LARGE_CHUNK_BYTES never pauses.
+ * libuv reads a readable socket up to 32 times (64 KiB each) before it returns to the event loop:
+ * a large result (a 20,000-user organization's users) was decoded in pieces of up to 2 MB, during
+ * which no other request was served (bench/RESULTS.md). Pausing the socket after each large chunk
+ * until the next turn of the large work's line (src/lib/slices.ts) lets everything else run between
+ * two chunks. A chunk smaller than LARGE_CHUNK_BYTES never pauses.
  */
 
 const LARGE_CHUNK_BYTES = 16 * 1024;

@@ -18,66 +18,46 @@ import { interactiveTransaction, sendTransaction, transactionProgress, type Tran
  * The transactions of a user's writes (settings, navigation views, register): one writer per user
  * at a time, across instances and within one (docs/api.md §2.10 "Register consistency").
  *
- * - Within this process a user's transactions first wait in the user's queue in memory, WITHOUT a pool
- *   connection: otherwise a burst of one user's writes would fill the pool with connections
- *   waiting for that user's lock, and every other request of the instance would time out (503).
- * - A transaction is data: the statements with their values (BoundStatement), known before it is
- *   sent, resolving to a tuple of their rows typed by each statement; none can be issued after
- *   another's rows arrive (runInteractive, a BEGIN … COMMIT of its own, is for writes that must).
- * - Then, on one connection (see TransactionSize), `BEGIN`, the user's advisory lock, the
- *   transaction's statements and `COMMIT` are sent in one burst (pipelined-transaction.ts): one
- *   round trip and one commit, however many statements. The lock is a statement of its own before
- *   the others: each statement takes its snapshot when it starts (READ COMMITTED), so the
- *   statements see everything the user's previous transaction (on any instance) committed.
- * - A statement that fails rolls the whole transaction back, and the statements after it are not
- *   run. Nothing of the transaction is then stored.
- * - The small transactions of one turn, each another user's, commit together (commit-groups.ts):
- *   one WAL flush for all of them, each with its own outcome.
- * - A small transaction never waits for its lock on a shared write connection: there it would hold
- *   up every transaction of its group and every one queued behind it on that connection, for as
- *   long as another instance's transaction of the same user (a large one: up to the statement
- *   timeout) keeps the lock. It takes the lock with user_lock_now (migration 0007), which refuses
- *   at once (SQLSTATE ZU002) when the lock is held: its transaction (its group) rolls back,
- *   nothing of it is kept, and the others of the group are sent again without it. It is then sent
- *   once more, on a pooled connection of its own with the waiting lock, exactly as a large one:
- *   it waits there for the lock within the pool's statement timeout (past it: 57014, a 503), is
- *   cancelled if its client goes away, and is not sent at all if the client has already gone.
- *   Its client sees one answer, that of the second attempt; the refusal is never shown. Both the
- *   refusal and the retry happen while the transaction holds the user's queue, so the user's next write still waits.
- * - When the client goes away (`departure`) before its queue lets it through, nothing is sent; while a large
- *   transaction's statements run, they are cancelled (pg_cancel_backend), so it rolls back and its
- *   connection is closed rather than reused.
+ * - A user's transactions first wait in the user's queue in memory, WITHOUT a pool connection: a
+ *   burst of one user's writes would otherwise fill the pool with connections waiting for that
+ *   user's lock, and every other request of the instance would time out (503).
+ * - A transaction is data (BoundStatements, all known before it is sent; runInteractive is for
+ *   writes that must read first). `BEGIN`, the user's advisory lock, the statements and `COMMIT`
+ *   leave in one burst (pipelined-transaction.ts): one round trip, one commit. The lock is a
+ *   statement of its own so that each later statement's snapshot (READ COMMITTED) sees what the
+ *   user's previous transaction, on any instance, committed. A failing statement rolls all back.
+ * - The small transactions of one turn, each another user's, commit together (commit-groups.ts).
+ *   There a transaction never waits for its lock (it would hold up its group and its connection
+ *   while another instance's large one holds it): user_lock_now (migration 0007) refuses at once
+ *   (ZU002), the group goes again without it, and it is sent once more on a pooled connection of
+ *   its own with the waiting lock, as a large one (past the statement timeout: 57014, a 503; not
+ *   sent if its client has gone). Its client sees only that second answer; both attempts happen
+ *   while it holds the user's queue.
+ * - A client gone (`departure`) before its turn: nothing is sent; during a large transaction: its
+ *   statements are cancelled (pg_cancel_backend), and its connection is closed rather than reused.
  */
 
 /** Names the advisory lock of a user's event-producing writes: pg_advisory_xact_lock(namespace, user id). */
 export const USER_EVENT_LOCK_NAMESPACE = 7001;
 
 /**
- * Names the advisory lock of an organization's channel memberships:
- * pg_advisory_xact_lock(namespace, realm id). A change of who is subscribed where (subscribe,
- * unsubscribe) sends events to many users (peer_add to every member of the organization, say),
- * and register's initial state must agree with each of their queues. Rather than every
- * recipient's user lock (thousands, in an unknown order that could deadlock), the change holds
- * this lock exclusively, taken after its caller's user lock, and register holds it shared after
- * its own user lock: registers never wait for each other, and a register and a membership change
- * of the same organization are serialized (the order user lock → organization lock is the same
- * everywhere, so they cannot deadlock).
+ * Names the advisory lock of an organization's channel memberships (realm id). A membership change
+ * sends events to many users (peer_add to every member, say), and register's initial state must
+ * agree with each of their queues: rather than every recipient's user lock (thousands, in an order
+ * that could deadlock), a change holds this lock exclusively and register holds it shared, each
+ * after its own user lock (the same order everywhere: no deadlock).
  */
 export const REALM_MEMBERSHIP_LOCK_NAMESPACE = 7002;
 export const REALM_MEMBERSHIP_LOCK = { name: 'realm_membership_lock', text: 'SELECT pg_advisory_xact_lock($1, $2)' };
 export const REALM_MEMBERSHIP_LOCK_SHARED = { name: 'realm_membership_lock_shared', text: 'SELECT pg_advisory_xact_lock_shared($1, $2)' };
 
 /**
- * Within this process the holders of an organization's membership lock first wait in its queue in
- * memory (RealmQueue), without a connection: a burst of subscribes of one organization, or
- * registers behind one, would otherwise each hold a pool connection while PostgreSQL makes them
- * wait for the lock, and other organizations' requests would get 503s. The lock is still taken (it
- * serializes across instances), so at most one exclusive holder per organization and instance
- * waits for it on a connection. The order is: the user's queue, the organization's queue (both in
- * memory, before a connection), then on the connection the user's lock, the organization's
- * lock. No one waits in memory while holding a lock of PostgreSQL, and the locks are taken in the
- * same order everywhere, so they cannot deadlock. The lock is waited for, so its holders are large
- * or interactive transactions, never small ones (which would wait on a shared write connection).
+ * The organization's queue in memory, waited in (like the user's) without a connection: else a
+ * burst of one organization's subscribes, or registers behind one, would hold pool connections
+ * waiting for the lock, and other organizations would get 503s. The lock is still taken (across
+ * instances). Order: user's queue, organization's queue, then on the connection the user's lock,
+ * the organization's: no one waits in memory holding a PostgreSQL lock. Its holders wait for the
+ * lock, so they are large or interactive transactions, never small ones.
  */
 export interface RealmQueue {
   realmId: number;
@@ -110,13 +90,10 @@ export interface UserTransactionOptions {
 }
 
 /**
- * Where a transaction runs. `small`: on one of the shared write connections (DB_WRITE_CONNECTIONS),
- * where the small transactions of one turn of the event loop leave together, as one commit group
- * (one socket write, one commit); it holds up the transactions behind
- * it on that connection while it runs, so only short work goes there, it never waits for its
- * user's lock there (see above), and once sent it runs to its end (a cancel could hit another
- * transaction of the connection). `large`: on a pooled connection of its own, cancelled if its
- * client goes away.
+ * Where a transaction runs. `small`: on a shared write connection (DB_WRITE_CONNECTIONS), in its
+ * turn's commit group; it holds up those behind it there, so only short work goes there, never
+ * waiting for its lock, and once sent it runs to its end (a cancel could hit another transaction).
+ * `large`: on a pooled connection of its own, cancelled if its client goes away.
  */
 export type TransactionSize = 'small' | 'large';
 
@@ -158,12 +135,9 @@ export class UserTransactions {
   }
 
   /**
-   * Runs `statements`, in order, in the user's transaction (behind the user's lock, which this
-   * prepends) and resolves, once committed, to their rows, in the same order: a tuple typed by each
-   * statement's rows. A statement left out (undefined: a section the caller does not want) is not
-   * sent and resolves to undefined. The statements are data, all known before anything is sent:
-   * none can depend on another's rows (runInteractive is for writes that read first). `realm`: the
-   * organization's queue, when the statements take its membership lock.
+   * Runs `statements` in the user's transaction, behind the user's lock (prepended), and resolves
+   * once committed to their rows: a tuple typed by each statement; one left out (undefined) is not
+   * sent and resolves to undefined. `realm`: when the statements take its membership lock.
    */
   run<const S extends TransactionStatements>(
     userId: number,
@@ -184,13 +158,9 @@ export class UserTransactions {
   }
 
   /**
-   * Runs `work` in a transaction of the user's on a pooled connection of its own, where, unlike
-   * run(), `work` may await a statement's rows before it issues the next: for writes whose
-   * statements depend on what an earlier one read (subscribing other users: the channels, the
-   * users and the recipients of the events are read under the locks, then written). It waits in
-   * the user's queue with the user's other transactions of this process, as run() does, then runs as
-   * interactive() with the user's lock (waited for) as its opening. `realm`: the organization's
-   * queue, when `work` takes its membership lock.
+   * Runs `work` in the user's transaction on a pooled connection of its own, where `work` may read
+   * before it writes (subscribing other users). Queued as run() is, then interactive() with the
+   * user's lock (waited for) as its opening. `realm`: when `work` takes its membership lock.
    */
   runInteractive<T>(userId: number, work: (tx: StatementRunner) => Promise<T>, departure?: Departure, realm?: RealmQueue): Promise<T> {
     return this.inQueues(userId, realm, () =>
@@ -199,12 +169,9 @@ export class UserTransactions {
   }
 
   /**
-   * Runs `work` in a transaction on a pooled connection of its own, no user's queue waited in (the
-   * operator's writes of the admin command line; runInteractive adds a user's): BEGIN and
-   * `opening` (its locks) leave with the work's first statement, then the work's other
-   * statements, COMMIT (pipelined-transaction.ts, interactiveTransaction); a failure rolls it all
-   * back. Its statements are cancelled (pg_cancel_backend) if its client goes away. Every
-   * statement counts in `onStatement`, BEGIN and COMMIT included.
+   * Runs `work` in a transaction on a pooled connection of its own, in no user's queue (the admin
+   * command line's writes): interactiveTransaction, rolled back on failure, cancelled if its client
+   * goes away. BEGIN and COMMIT count in `onStatement` too.
    */
   async interactive<T>(
     work: (tx: StatementRunner) => Promise<T>,
@@ -258,9 +225,8 @@ export class UserTransactions {
   }
 
   /**
-   * Sends `statements` as one transaction in one burst (pipelined-transaction.ts) on a pooled
-   * connection of its own, where it may wait for locks; resolves to each statement's rows. No
-   * user's queue or lock: run() adds them; the long polls' heartbeats come here as they are.
+   * Sends `statements` as one transaction in one burst on a pooled connection of its own, where it
+   * may wait for locks. No user's queue or lock (run() adds them; the long polls' heartbeats have none).
    */
   async onOwnConnection(statements: readonly TransactionStatement[], departure?: Departure): Promise<unknown[][]> {
     const { failedClients, onStatement } = this.options;
@@ -277,9 +243,8 @@ export class UserTransactions {
       throw failure;
     } finally {
       own.stopListening?.();
-      // A cancelled or broken connection is closed (a cancel request may still be on its way to
-      // it), and so is one whose prepared statements pg no longer knows (a value it could not
-      // send); after any other failure the transaction has rolled back and the connection serves again.
+      // Closed when cancelled or broken (a cancel request may still be on its way) or its prepared
+      // statements are out of step (unsendable); after any other failure it rolled back and serves on.
       client.release(own.cancelled || progress.unsendable || failedClients.has(client) ? true : undefined);
     }
   }
