@@ -218,24 +218,28 @@ describe('long poll wake-up', () => {
     const polls = [];
     for (const queueId of queueIds) polls.push((await startWaiting(ctx.app, queueId)).poll);
     /** When each queue's lease runs out, by queue id. */
-    const leases = async () =>
-      new Map(
-        (await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute()).map((row) => [
-          row.id,
-          row.poll_lease_until!.getTime(),
-        ]),
-      );
+    const leases = (rows: { id: string; poll_lease_until: Date | null }[]) =>
+      new Map(rows.map((row) => [row.id, row.poll_lease_until!.getTime()]));
     // Fresh leases (60 s) are left alone; those about to run out (less than 35 s left) are renewed.
+    // All set by one statement, whose answer is the "before": a check between setting and reading
+    // would have renewed the short ones already, and a slow start must not age the fresh ones.
     const soon = queueIds.slice(0, 4);
-    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ANY(${soon}::uuid[])`.execute(ctx.db);
-    const before = await leases();
+    const before = leases(
+      (
+        await sql<{ id: string; poll_lease_until: Date }>`
+          UPDATE event_queues
+          SET poll_lease_until = now() + CASE WHEN id = ANY(${soon}::uuid[]) THEN interval '20 seconds' ELSE interval '60 seconds' END
+          WHERE id = ANY(${queueIds}::uuid[]) RETURNING id, poll_lease_until
+        `.execute(ctx.db)
+      ).rows,
+    );
     ctx.database.statements.length = 0;
     // Two checks (a second apart), each one statement whatever the number of polls; nothing else.
     // (A statement per poll would show 12 at the first check.)
     await eventually(() => ctx.database.statements.length >= 2);
     expect(ctx.database.statements.length).toBeLessThanOrEqual(3);
     for (const statement of ctx.database.statements) expect(statement).toMatch(/unnest\(/);
-    const after = await leases();
+    const after = leases(await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute());
     expect(after.size).toBe(queueIds.length);
     for (const [queueId, until] of after) {
       // Renewed: a full lease (60 s) from a moment after the 20 s ones were set.
