@@ -255,19 +255,36 @@ describe('long poll wake-up', () => {
     await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
-    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid`.execute(ctx.db);
-    const held20s = (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime();
     const holder = createDatabase(ctx.database.url, { poolMax: 1 });
+    let release: () => void = () => undefined;
     try {
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      let held = false;
-      const holding = holder.db.transaction().execute(async (tx) => {
-        await sql`SELECT 1 FROM event_queues WHERE id = ${queueId}::uuid FOR UPDATE`.execute(tx);
-        held = true;
-        await released;
+      let holding!: Promise<void>;
+      let held20s!: number;
+      // The row held with less than 35 s of lease left (a check wants to renew it). A check between
+      // the UPDATE and the lock renews it first: then it is set and held again.
+      await eventually(async () => {
+        const released = new Promise<void>((resolve) => (release = resolve));
+        const set = await sql<{ until: Date }>`
+          UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid RETURNING poll_lease_until AS until
+        `.execute(ctx.db);
+        held20s = set.rows[0]!.until.getTime();
+        let heldUntil: number | undefined;
+        let markHeld!: () => void;
+        const locked = new Promise<void>((resolve) => (markHeld = resolve));
+        holding = holder.db.transaction().execute(async (tx) => {
+          const { rows } = await sql<{ until: Date }>`
+            SELECT poll_lease_until AS until FROM event_queues WHERE id = ${queueId}::uuid FOR UPDATE
+          `.execute(tx);
+          heldUntil = rows[0]!.until.getTime();
+          markHeld();
+          await released;
+        });
+        await Promise.race([locked, holding]); // a failed transaction fails the test
+        if (heldUntil === held20s) return true;
+        release();
+        await holding;
+        return false;
       });
-      await eventually(() => held);
       ctx.database.statements.length = 0;
       // Checks kept coming (a blocked one would have been the only one: the next waits for it),
       // and left the lease alone.
@@ -279,6 +296,7 @@ describe('long poll wake-up', () => {
       // Renewed: a full lease (60 s) from a moment after the 20 s one was set.
       await eventually(async () => (await lease()) > held20s + 39_000);
     } finally {
+      release(); // a holder left waiting would hang the close
       await holder.close();
     }
     await setPinToTop(ctx.app, true);
