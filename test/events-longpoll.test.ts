@@ -252,7 +252,9 @@ describe('long poll wake-up', () => {
   });
 
   it('a check skips a queue row another transaction holds, instead of waiting for it (no lock cycle with writes)', async () => {
-    await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
+    // No statement_timeout: a check that waited for the row would wait until it is released, not
+    // end after 5 s and let the next one come.
+    await setUp({ env: { POLL_RECHECK_SECONDS: '1', DB_STATEMENT_TIMEOUT_MS: '0' } });
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
     const holder = createDatabase(ctx.database.url, { poolMax: 1 });
