@@ -94,8 +94,8 @@ async function startWaiting(app: FastifyInstance, queueId: string, lastEventId =
 }
 
 /** A queue of U's, idle since 2020: a poll's end (its idle clock restarted) shows in last_active_at. */
-async function setUpIdleQueue(): Promise<string> {
-  await setUp();
+async function setUpIdleQueue(options: TestAppOptions = {}): Promise<string> {
+  await setUp(options);
   const queueId = await registerQueue(ctx.app);
   await ctx.db
     .updateTable('event_queues')
@@ -218,24 +218,28 @@ describe('long poll wake-up', () => {
     const polls = [];
     for (const queueId of queueIds) polls.push((await startWaiting(ctx.app, queueId)).poll);
     /** When each queue's lease runs out, by queue id. */
-    const leases = async () =>
-      new Map(
-        (await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute()).map((row) => [
-          row.id,
-          row.poll_lease_until!.getTime(),
-        ]),
-      );
+    const leases = (rows: { id: string; poll_lease_until: Date | null }[]) =>
+      new Map(rows.map((row) => [row.id, row.poll_lease_until!.getTime()]));
     // Fresh leases (60 s) are left alone; those about to run out (less than 35 s left) are renewed.
+    // All set by one statement, whose answer is the "before": a check between setting and reading
+    // would have renewed the short ones already, and a slow start must not age the fresh ones.
     const soon = queueIds.slice(0, 4);
-    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ANY(${soon}::uuid[])`.execute(ctx.db);
-    const before = await leases();
+    const before = leases(
+      (
+        await sql<{ id: string; poll_lease_until: Date }>`
+          UPDATE event_queues
+          SET poll_lease_until = now() + CASE WHEN id = ANY(${soon}::uuid[]) THEN interval '20 seconds' ELSE interval '60 seconds' END
+          WHERE id = ANY(${queueIds}::uuid[]) RETURNING id, poll_lease_until
+        `.execute(ctx.db)
+      ).rows,
+    );
     ctx.database.statements.length = 0;
     // Two checks (a second apart), each one statement whatever the number of polls; nothing else.
     // (A statement per poll would show 12 at the first check.)
     await eventually(() => ctx.database.statements.length >= 2);
     expect(ctx.database.statements.length).toBeLessThanOrEqual(3);
     for (const statement of ctx.database.statements) expect(statement).toMatch(/unnest\(/);
-    const after = await leases();
+    const after = leases(await ctx.db.selectFrom('event_queues').select(['id', 'poll_lease_until']).where('id', 'in', queueIds).execute());
     expect(after.size).toBe(queueIds.length);
     for (const [queueId, until] of after) {
       // Renewed: a full lease (60 s) from a moment after the 20 s ones were set.
@@ -248,22 +252,41 @@ describe('long poll wake-up', () => {
   });
 
   it('a check skips a queue row another transaction holds, instead of waiting for it (no lock cycle with writes)', async () => {
-    await setUp({ env: { POLL_RECHECK_SECONDS: '1' } });
+    // No statement_timeout: a check that waited for the row would wait until it is released, not
+    // end after 5 s and let the next one come.
+    await setUp({ env: { POLL_RECHECK_SECONDS: '1', DB_STATEMENT_TIMEOUT_MS: '0' } });
     const queueId = await registerQueue(ctx.app);
     const { poll } = await startWaiting(ctx.app, queueId);
-    await sql`UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid`.execute(ctx.db);
-    const held20s = (await queueRow(ctx.db, queueId))!.poll_lease_until!.getTime();
     const holder = createDatabase(ctx.database.url, { poolMax: 1 });
+    let release: () => void = () => undefined;
     try {
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      let held = false;
-      const holding = holder.db.transaction().execute(async (tx) => {
-        await sql`SELECT 1 FROM event_queues WHERE id = ${queueId}::uuid FOR UPDATE`.execute(tx);
-        held = true;
-        await released;
+      let holding!: Promise<void>;
+      let held20s!: number;
+      // The row held with less than 35 s of lease left (a check wants to renew it). A check between
+      // the UPDATE and the lock renews it first: then it is set and held again.
+      await eventually(async () => {
+        const released = new Promise<void>((resolve) => (release = resolve));
+        const set = await sql<{ until: Date }>`
+          UPDATE event_queues SET poll_lease_until = now() + interval '20 seconds' WHERE id = ${queueId}::uuid RETURNING poll_lease_until AS until
+        `.execute(ctx.db);
+        held20s = set.rows[0]!.until.getTime();
+        let heldUntil: number | undefined;
+        let markHeld!: () => void;
+        const locked = new Promise<void>((resolve) => (markHeld = resolve));
+        holding = holder.db.transaction().execute(async (tx) => {
+          const { rows } = await sql<{ until: Date }>`
+            SELECT poll_lease_until AS until FROM event_queues WHERE id = ${queueId}::uuid FOR UPDATE
+          `.execute(tx);
+          heldUntil = rows[0]!.until.getTime();
+          markHeld();
+          await released;
+        });
+        await Promise.race([locked, holding]); // a failed transaction fails the test
+        if (heldUntil === held20s) return true;
+        release();
+        await holding;
+        return false;
       });
-      await eventually(() => held);
       ctx.database.statements.length = 0;
       // Checks kept coming (a blocked one would have been the only one: the next waits for it),
       // and left the lease alone.
@@ -275,6 +298,7 @@ describe('long poll wake-up', () => {
       // Renewed: a full lease (60 s) from a moment after the 20 s one was set.
       await eventually(async () => (await lease()) > held20s + 39_000);
     } finally {
+      release(); // a holder left waiting would hang the close
       await holder.close();
     }
     await setPinToTop(ctx.app, true);
@@ -447,7 +471,8 @@ describe('superseded, deleted and abandoned polls', () => {
   });
 
   it('a client that leaves while its poll gathers or authenticates: the poll ends, not at its heartbeat', async () => {
-    const queueId = await setUpIdleQueue();
+    // A heartbeat (100 s on) past the wait below: only the client's departure can end the poll.
+    const queueId = await setUpIdleQueue({ env: { HEARTBEAT_SECONDS: '100', EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS: '115' } });
     await ctx.app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = ctx.app.server.address() as AddressInfo;
     // The server has the request (Fastify's listener, which runs first, took it): the poll now
@@ -463,10 +488,10 @@ describe('superseded, deleted and abandoned polls', () => {
     sent.on('error', () => undefined);
     await received;
     sent.destroy();
-    // Ended as a poll whose client left (idle clock restarted), well before its heartbeat (45 s).
+    // Ended as a poll whose client left (idle clock restarted).
     await eventually(async () => {
       const row = await queueRow(ctx.db, queueId);
       return row!.poll_id === null && row!.last_active_at.getFullYear() > 2020;
-    }, 15_000);
+    });
   });
 });

@@ -4,6 +4,7 @@ import { createDatabase } from '../src/db/database.js';
 import { sweepOnce } from '../src/modules/maintenance/sweeper.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { createQueue, ids } from './helpers/fixture.js';
+import { waitFor } from './helpers/wait.js';
 
 // The periodic sweep: audit-log retention (AUDIT_LOG_RETENTION_DAYS) and expired queues, in bounded
 // batches. Queue expiry as clients see it is case 172 (test/events-lifecycle.test.ts).
@@ -57,9 +58,7 @@ describe('audit-log retention', () => {
     expect(ctx.config.auditLogRetentionDays).toBe(365);
     await auditRows(ctx, 3, 366);
     await auditRows(ctx, 2, 364);
-    await expect
-      .poll(async () => (await ctx!.db.selectFrom('subscription_audit_log').select('id').execute()).length, { timeout: 5000 })
-      .toBe(2);
+    await waitFor(async () => expect((await ctx!.db.selectFrom('subscription_audit_log').select('id').execute()).length).toBe(2));
   });
 });
 
