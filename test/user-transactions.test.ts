@@ -409,7 +409,9 @@ describe('a request whose client goes away', () => {
     await waitFor(() => expect(ctx.database.transactions.activeUsers).toBe(1));
     await new Promise((resolve) => setTimeout(resolve, 100)); // the second request waits its turn
     second.destroy();
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The server has seen it go (the request's close listener runs on the same close).
+    const connections = () => new Promise<number>((resolve) => ctx.app.server.getConnections((_, count) => resolve(count)));
+    await waitFor(async () => expect(await connections()).toBe(1));
     await other.query('SELECT pg_advisory_unlock($1, $2)', [USER_EVENT_LOCK_NAMESPACE, ids.U]);
     await waitFor(async () => expect(await pinOfP()).toBe(true)); // the first one, sent, completes
     await new Promise((resolve) => setTimeout(resolve, 200));
