@@ -359,9 +359,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   ).toLowerCase();
   let avatarSalt = env.AVATAR_SALT;
   if (avatarSalt === undefined) {
-    if (env.DATABASE_URL !== undefined) {
-      throw new ConfigError('AVATAR_SALT is required when DATABASE_URL is set');
-    }
+    if (env.DATABASE_URL !== undefined) throw new ConfigError('AVATAR_SALT is required when DATABASE_URL is set');
     avatarSalt = readOrCreateSecret(dataDir, 'avatar_salt');
   }
   if (env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS <= env.HEARTBEAT_SECONDS + env.HEARTBEAT_JITTER_SECONDS) {
@@ -375,58 +373,23 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   if (env.CONNECTION_TIMEOUT_SECONDS <= env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS) {
     throw new ConfigError('CONNECTION_TIMEOUT_SECONDS must exceed EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS');
   }
-  return {
+  const derived: Derived & Pick<Config, 'dataDir'> = {
     databaseUrl: env.DATABASE_URL,
-    port: env.PORT,
-    host: env.HOST,
     dataDir,
-    logLevel: env.LOG_LEVEL,
     externalHost,
     externalUriScheme: env.EXTERNAL_URI_SCHEME ?? (local ? 'http://' : 'https://'),
     rootSubdomainAliases: env.ROOT_SUBDOMAIN_ALIASES.split(',')
       .map((alias) => alias.trim().toLowerCase())
       .filter((alias) => alias !== ''),
     fakeEmailDomain: (env.FAKE_EMAIL_DOMAIN ?? externalHost.replace(/:\d+$/, '')).toLowerCase(),
-    enableGravatar: env.ENABLE_GRAVATAR,
-    defaultAvatarUri: env.DEFAULT_AVATAR_URI,
     avatarSalt,
-    zulipVersion: env.ZULIP_VERSION,
-    rateLimiting: env.RATE_LIMITING,
-    rateLimitWindowSeconds: env.RATE_LIMIT_WINDOW_SECONDS,
-    rateLimitMaxRequests: env.RATE_LIMIT_MAX_REQUESTS,
-    bodyLimitBytes: env.BODY_LIMIT_BYTES,
-    requestBodyMemoryBytes: env.REQUEST_BODY_MEMORY_BYTES,
-    userRequestBodyBytes: env.USER_REQUEST_BODY_BYTES,
-    userRequestBodies: env.USER_REQUEST_BODIES,
-    retryAfterSeconds: env.RETRY_AFTER_SECONDS,
-    heartbeatSeconds: env.HEARTBEAT_SECONDS,
-    heartbeatJitterSeconds: env.HEARTBEAT_JITTER_SECONDS,
-    eventQueueLongpollTimeoutSeconds: env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS,
-    queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
-    queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
-    queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
-    pollRecheckSeconds: env.POLL_RECHECK_SECONDS,
-    queueMaxPerUser: env.QUEUE_MAX_PER_USER,
-    queueMaxPendingEvents: env.QUEUE_MAX_PENDING_EVENTS,
-    auditLogRetentionDays: env.AUDIT_LOG_RETENTION_DAYS,
-    trustProxy: env.TRUST_PROXY,
-    heapGrowingPercent: env.HEAP_GROWING_PERCENT,
-    dbPoolMax: env.DB_POOL_MAX,
-    dbReadConnections: env.DB_READ_CONNECTIONS,
-    dbWriteConnections: env.DB_WRITE_CONNECTIONS,
-    dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
-    dbStatementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
-    dbReadStatementTimeoutMs: env.DB_READ_STATEMENT_TIMEOUT_MS,
-    requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
-    bodyTimeoutSeconds: env.BODY_TIMEOUT_SECONDS,
-    connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
-    keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
-    shutdownDrainSeconds: env.SHUTDOWN_DRAIN_SECONDS,
-    metricsPort: env.METRICS_PORT,
-    metricsHost: env.METRICS_HOST,
-    compressionThresholdBytes: env.COMPRESSION_THRESHOLD_BYTES,
   };
+  const parsed = Object.keys(EnvSchema.properties).map((name) => [camelCase(name), env[name as keyof Env]]);
+  return { ...(Object.fromEntries(parsed) as Config), ...derived };
 }
+
+/** The runtime side of CamelCase. */
+const camelCase = (name: string): string => name.toLowerCase().replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase());
 
 /** What a variable accepts, in words (TypeBox's own messages, "must be equal to constant", name no values). */
 function accepted(schema: { type?: unknown; anyOf?: unknown; accepts?: string; minimum?: number; maximum?: number }): string {
