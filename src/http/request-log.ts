@@ -134,34 +134,22 @@ export class RequestLogger implements FastifyBaseLogger {
     return (this.real as Partial<pino.Logger>).isLevelEnabled?.(level) ?? true;
   }
 
-  // Methods, not arrow fields: a logger per request, and its making is what this class saves.
-  fatal(...args: unknown[]): void {
-    forward(this.real.fatal, this.real, args);
-  }
+  declare fatal: FastifyLogFn;
+  declare error: FastifyLogFn;
+  declare warn: FastifyLogFn;
+  declare info: FastifyLogFn;
+  declare debug: FastifyLogFn;
+  declare trace: FastifyLogFn;
 
-  error(...args: unknown[]): void {
-    forward(this.real.error, this.real, args);
-  }
-
-  warn(...args: unknown[]): void {
-    forward(this.real.warn, this.real, args);
-  }
-
-  info(...args: unknown[]): void {
-    forward(this.real.info, this.real, args);
-  }
-
-  debug(...args: unknown[]): void {
-    forward(this.real.debug, this.real, args);
-  }
-
-  trace(...args: unknown[]): void {
-    forward(this.real.trace, this.real, args);
+  // On the prototype, not arrow fields: a logger per request, and its making is what this class saves.
+  static {
+    for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const) {
+      RequestLogger.prototype[level] = function (this: RequestLogger, ...args: unknown[]) {
+        const real = this.real;
+        Reflect.apply(real[level], real, args);
+      };
+    }
   }
 
   silent(): void {}
-}
-
-function forward(method: FastifyLogFn, logger: FastifyBaseLogger, args: unknown[]): void {
-  Reflect.apply(method, logger, args);
 }
