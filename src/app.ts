@@ -178,12 +178,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   app.addHook('onReady', async () => sweeper.start());
   app.addHook('onClose', () => sweeper.close());
 
-  const requestMemory = new RequestMemory({
-    totalBytes: config.requestBodyMemoryBytes,
-    userBytes: config.userRequestBodyBytes,
-    userRequests: config.userRequestBodies,
-    retryAfterSeconds: config.retryAfterSeconds,
-  });
+  const requestMemory = new RequestMemory(config);
   const authentication = authenticationHooks(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config);
   const timeBody = bodyDeadline(config.bodyTimeoutSeconds);
   await app.register(async (api) => {
