@@ -5,9 +5,8 @@ import { badRequest, missingArgument } from './errors.js';
 
 /**
  * Zulip's parameter layer, declared once. Each route's schema file declares its parameters with
- * `queryParameters` / `formParameters` (and `pathParameters`): one entry per parameter, naming its
- * kind (how its text is decoded, with the docs/api.md §1.6 messages) and whether it must be sent. That one
- * declaration is
+ * `queryParameters` / `formParameters` (and path parameters): one entry per parameter, naming its
+ * kind (how its text is decoded, with the docs/api.md §1.6 messages) and whether it must be sent. It is
  * - the route's TypeBox schema, from which the OpenAPI document is generated (src/http/openapi.ts);
  * - what the one decoder (`decodeParameters`, run after authentication and the rate limit, spec
  *   docs/api.md §1.1) walks: body before query string, in declaration order, the first failure answered;
@@ -145,7 +144,7 @@ type Presence = 'required' | 'optional' | 'late';
 export interface Param<T> {
   kind: Kind<unknown>;
   presence: Presence;
-  fallback: T | undefined;
+  fallback?: T;
   description: string;
   /** `late` only: the lowest missing one is reported. */
   lateRank?: number;
@@ -153,18 +152,12 @@ export interface Param<T> {
   readonly type?: T;
 }
 
-export const required = <T>(kind: Kind<T>, description: string): Param<T> => ({
-  kind,
-  presence: 'required',
-  fallback: undefined,
-  description,
-});
+export const required = <T>(kind: Kind<T>, description: string): Param<T> => ({ kind, presence: 'required', description });
 
 /** Required, reported missing after the others decoded, the lowest `rank` first (see Presence). */
 export const requiredLast = <T>(kind: Kind<T>, description: string, rank: number): Param<T> => ({
   kind,
   presence: 'late',
-  fallback: undefined,
   description,
   lateRank: rank,
 });
@@ -189,12 +182,9 @@ export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, 
   schema,
 });
 
-/** The pattern of a path segment that is an id: digits only. */
-const DIGITS = '^\\d+$';
-
 /** A path segment that is an id, digits only (the router matches nothing else): see routePath. */
 export const idSegment = <T>(description: string, decode: (segment: string) => T): PathParam<T> =>
-  pathSegment(Type.String({ pattern: DIGITS, description }), decode);
+  pathSegment(Type.String({ pattern: '^\\d+$', description }), decode);
 
 /**
  * The route's URL for the router: each `:name` whose path parameter is documented with a `pattern`
@@ -249,13 +239,8 @@ function declare<P extends Params, Path extends PathParams>(where: 'query' | 'fo
       : where === 'query'
         ? { querystring: Type.Object(properties) }
         : { body: Type.Object(properties), consumes: ['application/x-www-form-urlencoded', 'multipart/form-data'] };
-  const pathSchema =
-    Object.keys(path).length === 0
-      ? {}
-      : {
-          params: Type.Object(Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]))),
-        };
-  return { ...fields, ...pathSchema, [DECLARATION]: { params, path } };
+  const pathProperties = Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]));
+  return { ...fields, ...(Object.keys(path).length > 0 && { params: Type.Object(pathProperties) }), [DECLARATION]: { params, path } };
 }
 
 /** The parameters a route schema declares (none for a schema without a declaration). */
