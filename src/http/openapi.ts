@@ -19,10 +19,10 @@ import { JSON_ENCODED } from './params.js';
  *   through fast-json-stringify, dropping and reordering keys.
  */
 
-/** Validator compiler of the API scope: route schemas describe, they never validate or coerce. */
 /** A route's schema (its parameters and documentation) as the route files hand it to Fastify. */
 export type RouteSchema = FastifySchema;
 
+/** Validator compiler of the API scope: route schemas describe, they never validate or coerce. */
 export const documentationOnly: FastifySchemaCompiler<unknown> = () => () => true;
 
 // --- Building blocks of the response documentation, shared by the modules' schema files. ---
