@@ -19,11 +19,7 @@ export const EnvSchema = Type.Object({
     }),
   ),
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9991, description: 'The port the API listens on.' }),
-  HOST: Type.String({
-    minLength: 1,
-    default: '127.0.0.1',
-    description: 'The address the API listens on; `0.0.0.0` in a container.',
-  }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'The address the API listens on; `0.0.0.0` in a container.' }),
   DATA_DIR: Type.String({
     minLength: 1,
     default: './data',
@@ -64,10 +60,7 @@ export const EnvSchema = Type.Object({
         'and no `EXTERNAL_HOST`, else `https://`.',
     }),
   ),
-  ROOT_SUBDOMAIN_ALIASES: Type.String({
-    default: 'www',
-    description: 'Comma-separated subdomains that mean the root organization.',
-  }),
+  ROOT_SUBDOMAIN_ALIASES: Type.String({ default: 'www', description: 'Comma-separated subdomains that mean the root organization.' }),
   FAKE_EMAIL_DOMAIN: Type.Optional(
     Type.String({
       pattern: '^[A-Za-z0-9.-]+$',
@@ -105,11 +98,7 @@ export const EnvSchema = Type.Object({
       'The log is an unlogged table: a PostgreSQL crash or failover starts every user on a fresh window.',
   }),
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60, description: "The rate limit's window." }),
-  RATE_LIMIT_MAX_REQUESTS: Type.Integer({
-    minimum: 1,
-    default: 200,
-    description: 'Requests a user may make in one window.',
-  }),
+  RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200, description: 'Requests a user may make in one window.' }),
   BODY_LIMIT_BYTES: Type.Integer({
     minimum: 1024,
     default: 1048576,
@@ -160,11 +149,7 @@ export const EnvSchema = Type.Object({
     default: 600,
     description: "An event queue's idle lifetime when register does not ask for one (docs/api.md §3.12).",
   }),
-  QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({
-    minimum: 1,
-    default: 604800,
-    description: 'The longest idle lifetime register grants.',
-  }),
+  QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800, description: 'The longest idle lifetime register grants.' }),
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({
     minimum: 1,
     default: 60,
@@ -219,8 +204,7 @@ export const EnvSchema = Type.Object({
     default: 2,
     description:
       "Pipelined connections for short single statements: authentication with its rate-limit upsert, `GET /users/{id}`'s " +
-      'lookup, the cancel of a pooled transaction whose client left (src/db/pipelined-connections.ts; named before they ' +
-      'carried writes).',
+      'lookup, the cancel of a pooled transaction whose client left (src/db/pipelined-connections.ts).',
   }),
   DB_WRITE_CONNECTIONS: Type.Integer({
     minimum: 1,
