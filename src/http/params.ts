@@ -211,10 +211,7 @@ const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<
 type Params = Record<string, Param<unknown>>;
 type PathParams = Record<string, PathParam<unknown>>;
 
-interface Declaration {
-  params: Params;
-  path: PathParams;
-}
+type Declaration = DeclaredSchema<Params, PathParams>[typeof DECLARATION];
 
 const DECLARATION = Symbol('zulip parameters');
 
@@ -277,10 +274,8 @@ const NO_SOURCES: ParamSources = { body: NO_FIELDS, query: NO_FIELDS };
 const raw = (sources: ParamSources, name: string): string | undefined => sources.body.get(name) ?? sources.query.get(name);
 
 /**
- * Decodes the parameters `schema` declares (none when it declares none), in declaration order, body
- * first; the first failure is thrown.
- * Also answers the received names that are not declared (`client` never is reported), sorted by
- * code point.
+ * Decodes the parameters `schema` declares, in declaration order, body first; the first failure is
+ * thrown. Also answers the received names not declared (never `client`), sorted by code point.
  */
 export function decodeParameters(
   schema: FastifySchema | undefined,
