@@ -4,15 +4,12 @@ import { ROLES } from '../zulip.js';
 import { badRequest, missingArgument } from './errors.js';
 
 /**
- * Zulip's parameter layer, declared once. Each route's schema file declares its parameters with
- * `queryParameters` / `formParameters` (and path parameters): one entry per parameter, naming its
- * kind (how its text is decoded, with the docs/api.md §1.6 messages) and whether it must be sent. It is
- * - the route's TypeBox schema, from which the OpenAPI document is generated (src/http/openapi.ts);
- * - what the one decoder (`decodeParameters`, run after authentication and the rate limit, spec
- *   docs/api.md §1.1) walks: body before query string, in declaration order, the first failure answered;
- * - the type of the values the handler gets (`parametersOf`);
- * - the names that are not ignored: `ignored_parameters_unsupported` is what was received minus
- *   the declared names (docs/api.md §1.7).
+ * Zulip's parameter layer. Each route's schema file declares its parameters with `queryParameters`
+ * / `formParameters`: one entry per parameter, naming its kind (how its text is decoded, with the
+ * docs/api.md §1.6 messages) and whether it must be sent. That declaration is the route's TypeBox
+ * schema (and so its OpenAPI document), what the one decoder walks (`decodeParameters`, after
+ * authentication and the rate limit, docs/api.md §1.1), the handler's value types (`parametersOf`)
+ * and the names not ignored (`ignored_parameters_unsupported`, docs/api.md §1.7).
  */
 
 // --- The failure messages (docs/api.md §1.6), one template each; `name` is the <var>: a parameter name or a nested path. ---

@@ -65,11 +65,9 @@ function requestFields(request: FastifyRequest) {
 }
 
 /**
- * The line of a request whose client left before its answer (watchDeparture calls it when it
- * leaves). Fastify writes none (the response never finishes), and whatever the request then meets
- * (ClientGone, a cancelled statement, a success nobody reads) is the client's doing, not a
- * failure: info, status CLIENT_LEFT. (Fastify's onRequestAbort hears only of clients that leave
- * before their body ends.)
+ * The line of a request whose client left before its answer (watchDeparture calls it): Fastify
+ * writes none, its onRequestAbort hearing only of clients that leave before their body ends. What
+ * the request then meets is the client's doing, not a failure: info, status CLIENT_LEFT.
  */
 export function logClientLeaving(reply: FastifyReply): void {
   if (!clientLeft(reply)) return;
@@ -90,9 +88,9 @@ function infoLine(log: FastifyBaseLogger, line: object): void {
 
 /**
  * A request's logger (Fastify's childLoggerFactory), whose pino child is made on first use. Most
- * requests log nothing but their completion line, which the parent writes with the bindings as its
- * first fields: the same JSON line the child would write, without a child per request (its making
- * was a few percent of a heartbeat cycle's CPU, and a waiting poll kept it, about 1.5 KB).
+ * requests log only their completion line, which the parent writes with the bindings first: the
+ * child's own JSON line, without a child per request (a few percent of a heartbeat cycle's CPU,
+ * and about 1.5 KB a waiting poll kept).
  */
 export class RequestLogger implements FastifyBaseLogger {
   private made: FastifyBaseLogger | undefined;
