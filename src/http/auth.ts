@@ -48,10 +48,9 @@ function parseBasicAuthorization(header: string | undefined): { email: string; a
 export { type AuthLookup, AuthLookupQuery } from './auth.repository.js';
 
 /**
- * Authenticates a request (docs/api.md §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
- * (docs/api.md §1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
- * address and organization checks are the statement's, so that only requests this function
- * accepts are counted.
+ * Authenticates a request (docs/api.md §1.3 rows 6–11) and, when `rule` is given, decides its rate
+ * limit (§1.10), with the route's lookup, in one statement. The messages follow the rows' order;
+ * the address and organization checks are the statement's, so only accepted requests are counted.
  */
 async function authenticate<Extra extends object>(
   accounts: AccountBatches,
@@ -119,9 +118,8 @@ export function callerOf(request: FastifyRequest): Caller {
 
 /**
  * The row `lookup` added to the request's authentication statement, typed by the lookup; undefined
- * when the statement ran another lookup (other query or argument) or none. A query's key is the
- * name of its compiled statement, a hash of its SQL (AuthLookupQuery), so a row of this key and
- * argument has this lookup's columns.
+ * when the statement ran another lookup or none. A query's key is a hash of its SQL
+ * (AuthLookupQuery), so a row of this key and argument has this lookup's columns.
  */
 export function lookupRowOf<Extra extends object>(
   request: FastifyRequest,
