@@ -71,11 +71,8 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     // Requests arriving while closing get the Zulip 503 envelope instead (src/http/shutdown.ts).
     return503OnClosing: false,
     clientErrorHandler: zulipClientErrorHandler,
-    // Slow or stuck clients are cut off: the whole request must arrive within requestTimeout
-    // (408, then closed; it does not cover the time to answer, so long polls are unaffected), a
-    // silent connection closes after connectionTimeout (longer than any long poll), an idle
-    // keep-alive one after keepAliveTimeout. Node checks these deadlines every
-    // connectionsCheckingInterval (30 s by default): once a second keeps the cut-off close.
+    // Slow or stuck clients are cut off (the settings' docs say how). Node checks these deadlines
+    // every connectionsCheckingInterval (30 s by default): once a second keeps the cut-off close.
     requestTimeout: config.requestTimeoutSeconds * 1000,
     connectionTimeout: config.connectionTimeoutSeconds * 1000,
     keepAliveTimeout: config.keepAliveTimeoutSeconds * 1000,
@@ -114,13 +111,10 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     app.addHook('onResponse', metrics.requestAnswered);
   }
   app.addHook('onRequest', echoRequestId);
-  // Answers of COMPRESSION_THRESHOLD_BYTES or more (GET /users and register of a large
-  // organization) are gzipped for the clients that accept it; smaller ones cost more to compress
-  // than they save. gzip only: brotli at the plugin's quality 4 saved little for much more CPU on a
-  // large register (bench/RESULTS.md). Request bodies are never decompressed: the body
-  // limit counts what arrives. HEAD gets the uncompressed representation's headers (nothing is
-  // compressed only to be dropped). Registered before every route: it adds its hooks to the
-  // routes declared after it.
+  // Smaller answers than the threshold cost more to compress than they save. gzip only: brotli at
+  // the plugin's quality 4 saved little for much more CPU on a large register (bench/RESULTS.md).
+  // Request bodies are never decompressed: the body limit counts what arrives. HEAD gets the
+  // uncompressed representation's headers. Before every route: it hooks the routes declared after it.
   await app.register(compress, { encodings: ['gzip'], threshold: config.compressionThresholdBytes, globalDecompression: false });
   closeConnectionsOnShutdown(app, config.retryAfterSeconds);
   await registerOpenApi(app, config);
@@ -178,12 +172,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   app.addHook('onReady', async () => sweeper.start());
   app.addHook('onClose', () => sweeper.close());
 
-  const requestMemory = new RequestMemory({
-    totalBytes: config.requestBodyMemoryBytes,
-    userBytes: config.userRequestBodyBytes,
-    userRequests: config.userRequestBodies,
-    retryAfterSeconds: config.retryAfterSeconds,
-  });
+  const requestMemory = new RequestMemory(config);
   const authentication = authenticationHooks(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config);
   const timeBody = bodyDeadline(config.bodyTimeoutSeconds);
   await app.register(async (api) => {

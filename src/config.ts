@@ -19,11 +19,7 @@ export const EnvSchema = Type.Object({
     }),
   ),
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9991, description: 'The port the API listens on.' }),
-  HOST: Type.String({
-    minLength: 1,
-    default: '127.0.0.1',
-    description: 'The address the API listens on; `0.0.0.0` in a container.',
-  }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'The address the API listens on; `0.0.0.0` in a container.' }),
   DATA_DIR: Type.String({
     minLength: 1,
     default: './data',
@@ -64,10 +60,7 @@ export const EnvSchema = Type.Object({
         'and no `EXTERNAL_HOST`, else `https://`.',
     }),
   ),
-  ROOT_SUBDOMAIN_ALIASES: Type.String({
-    default: 'www',
-    description: 'Comma-separated subdomains that mean the root organization.',
-  }),
+  ROOT_SUBDOMAIN_ALIASES: Type.String({ default: 'www', description: 'Comma-separated subdomains that mean the root organization.' }),
   FAKE_EMAIL_DOMAIN: Type.Optional(
     Type.String({
       pattern: '^[A-Za-z0-9.-]+$',
@@ -105,11 +98,7 @@ export const EnvSchema = Type.Object({
       'The log is an unlogged table: a PostgreSQL crash or failover starts every user on a fresh window.',
   }),
   RATE_LIMIT_WINDOW_SECONDS: Type.Integer({ minimum: 1, default: 60, description: "The rate limit's window." }),
-  RATE_LIMIT_MAX_REQUESTS: Type.Integer({
-    minimum: 1,
-    default: 200,
-    description: 'Requests a user may make in one window.',
-  }),
+  RATE_LIMIT_MAX_REQUESTS: Type.Integer({ minimum: 1, default: 200, description: 'Requests a user may make in one window.' }),
   BODY_LIMIT_BYTES: Type.Integer({
     minimum: 1024,
     default: 1048576,
@@ -160,11 +149,7 @@ export const EnvSchema = Type.Object({
     default: 600,
     description: "An event queue's idle lifetime when register does not ask for one (docs/api.md §3.12).",
   }),
-  QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({
-    minimum: 1,
-    default: 604800,
-    description: 'The longest idle lifetime register grants.',
-  }),
+  QUEUE_MAX_LIFESPAN_SECONDS: Type.Integer({ minimum: 1, default: 604800, description: 'The longest idle lifetime register grants.' }),
   QUEUE_SWEEP_INTERVAL_SECONDS: Type.Integer({
     minimum: 1,
     default: 60,
@@ -219,8 +204,7 @@ export const EnvSchema = Type.Object({
     default: 2,
     description:
       "Pipelined connections for short single statements: authentication with its rate-limit upsert, `GET /users/{id}`'s " +
-      'lookup, the cancel of a pooled transaction whose client left (src/db/pipelined-connections.ts; named before they ' +
-      'carried writes).',
+      'lookup, the cancel of a pooled transaction whose client left (src/db/pipelined-connections.ts).',
   }),
   DB_WRITE_CONNECTIONS: Type.Integer({
     minimum: 1,
@@ -359,9 +343,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   ).toLowerCase();
   let avatarSalt = env.AVATAR_SALT;
   if (avatarSalt === undefined) {
-    if (env.DATABASE_URL !== undefined) {
-      throw new ConfigError('AVATAR_SALT is required when DATABASE_URL is set');
-    }
+    if (env.DATABASE_URL !== undefined) throw new ConfigError('AVATAR_SALT is required when DATABASE_URL is set');
     avatarSalt = readOrCreateSecret(dataDir, 'avatar_salt');
   }
   if (env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS <= env.HEARTBEAT_SECONDS + env.HEARTBEAT_JITTER_SECONDS) {
@@ -375,58 +357,23 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   if (env.CONNECTION_TIMEOUT_SECONDS <= env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS) {
     throw new ConfigError('CONNECTION_TIMEOUT_SECONDS must exceed EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS');
   }
-  return {
+  const derived: Derived & Pick<Config, 'dataDir'> = {
     databaseUrl: env.DATABASE_URL,
-    port: env.PORT,
-    host: env.HOST,
     dataDir,
-    logLevel: env.LOG_LEVEL,
     externalHost,
     externalUriScheme: env.EXTERNAL_URI_SCHEME ?? (local ? 'http://' : 'https://'),
     rootSubdomainAliases: env.ROOT_SUBDOMAIN_ALIASES.split(',')
       .map((alias) => alias.trim().toLowerCase())
       .filter((alias) => alias !== ''),
     fakeEmailDomain: (env.FAKE_EMAIL_DOMAIN ?? externalHost.replace(/:\d+$/, '')).toLowerCase(),
-    enableGravatar: env.ENABLE_GRAVATAR,
-    defaultAvatarUri: env.DEFAULT_AVATAR_URI,
     avatarSalt,
-    zulipVersion: env.ZULIP_VERSION,
-    rateLimiting: env.RATE_LIMITING,
-    rateLimitWindowSeconds: env.RATE_LIMIT_WINDOW_SECONDS,
-    rateLimitMaxRequests: env.RATE_LIMIT_MAX_REQUESTS,
-    bodyLimitBytes: env.BODY_LIMIT_BYTES,
-    requestBodyMemoryBytes: env.REQUEST_BODY_MEMORY_BYTES,
-    userRequestBodyBytes: env.USER_REQUEST_BODY_BYTES,
-    userRequestBodies: env.USER_REQUEST_BODIES,
-    retryAfterSeconds: env.RETRY_AFTER_SECONDS,
-    heartbeatSeconds: env.HEARTBEAT_SECONDS,
-    heartbeatJitterSeconds: env.HEARTBEAT_JITTER_SECONDS,
-    eventQueueLongpollTimeoutSeconds: env.EVENT_QUEUE_LONGPOLL_TIMEOUT_SECONDS,
-    queueDefaultLifespanSeconds: env.QUEUE_DEFAULT_LIFESPAN_SECONDS,
-    queueMaxLifespanSeconds: env.QUEUE_MAX_LIFESPAN_SECONDS,
-    queueSweepIntervalSeconds: env.QUEUE_SWEEP_INTERVAL_SECONDS,
-    pollRecheckSeconds: env.POLL_RECHECK_SECONDS,
-    queueMaxPerUser: env.QUEUE_MAX_PER_USER,
-    queueMaxPendingEvents: env.QUEUE_MAX_PENDING_EVENTS,
-    auditLogRetentionDays: env.AUDIT_LOG_RETENTION_DAYS,
-    trustProxy: env.TRUST_PROXY,
-    heapGrowingPercent: env.HEAP_GROWING_PERCENT,
-    dbPoolMax: env.DB_POOL_MAX,
-    dbReadConnections: env.DB_READ_CONNECTIONS,
-    dbWriteConnections: env.DB_WRITE_CONNECTIONS,
-    dbConnectTimeoutMs: env.DB_CONNECT_TIMEOUT_MS,
-    dbStatementTimeoutMs: env.DB_STATEMENT_TIMEOUT_MS,
-    dbReadStatementTimeoutMs: env.DB_READ_STATEMENT_TIMEOUT_MS,
-    requestTimeoutSeconds: env.REQUEST_TIMEOUT_SECONDS,
-    bodyTimeoutSeconds: env.BODY_TIMEOUT_SECONDS,
-    connectionTimeoutSeconds: env.CONNECTION_TIMEOUT_SECONDS,
-    keepAliveTimeoutSeconds: env.KEEP_ALIVE_TIMEOUT_SECONDS,
-    shutdownDrainSeconds: env.SHUTDOWN_DRAIN_SECONDS,
-    metricsPort: env.METRICS_PORT,
-    metricsHost: env.METRICS_HOST,
-    compressionThresholdBytes: env.COMPRESSION_THRESHOLD_BYTES,
   };
+  const parsed = Object.keys(EnvSchema.properties).map((name) => [camelCase(name), env[name as keyof Env]]);
+  return { ...(Object.fromEntries(parsed) as Config), ...derived };
 }
+
+/** The runtime side of CamelCase. */
+const camelCase = (name: string): string => name.toLowerCase().replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase());
 
 /** What a variable accepts, in words (TypeBox's own messages, "must be equal to constant", name no values). */
 function accepted(schema: { type?: unknown; anyOf?: unknown; accepts?: string; minimum?: number; maximum?: number }): string {

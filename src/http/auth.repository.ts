@@ -6,13 +6,12 @@ import { type ReusableStatement, reusableStatement, type Statement, type Stateme
 import type { RateLimitColumns, RateLimitRule } from './rate-limit.js';
 
 /**
- * The one statement the authenticated requests run: for each request, the account of its key,
- * whether its address and organization fit that account (decided here, so that the rate limiter
- * below and the messages of src/http/auth.ts can never disagree), the rate-limit decision when
- * rate limiting is on, and a route's lookup (AuthLookup) when it has one. The requests handled in
- * one turn of the event loop share one statement (AccountBatches): a statement's fixed cost in
- * PostgreSQL is most of a small one's, and one statement for 4 requests cost each a third of what
- * a statement of its own did. A named prepared statement on the short-statement connections.
+ * The one statement the authenticated requests run: per request, the account of its key, whether
+ * its address and organization fit that account (decided here, so that the rate limiter below and
+ * the messages of src/http/auth.ts never disagree), the rate-limit decision when rate limiting is
+ * on, and a route's lookup (AuthLookup) when it has one. The requests of one turn of the event
+ * loop share one statement (AccountBatches): a statement's fixed cost in PostgreSQL is most of a
+ * small one's. A named prepared statement on the short-statement connections.
  */
 
 export const INCOMING_WEBHOOK_BOT = 2;
@@ -94,22 +93,21 @@ interface BatchArgs extends Record<string, unknown> {
 }
 
 /**
- * The sliding-log decision (docs/api.md §1.10), in the same statement, only for a request the account
- * accepts: the first request of a user inserts its row; later ones take ON CONFLICT DO UPDATE,
+ * The sliding-log decision (docs/api.md §1.10), in the same statement, only for a request the
+ * account accepts: a user's first request inserts its row; later ones take ON CONFLICT DO UPDATE,
  * which locks the row (found by its unique index, whatever the table's statistics say) and
  * evaluates SET against its latest committed version, so concurrent requests (on any instance) are
  * serialized per user and never both take the last slot. `hits` holds the times of the accepted
- * requests still in the window; times that left it are dropped on the way, and a refused request
- * records nothing but the decision. The time is the request's own (read before the lock): a
- * request decided after a later one counts that later one as in its window, which only ever
- * refuses more, never accepts more than the maximum in any window.
+ * requests still in the window; a refused request records nothing but the decision. The time is
+ * the request's own (read before the lock): a request decided after a later one counts that later
+ * one in its window, which only ever refuses more, never accepts more than the maximum.
  *
  * A batch holds at most one request per key (AccountBatches), so ON CONFLICT never meets one row
  * twice; its rows are taken in user id order, as every batch's are, so that two batches sharing
- * users (on two connections or instances) wait for each other instead of deadlocking. Raw SQL: the builder cannot say `SET (a, b, c) = (subquery)`, and the three columns must come
- * from one evaluation of the window (OFFSET 0 keeps it one subquery: pulled up, its ARRAY(...)
- * would be computed once per reference). With more than max hits (the limit was lowered), a slot
- * frees when the (count − max + 1)-th oldest leaves the window.
+ * users wait for each other instead of deadlocking. Raw SQL: the builder cannot say `SET (a, b, c)
+ * = (subquery)`, and the three columns must come from one evaluation of the window (OFFSET 0 keeps
+ * it one subquery: pulled up, its ARRAY(...) would be computed once per reference). With more than
+ * max hits (the limit was lowered), a slot frees when the (count − max + 1)-th oldest leaves.
  */
 const decision = (args: BatchArgs) => {
   const max = sql`${args.maxRequests}::integer`;
@@ -232,16 +230,13 @@ const MAX_BATCH = 256;
 type Found = AuthenticationRow<object> | undefined;
 
 /**
- * The authentication statements of one app: the requests handled in one turn of the event loop
- * that need the same statement are sent together, as one statement, when the turn ends. Requests
- * with one key go in separate batches, sent in their order: one user's decisions stay one after
- * the other.
+ * The authentication statements of one app: the requests of one turn of the event loop that need
+ * the same statement are sent together, as one, when the turn ends. Requests with one key go in
+ * separate batches, in their order: one user's decisions stay one after the other.
  *
- * When a batch fails in a way one request's values can cause (a data exception or an integrity
- * violation, or a value the driver cannot convert), each request is sent again alone: one request
- * whose values the statement cannot take must not fail the others of its turn, whatever its
- * organization. Any other failure (the database unavailable, read-only or out of space) each would
- * meet alone too: sending each alone would only add load then.
+ * A batch that fails in a way one request's values can cause (valueMayCause) is sent again one
+ * request at a time, so that such a request cannot fail the others of its turn. Any other failure
+ * (the database unavailable, read-only or out of space) each would meet alone too.
  */
 export class AccountBatches {
   private readonly batchers = new Map<string, Batcher<AccountRequestFields, Found>>();

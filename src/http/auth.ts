@@ -3,9 +3,9 @@ import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import type { Config } from '../config.js';
 import { API_KEY_PATTERN, apiKeyDigest, storedDigestMatches } from '../lib/api-keys.js';
 import { subdomainOfHost } from '../lib/hosts.js';
-import { type AccountBatches, type AccountRow, type AuthLookup, INCOMING_WEBHOOK_BOT } from './auth.repository.js';
+import { type AccountBatches, type AccountRow, type AuthenticationRow, type AuthLookup, INCOMING_WEBHOOK_BOT } from './auth.repository.js';
 import { badRequest, unauthorized } from './errors.js';
-import { applyRateLimit, type RateLimitDecision, rateLimitDecision, type RateLimitRule } from './rate-limit.js';
+import { applyRateLimit, type RateLimitRule } from './rate-limit.js';
 
 export interface Caller {
   id: number;
@@ -47,19 +47,10 @@ function parseBasicAuthorization(header: string | undefined): { email: string; a
 /** A route's lookup, folded into the authentication statement (see auth.repository.ts). */
 export { type AuthLookup, AuthLookupQuery } from './auth.repository.js';
 
-export interface Authentication<Extra extends object> {
-  caller: Caller;
-  /** The row of the route's lookup (the caller's columns included); undefined when it has none. */
-  lookupResult: (AccountRow & Extra) | undefined;
-  /** The rate-limit decision, when rate limiting is on. */
-  rateLimit: RateLimitDecision | undefined;
-}
-
 /**
- * Authenticates a request (docs/api.md §1.3 rows 6–11) and, when `rule` is given, decides its rate limit
- * (docs/api.md §1.10), with the route's lookup, in one statement. The messages follow the rows' order; the
- * address and organization checks are the statement's, so that only requests this function
- * accepts are counted.
+ * Authenticates a request (docs/api.md §1.3 rows 6–11) and, when `rule` is given, decides its rate
+ * limit (§1.10), with the route's lookup, in one statement. The messages follow the rows' order;
+ * the address and organization checks are the statement's, so only accepted requests are counted.
  */
 async function authenticate<Extra extends object>(
   accounts: AccountBatches,
@@ -67,7 +58,7 @@ async function authenticate<Extra extends object>(
   request: FastifyRequest,
   lookup: AuthLookup<Extra> | undefined,
   rule: RateLimitRule | undefined,
-): Promise<Authentication<Extra>> {
+): Promise<{ caller: Caller; row: AuthenticationRow<Extra> }> {
   const { email, apiKey } = parseBasicAuthorization(request.headers.authorization);
   const digest = apiKeyDigest(apiKey);
   const row = await accounts.find(
@@ -85,9 +76,7 @@ async function authenticate<Extra extends object>(
   if (row.caller_realm_deactivated) throw unauthorized('This organization has been deactivated');
   if (!row.caller_is_active) throw unauthorized('Account is deactivated');
   if (!row.caller_subdomain_matches) throw unauthorized('Account is not associated with this subdomain');
-  if (row.caller_bot_type === INCOMING_WEBHOOK_BOT) {
-    throw unauthorized('This API is not available to incoming webhook bots.');
-  }
+  if (row.caller_bot_type === INCOMING_WEBHOOK_BOT) throw unauthorized('This API is not available to incoming webhook bots.');
   const caller: Caller = {
     id: row.caller_id,
     realmId: row.caller_realm_id,
@@ -97,7 +86,7 @@ async function authenticate<Extra extends object>(
     role: row.caller_role,
     botType: row.caller_bot_type,
   };
-  return { caller, lookupResult: lookup && row, rateLimit: rule && rateLimitDecision(row) };
+  return { caller, row };
 }
 
 /**
@@ -113,10 +102,10 @@ export function authenticationHooks(accounts: AccountBatches, config: Config) {
     const authLookup = route.config?.authLookup;
     return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
       const lookup = authLookup?.(request);
-      const { caller, lookupResult, rateLimit } = await authenticate(accounts, config, request, lookup, rule);
+      const { caller, row } = await authenticate(accounts, config, request, lookup, rule);
       request.caller = caller;
-      if (lookup && lookupResult) request.authLookupRow = { lookup, row: lookupResult };
-      if (rule && rateLimit) applyRateLimit(reply, rule, rateLimit);
+      if (lookup) request.authLookupRow = { lookup, row };
+      if (rule) applyRateLimit(reply, rule, row);
     };
   };
 }
@@ -129,9 +118,8 @@ export function callerOf(request: FastifyRequest): Caller {
 
 /**
  * The row `lookup` added to the request's authentication statement, typed by the lookup; undefined
- * when the statement ran another lookup (other query or argument) or none. A query's key is the
- * name of its compiled statement, a hash of its SQL (AuthLookupQuery), so a row of this key and
- * argument has this lookup's columns.
+ * when the statement ran another lookup or none. A query's key is a hash of its SQL
+ * (AuthLookupQuery), so a row of this key and argument has this lookup's columns.
  */
 export function lookupRowOf<Extra extends object>(
   request: FastifyRequest,

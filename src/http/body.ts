@@ -38,8 +38,6 @@ export async function registerBodyParsers(app: FastifyInstance, bodyLimit: numbe
 const hasMediaType = (request: FastifyRequest, type: string): boolean =>
   request.headers['content-type']?.trimStart().toLowerCase().startsWith(type) === true;
 
-const isUrlencoded = (request: FastifyRequest): boolean => hasMediaType(request, 'application/x-www-form-urlencoded');
-
 /**
  * Counts the fields of an urlencoded body as it arrives (as Python's parse_qsl does for Django:
  * one more than the `&` separators) and fails the body with 400 at the separator that makes it
@@ -57,10 +55,9 @@ class FieldCounter extends Transform {
 }
 
 /**
- * Whether the body is declared shorter than MAX_FORM_FIELDS bytes, too short for the separators
- * that would reach the limit: Node's parser reads exactly the declared length (and refuses a
- * Content-Length sent with Transfer-Encoding), so such a body needs no counting, nor the stream
- * that counts (most of what a small write's body cost).
+ * Whether the body is declared shorter than MAX_FORM_FIELDS bytes, too short to reach the limit
+ * (Node's parser reads exactly the declared length, and refuses one sent with Transfer-Encoding):
+ * it needs no counting, nor the stream that counts (most of what a small write's body cost).
  */
 function declaredTooShortForTheLimit(request: FastifyRequest): boolean {
   const declared = request.headers['content-length'];
@@ -79,7 +76,7 @@ export function limitFormFields(
   payload: RequestPayload,
   done: (error: Error | null, payload?: RequestPayload) => void,
 ): void {
-  if (!isUrlencoded(request) || declaredTooShortForTheLimit(request)) return done(null, payload);
+  if (!hasMediaType(request, 'application/x-www-form-urlencoded') || declaredTooShortForTheLimit(request)) return done(null, payload);
   done(null, payload.pipe(new FieldCounter()));
 }
 
@@ -87,11 +84,10 @@ export function limitFormFields(
 const DEADLINE_FROM_BYTES = 65_536;
 
 /**
- * preParsing of the routes that take a body: a large body must arrive whole within `seconds` of the request's headers, or the
- * request gets 408 and its connection closes. The body is read before the credentials are checked
- * (docs/api.md §1.1), so this bounds how long anyone, authenticated or not, can make the instance hold
- * up to a body limit's worth of memory; REQUEST_TIMEOUT_SECONDS (for headers and small bodies) is
- * too loose for that. Also, a body read through a stream of ours (FieldCounter, or the one below)
+ * preParsing of the routes that take a body: a large body must arrive whole within `seconds` of the
+ * request's headers, or 408 and the connection closes. Bodies are read before the credentials are
+ * checked (docs/api.md §1.1): this bounds how long anyone can make the instance hold a body limit's
+ * worth of memory. Also, a body read through a stream of ours (FieldCounter, or the one below)
  * fails when its client leaves before it ended: a pipe passes no error on, and the parser would
  * wait for ever.
  */
@@ -142,15 +138,11 @@ function lastValues(source: unknown): Map<string, string> {
  */
 async function* limitedParts(request: FastifyRequest, bodyLimit: number, timeoutMs: number) {
   let received = 0;
-  let exceed: () => void = () => undefined;
-  let expire: () => void = () => undefined;
-  const tooLarge = new Promise<never>((_resolve, reject) => {
-    exceed = () => reject(bodyTooLarge());
-    expire = () => reject(bodyTimedOut());
-  });
-  tooLarge.catch(() => undefined); // observed through the race below
+  let fail: (error: ApiError) => void = () => undefined;
+  const failed = new Promise<never>((_resolve, reject) => (fail = reject));
+  failed.catch(() => undefined); // observed through the race below
   // The body deadline (bodyDeadline): multipart is read from request.raw, not from the hook's payload.
-  const timer = setTimeout(expire, timeoutMs);
+  const timer = setTimeout(() => fail(bodyTimedOut()), timeoutMs);
   const onData = (chunk: Buffer) => {
     received += chunk.length;
     if (received <= bodyLimit) return;
@@ -158,13 +150,13 @@ async function* limitedParts(request: FastifyRequest, bodyLimit: number, timeout
     // Stop parsing; the rest of the body is read and dropped, as Fastify does for other bodies.
     request.raw.unpipe();
     request.raw.resume();
-    exceed();
+    fail(bodyTooLarge());
   };
   const parts = request.parts()[Symbol.asyncIterator]();
   request.raw.on('data', onData);
   try {
     for (;;) {
-      const next = await Promise.race([parts.next(), tooLarge]);
+      const next = await Promise.race([parts.next(), failed]);
       if (next.done) return;
       yield next.value;
     }

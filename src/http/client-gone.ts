@@ -42,8 +42,7 @@ export const clientGone = (reply: FastifyReply): Departure => (reply.departure ?
 
 /**
  * onRequest: every request's departure is watched from its start, and `onLeft` is called when its
- * client leaves before its answer was finished (the log line of a request whose client left).
- * A callback hook (see echoRequestId).
+ * client leaves before its answer was finished. A callback hook (see echoRequestId).
  */
 export const watchDeparture =
   (onLeft: (reply: FastifyReply) => void) =>

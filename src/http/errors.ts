@@ -41,15 +41,7 @@ export const methodNotAllowed = (methods: string[]): ApiError =>
   new ApiError(405, 'Method Not Allowed', null, { allowed_methods: methods }, { allow: methods.join(', ') });
 
 export const serviceUnavailable = (retryAfterSeconds: number): ApiError =>
-  new ApiError(
-    503,
-    'Service temporarily unavailable',
-    'SERVER_NOT_READY',
-    {},
-    {
-      'retry-after': String(retryAfterSeconds),
-    },
-  );
+  new ApiError(503, 'Service temporarily unavailable', 'SERVER_NOT_READY', {}, { 'retry-after': String(retryAfterSeconds) });
 
 /**
  * The database connection was lost during the commit (CommitOutcomeUnknown): the request may or

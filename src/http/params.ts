@@ -4,16 +4,12 @@ import { ROLES } from '../zulip.js';
 import { badRequest, missingArgument } from './errors.js';
 
 /**
- * Zulip's parameter layer, declared once. Each route's schema file declares its parameters with
- * `queryParameters` / `formParameters` (and `pathParameters`): one entry per parameter, naming its
- * kind (how its text is decoded, with the docs/api.md §1.6 messages) and whether it must be sent. That one
- * declaration is
- * - the route's TypeBox schema, from which the OpenAPI document is generated (src/http/openapi.ts);
- * - what the one decoder (`decodeParameters`, run after authentication and the rate limit, spec
- *   docs/api.md §1.1) walks: body before query string, in declaration order, the first failure answered;
- * - the type of the values the handler gets (`parametersOf`);
- * - the names that are not ignored: `ignored_parameters_unsupported` is what was received minus
- *   the declared names (docs/api.md §1.7).
+ * Zulip's parameter layer. Each route's schema file declares its parameters with `queryParameters`
+ * / `formParameters`: one entry per parameter, naming its kind (how its text is decoded, with the
+ * docs/api.md §1.6 messages) and whether it must be sent. That declaration is the route's TypeBox
+ * schema (and so its OpenAPI document), what the one decoder walks (`decodeParameters`, after
+ * authentication and the rate limit, docs/api.md §1.1), the handler's value types (`parametersOf`)
+ * and the names not ignored (`ignored_parameters_unsupported`, docs/api.md §1.7).
  */
 
 // --- The failure messages (docs/api.md §1.6), one template each; `name` is the <var>: a parameter name or a nested path. ---
@@ -145,7 +141,7 @@ type Presence = 'required' | 'optional' | 'late';
 export interface Param<T> {
   kind: Kind<unknown>;
   presence: Presence;
-  fallback: T | undefined;
+  fallback?: T;
   description: string;
   /** `late` only: the lowest missing one is reported. */
   lateRank?: number;
@@ -153,18 +149,12 @@ export interface Param<T> {
   readonly type?: T;
 }
 
-export const required = <T>(kind: Kind<T>, description: string): Param<T> => ({
-  kind,
-  presence: 'required',
-  fallback: undefined,
-  description,
-});
+export const required = <T>(kind: Kind<T>, description: string): Param<T> => ({ kind, presence: 'required', description });
 
 /** Required, reported missing after the others decoded, the lowest `rank` first (see Presence). */
 export const requiredLast = <T>(kind: Kind<T>, description: string, rank: number): Param<T> => ({
   kind,
   presence: 'late',
-  fallback: undefined,
   description,
   lateRank: rank,
 });
@@ -189,12 +179,9 @@ export const pathSegment = <T>(schema: TSchema, decode: (segment: string) => T, 
   schema,
 });
 
-/** The pattern of a path segment that is an id: digits only. */
-const DIGITS = '^\\d+$';
-
 /** A path segment that is an id, digits only (the router matches nothing else): see routePath. */
 export const idSegment = <T>(description: string, decode: (segment: string) => T): PathParam<T> =>
-  pathSegment(Type.String({ pattern: DIGITS, description }), decode);
+  pathSegment(Type.String({ pattern: '^\\d+$', description }), decode);
 
 /**
  * The route's URL for the router: each `:name` whose path parameter is documented with a `pattern`
@@ -221,10 +208,7 @@ const decodeSegment = <T>(param: PathParam<T>, name: string, pathValues: Record<
 type Params = Record<string, Param<unknown>>;
 type PathParams = Record<string, PathParam<unknown>>;
 
-interface Declaration {
-  params: Params;
-  path: PathParams;
-}
+type Declaration = DeclaredSchema<Params, PathParams>[typeof DECLARATION];
 
 const DECLARATION = Symbol('zulip parameters');
 
@@ -249,13 +233,8 @@ function declare<P extends Params, Path extends PathParams>(where: 'query' | 'fo
       : where === 'query'
         ? { querystring: Type.Object(properties) }
         : { body: Type.Object(properties), consumes: ['application/x-www-form-urlencoded', 'multipart/form-data'] };
-  const pathSchema =
-    Object.keys(path).length === 0
-      ? {}
-      : {
-          params: Type.Object(Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]))),
-        };
-  return { ...fields, ...pathSchema, [DECLARATION]: { params, path } };
+  const pathProperties = Object.fromEntries(Object.entries(path).map(([name, param]) => [name, param.schema]));
+  return { ...fields, ...(Object.keys(path).length > 0 && { params: Type.Object(pathProperties) }), [DECLARATION]: { params, path } };
 }
 
 /** The parameters a route schema declares (none for a schema without a declaration). */
@@ -292,10 +271,8 @@ const NO_SOURCES: ParamSources = { body: NO_FIELDS, query: NO_FIELDS };
 const raw = (sources: ParamSources, name: string): string | undefined => sources.body.get(name) ?? sources.query.get(name);
 
 /**
- * Decodes the parameters `schema` declares (none when it declares none), in declaration order, body
- * first; the first failure is thrown.
- * Also answers the received names that are not declared (`client` never is reported), sorted by
- * code point.
+ * Decodes the parameters `schema` declares, in declaration order, body first; the first failure is
+ * thrown. Also answers the received names not declared (never `client`), sorted by code point.
  */
 export function decodeParameters(
   schema: FastifySchema | undefined,

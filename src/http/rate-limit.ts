@@ -19,16 +19,6 @@ export interface RateLimitColumns {
   rate_limit_retry_after: number | null;
 }
 
-export interface RateLimitDecision {
-  accepted: boolean;
-  /** Accepted requests in the window, this one included when accepted. */
-  used: number;
-  /** Unix time of the decision, in seconds (database clock, microsecond precision). */
-  nowSeconds: number;
-  /** On refusal: seconds until the request that blocks this one leaves the window. */
-  retryAfterSeconds: number;
-}
-
 /** 429 whose body carries `retry-after` AFTER `code`, as Zulip sends it (docs/api.md §1.8). */
 class RateLimitExceeded extends ApiError {
   constructor(
@@ -51,28 +41,21 @@ export const userBodyMemoryExceeded = (retryAfterSeconds: number): ApiError => n
 /** Which limit an error is the refusal of, if it is one. */
 export const refusedLimit = (error: ApiError): RefusedLimit | undefined => (error instanceof RateLimitExceeded ? error.limit : undefined);
 
-/** The decision the authentication statement took (src/http/auth.repository.ts). */
-export function rateLimitDecision(row: RateLimitColumns): RateLimitDecision {
-  // Present whenever the statement accepted the credentials, which authenticate checks first.
-  if (row.rate_limit_accepted === null) throw new Error('the authentication statement took no rate-limit decision');
-  return {
-    accepted: row.rate_limit_accepted,
-    used: row.rate_limit_used ?? 0,
-    nowSeconds: row.rate_limit_now ?? 0,
-    retryAfterSeconds: row.rate_limit_retry_after ?? 0,
-  };
-}
-
 /**
- * The `X-RateLimit-*` headers of an authenticated request, set before anything else can fail so
- * that every later answer (success, 4xx, 429, 500) carries them; a refusal is thrown as 429.
+ * The `X-RateLimit-*` headers of an authenticated request, from the decision the authentication
+ * statement took (src/http/auth.repository.ts), set before anything else can fail so that every
+ * later answer (success, 4xx, 429, 500) carries them; a refusal is thrown as 429.
  */
-export function applyRateLimit(reply: FastifyReply, rule: RateLimitRule, decision: RateLimitDecision): void {
-  const resetAfter = decision.accepted ? rule.windowSeconds : decision.retryAfterSeconds;
+export function applyRateLimit(reply: FastifyReply, rule: RateLimitRule, decision: RateLimitColumns): void {
+  const accepted = decision.rate_limit_accepted;
+  // Present whenever the statement accepted the credentials, which authenticate checks first.
+  if (accepted === null) throw new Error('the authentication statement took no rate-limit decision');
+  const retryAfterSeconds = decision.rate_limit_retry_after ?? 0;
+  const resetAfter = accepted ? rule.windowSeconds : retryAfterSeconds;
   reply.headers({
     'x-ratelimit-limit': String(rule.maxRequests),
-    'x-ratelimit-remaining': String(decision.accepted ? Math.max(0, rule.maxRequests - decision.used) : 0),
-    'x-ratelimit-reset': String(Math.trunc(decision.nowSeconds + resetAfter)),
+    'x-ratelimit-remaining': String(accepted ? Math.max(0, rule.maxRequests - (decision.rate_limit_used ?? 0)) : 0),
+    'x-ratelimit-reset': String(Math.trunc((decision.rate_limit_now ?? 0) + resetAfter)),
   });
-  if (!decision.accepted) throw new RateLimitExceeded(decision.retryAfterSeconds, 'rate_limit');
+  if (!accepted) throw new RateLimitExceeded(retryAfterSeconds, 'rate_limit');
 }

@@ -1,31 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config.js';
 import { serviceUnavailable } from './errors.js';
 import { userBodyMemoryExceeded } from './rate-limit.js';
-
-/**
- * Bounds the memory an instance gives to the bodies of authenticated requests while they are
- * served. Once read, a body is parsed and decoded, then may wait in its user's queue (a
- * user's writes run one at a time, src/db/user-transactions.ts); a decoded bulk update holds
- * several times its size, and until now the only bound on how many wait was the rate limit. So,
- * right after authentication and the rate limit, before its parameters are decoded:
- *
- * - user: a user's requests with a body may hold at most `userBytes` and `userRequests` at once on
- *   this instance (its first one is always admitted: the body limit bounds it). Beyond it: 429
- *   RATE_LIMIT_HIT with a retry-after of a second, which the official clients wait out and retry.
- * - instance: all users' together at most `totalBytes`. Beyond it: 503 SERVER_NOT_READY.
- *
- * Counted after authentication, not while bodies arrive: what unauthenticated requests cost is
- * bounded per request (the body limit, BODY_TIMEOUT_SECONDS; their bodies are never decoded), and they can never
- * fill the budget that the users' writes need. A reservation ends when the answer is handed to
- * Fastify (onSend), which every request passes once its handler, and so its waiting write, is
- * done, whether or not its client is still there.
- */
-export interface RequestMemoryLimits {
-  totalBytes: number;
-  userBytes: number;
-  userRequests: number;
-  retryAfterSeconds: number;
-}
 
 /** Seconds a client refused for its own queue waits before retrying: its queued writes take milliseconds each. */
 const USER_RETRY_AFTER_SECONDS = 1;
@@ -37,11 +13,32 @@ interface Reservation {
 
 const reservations = new WeakMap<FastifyRequest, Reservation>();
 
+/**
+ * Bounds the memory an instance gives to the bodies of authenticated requests while they are
+ * served. Once read, a body is parsed and decoded, then may wait in its user's queue (a user's
+ * writes run one at a time, src/db/user-transactions.ts); a decoded bulk update holds several
+ * times its size, and the rate limit alone does not bound how many wait. So, right after
+ * authentication and the rate limit, before its parameters are decoded:
+ *
+ * - user: a user's requests with a body may hold at most USER_REQUEST_BODY_BYTES and
+ *   USER_REQUEST_BODIES at once on this instance (its first one is always admitted: the body limit
+ *   bounds it). Beyond it: 429 RATE_LIMIT_HIT with a retry-after of a second, which the official
+ *   clients wait out and retry.
+ * - instance: all users' together at most REQUEST_BODY_MEMORY_BYTES. Beyond it: 503 SERVER_NOT_READY.
+ *
+ * Counted after authentication, not while bodies arrive: what unauthenticated requests cost is
+ * bounded per request (the body limit, BODY_TIMEOUT_SECONDS; their bodies are never decoded), and
+ * they can never fill the budget that the users' writes need. A reservation ends when the answer
+ * is handed to Fastify (onSend), which every request passes once its handler, and so its waiting
+ * write, is done, whether or not its client is still there.
+ */
 export class RequestMemory {
   private total = 0;
   private readonly users = new Map<number, { bytes: number; requests: number }>();
 
-  constructor(private readonly limits: RequestMemoryLimits) {}
+  constructor(
+    private readonly limits: Pick<Config, 'requestBodyMemoryBytes' | 'userRequestBodyBytes' | 'userRequestBodies' | 'retryAfterSeconds'>,
+  ) {}
 
   /** preHandler of the authenticated routes that take a body, after authentication and the rate limit: the body counts against its user and the instance. */
   readonly admit = (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
@@ -49,10 +46,10 @@ export class RequestMemory {
     if (userId === undefined) return done();
     const bytes = bodyBytes(request);
     const held = this.users.get(userId) ?? { bytes: 0, requests: 0 };
-    if (held.requests > 0 && (held.requests >= this.limits.userRequests || held.bytes + bytes > this.limits.userBytes)) {
+    if (held.requests > 0 && (held.requests >= this.limits.userRequestBodies || held.bytes + bytes > this.limits.userRequestBodyBytes)) {
       return done(userBodyMemoryExceeded(USER_RETRY_AFTER_SECONDS));
     }
-    if (this.total + bytes > this.limits.totalBytes) return done(serviceUnavailable(this.limits.retryAfterSeconds));
+    if (this.total + bytes > this.limits.requestBodyMemoryBytes) return done(serviceUnavailable(this.limits.retryAfterSeconds));
     held.bytes += bytes;
     held.requests += 1;
     this.users.set(userId, held);

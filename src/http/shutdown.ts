@@ -3,13 +3,10 @@ import { serviceUnavailable } from './errors.js';
 
 /**
  * Once app.close() starts:
- * - every response closes its connection. app.close() waits for the HTTP server to close, and the
- *   server waits for every connection: a keep-alive connection whose request was still in flight
- *   when shutdown began would otherwise stay open, idle, until KEEP_ALIVE_TIMEOUT_SECONDS, past
- *   any sensible shutdown deadline;
- * - a new request arriving on such a connection gets the Zulip 503 envelope with Retry-After (the
- *   client retries, through the load balancer, on another instance), instead of Fastify's own
- *   503 body (return503OnClosing is off for that reason).
+ * - every response closes its connection: app.close() waits for every connection, and a keep-alive
+ *   one whose request was in flight would otherwise stay open until KEEP_ALIVE_TIMEOUT_SECONDS;
+ * - a new request on such a connection gets the Zulip 503 envelope with Retry-After (the client
+ *   retries on another instance), not Fastify's own 503 body (return503OnClosing is off).
  */
 export function closeConnectionsOnShutdown(app: FastifyInstance, retryAfterSeconds: number): void {
   let closing = false;
