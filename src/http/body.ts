@@ -134,14 +134,17 @@ export function bodyDeadline(seconds: number) {
   };
 }
 
-/** Large bodies read, decoded and served at once per instance: two kept another organization's small writes near their latency alone (bench/RESULTS.md). */
-const LARGE_BODY_TURNS = 2;
+/**
+ * Large bodies read, decoded and served at once per instance. One: two at once still kept a CPU-starved instance's event loop
+ * busy (another organization's small writes at 8–19 × their latency alone); one served as many large writes (bench/RESULTS.md).
+ */
+const LARGE_BODY_TURNS = 1;
 
 /**
  * Large bodies take turns, from before a byte of them is read until their answer is handed over
- * (onSend: the write is done, whether or not its client stayed): at most LARGE_BODY_TURNS per
- * instance, one per Authorization header (its account when the credentials are good; it only
- * orders the waiting). Reading, parsing and decoding a 10,000-entry update, then writing it, takes
+ * (onSend: the write is done, whether or not its client stayed): LARGE_BODY_TURNS per instance,
+ * each Authorization header (its account when the credentials are good) waiting behind its own
+ * earlier body, so that one account's many bodies do not go before others'. Reading, parsing and decoding a 10,000-entry update, then writing it, takes
  * the event loop and PostgreSQL for tens of milliseconds: many accounts' large writes at once held
  * other organizations' small writes for seconds. Waiting bodies stay unread in their sockets (TCP
  * back-pressure), not in memory; a request is never refused for its turn (only the request timeout
