@@ -8,7 +8,7 @@ import { authenticationHooks } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';
 import { zulipClientErrorHandler } from './http/client-errors.js';
 import { CLIENT_LEFT, clientLeft, watchDeparture } from './http/client-gone.js';
-import { BODY_METHODS, bodyDeadline, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
+import { BODY_METHODS, bodyDeadline, largeBodyTurns, limitFormFields, registerBodyParsers, parameterCollector } from './http/body.js';
 import { bodyRefusalOf, malformedRequest, serviceUnavailable, toApiError } from './http/errors.js';
 import './http/fastify-types.js';
 import { documentationOnly, registerOpenApi } from './http/openapi.js';
@@ -175,6 +175,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
   const requestMemory = new RequestMemory(config);
   const authentication = authenticationHooks(new AccountBatches(shortStatements, metrics && ((size) => metrics.authBatch(size))), config);
   const timeBody = bodyDeadline(config.bodyTimeoutSeconds);
+  const turns = largeBodyTurns();
   await app.register(async (api) => {
     // Route schemas declare the parameters: parameterDecoder decodes them Zulip's way, and
     // the OpenAPI document is generated from them; Fastify itself neither validates nor coerces.
@@ -188,7 +189,12 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
     api.addHook('onRoute', (route) => {
       const takesBody = [route.method].flat().some((method) => BODY_METHODS.has(method));
       const authenticate = authentication(route);
-      route.onRequest = [...(/[:*]/.test(route.url) ? [rejectEmptyPathParams] : []), ...hooks(route.onRequest)];
+      route.onRequest = [
+        ...(/[:*]/.test(route.url) ? [rejectEmptyPathParams] : []),
+        // Before the body is read: a large one waits for its turn unread.
+        ...(takesBody ? [turns.take] : []),
+        ...hooks(route.onRequest),
+      ];
       // After limitFormFields: the stream it fails is the one the parser reads (a pipe passes no error on).
       if (takesBody) route.preParsing = [limitFormFields, timeBody, ...hooks(route.preParsing)];
       route.preHandler = [
@@ -198,7 +204,7 @@ export async function buildApp(deps: AppDeps, logger: boolean | object = false):
         parameterDecoder(route),
         ...hooks(route.preHandler),
       ];
-      if (authenticate && takesBody) route.onSend = [requestMemory.release, ...hooks(route.onSend)];
+      if (takesBody) route.onSend = [turns.end, ...(authenticate ? [requestMemory.release] : []), ...hooks(route.onSend)];
     });
     await api.register(serverSettingsRoutes, deps);
     for (const routes of AUTHENTICATED_ROUTES) await api.register(routes, deps);

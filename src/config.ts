@@ -235,14 +235,14 @@ export const EnvSchema = Type.Object({
     minimum: 1,
     default: 60,
     description:
-      'How long a client has to send a whole request (headers and body); then 408 and the connection closes. It does not ' +
-      'limit the time to answer (long polls).',
+      "How long a client has to send a whole request (headers and body), a large body's wait for its turn included (docs/limits.md); " +
+      'then 408 and the connection closes. It does not limit the time to answer (long polls).',
   }),
   BODY_TIMEOUT_SECONDS: Type.Integer({
     minimum: 1,
     default: 10,
     description:
-      "How long a body of 64 KiB or more (or chunked) may take to arrive whole, from the request's headers; then 408 and " +
+      'How long a body of 64 KiB or more (or chunked) may take to arrive whole, from its turn to be read (docs/limits.md); then 408 and ' +
       'the connection closes. Bodies are read before the credentials are checked (docs/api.md §1.1).',
   }),
   CONNECTION_TIMEOUT_SECONDS: Type.Integer({

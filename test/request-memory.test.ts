@@ -106,7 +106,7 @@ describe('the instance', () => {
 });
 
 describe('a burst of large writes from one account', () => {
-  it('keeps the heap bounded (under 150 MB above where it started) and fails nobody with 500', async () => {
+  it('keeps the heap bounded (under 150 MB above where it started) and serves every one: large bodies take turns, unrefused', async () => {
     ctx = await createTestContext({ env: { RATE_LIMITING: 'true' } });
     // 10,000 entries on one subscription (about 500 KB urlencoded), the largest update the limits allow.
     const entries = Array.from({ length: 10_000 }, (_, index) => ({
@@ -123,7 +123,8 @@ describe('a burst of large writes from one account', () => {
     }, 5);
     try {
       const responses = await Promise.all(
-        Array.from({ length: 150 }, () =>
+        // 40, not more: one account's large bodies are served one at a time (src/http/body.ts, largeBodyTurns).
+        Array.from({ length: 40 }, () =>
           api(ctx!.app, {
             method: 'POST',
             url: PROPERTIES_URL,
@@ -133,10 +134,7 @@ describe('a burst of large writes from one account', () => {
           }),
         ),
       );
-      const statuses = responses.map((res) => res.statusCode);
-      expect(statuses.filter((status) => ![200, 429, 503].includes(status))).toEqual([]);
-      expect(statuses.filter((status) => status === 200).length).toBeGreaterThan(0);
-      expect(statuses.filter((status) => status !== 200).length).toBeGreaterThan(0);
+      expect(responses.map((res) => res.statusCode)).toEqual(responses.map(() => 200));
     } finally {
       clearInterval(sampler);
     }

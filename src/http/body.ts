@@ -2,6 +2,8 @@ import { PassThrough, Transform, type TransformCallback } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
 import { ClientGone } from '../db/user-transactions.js';
+import { KeyedQueue } from '../lib/keyed-queue.js';
+import { clientGone } from './client-gone.js';
 import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';
 import { decodeForm } from './form-decoding.js';
 import { NO_FIELDS, type ParamSources } from './params.js';
@@ -80,8 +82,16 @@ export function limitFormFields(
   done(null, payload.pipe(new FieldCounter()));
 }
 
-/** Bodies declared at least this long (or chunked) must arrive within the body deadline; shorter ones come in a packet or two. */
-const DEADLINE_FROM_BYTES = 65_536;
+/**
+ * Bodies declared at least this long, or chunked, are large: they must arrive within the body
+ * deadline (shorter ones come in a packet or two) and take turns to be read (LargeBodyTurns).
+ */
+const LARGE_BODY_BYTES = 65_536;
+
+const isLarge = (request: FastifyRequest): boolean => {
+  const declared = request.headers['content-length'];
+  return request.headers['transfer-encoding'] !== undefined || (declared !== undefined && Number(declared) >= LARGE_BODY_BYTES);
+};
 
 /**
  * preParsing of the routes that take a body: a large body must arrive whole within `seconds` of the
@@ -102,8 +112,7 @@ export function bodyDeadline(seconds: number) {
     // (request.isMultipart() is only known once its parser ran, after this hook).
     if (hasMediaType(request, 'multipart/form-data')) return done(null, payload);
     const raw = request.raw;
-    const declared = request.headers['content-length'];
-    const large = request.headers['transfer-encoding'] !== undefined || (declared !== undefined && Number(declared) >= DEADLINE_FROM_BYTES);
+    const large = isLarge(request);
     // Read straight from the request, a small body needs nothing: the parser hears the request's own errors.
     if (!large && payload === raw) return done(null, payload);
     // Destroying the request itself would destroy its socket, and the 408 would never be sent: a
@@ -118,6 +127,65 @@ export function bodyDeadline(seconds: number) {
     read.once('end', () => clearTimeout(timer));
     raw.once('close', () => (raw.complete ? clearTimeout(timer) : fail(new ClientGone())));
     done(null, read);
+  };
+}
+
+/**
+ * Large bodies read, decoded and served at once per instance. One: two at once still kept a CPU-starved instance's event loop
+ * busy (another organization's small writes at 8–19 × their latency alone); one served as many large writes (bench/RESULTS.md).
+ */
+const LARGE_BODY_TURNS = 1;
+
+/**
+ * Large bodies take turns, from before a byte of them is read until their answer is handed over
+ * (onSend: the write is done, whether or not its client stayed): LARGE_BODY_TURNS per instance,
+ * each Authorization header (its account when the credentials are good) waiting behind its own
+ * earlier body, so that one account's many bodies do not go before others'. Reading, parsing and decoding a 10,000-entry update, then writing it, takes
+ * the event loop and PostgreSQL for tens of milliseconds: many accounts' large writes at once held
+ * other organizations' small writes for seconds. Waiting bodies stay unread in their sockets (TCP
+ * back-pressure), not in memory; a request is never refused for its turn (only the request timeout
+ * ends a wait), and smaller bodies never wait.
+ */
+export function largeBodyTurns() {
+  const queue = new KeyedQueue<string | undefined>(LARGE_BODY_TURNS);
+  const turns = new WeakMap<FastifyRequest, { over: boolean; end?: () => void }>();
+  return {
+    /** onRequest of the routes that take a body. */
+    take: (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+      if (!isLarge(request)) return done();
+      const turn: { over: boolean; end?: () => void } = { over: false };
+      turns.set(request, turn);
+      // A client seen leaving while it waits gives up its place (its turn, when it comes, ends at once). An unread
+      // socket's close is mostly seen only at its turn, once what it sent is read: the read then fails and the turn ends.
+      const stopWatching = clientGone(reply).onGone(() => {
+        turn.over = true;
+        done(new ClientGone());
+      });
+      void queue.run(
+        request.headers.authorization,
+        () =>
+          new Promise<void>((end) => {
+            if (turn.over) return end();
+            stopWatching();
+            turn.end = end;
+            done();
+          }),
+      );
+    },
+    /** onSend of the same routes. */
+    end: (
+      request: FastifyRequest,
+      _reply: FastifyReply,
+      payload: unknown,
+      done: (error: Error | null, payload?: unknown) => void,
+    ): void => {
+      const turn = turns.get(request);
+      if (turn) {
+        turn.over = true;
+        turn.end?.();
+      }
+      done(null, payload);
+    },
   };
 }
 
