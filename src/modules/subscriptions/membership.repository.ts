@@ -4,6 +4,7 @@ import { preparedStatement, reusableStatement, type StatementRunner } from '../.
 import { ROLES } from '../../zulip.js';
 import { USER_COLUMNS, type UserColumn } from '../users/users.serializers.js';
 import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
+import { MAX_AUDIT_ROWS } from './subscriptions.repository.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../event-log/event-log.repository.js';
 
 /**
@@ -232,7 +233,9 @@ const SUBSCRIPTION_DEACTIVATED = 303;
  * them. The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
  * per subscription added, SUBSCRIPTION_CREATED, or SUBSCRIPTION_ACTIVATED when its row existed
  * (inactive) before the statement (which every part of it sees as it was); then per subscription
- * removed, SUBSCRIPTION_DEACTIVATED; each in request order, all with the statement's time.
+ * removed, SUBSCRIPTION_DEACTIVATED; each in request order, all with the statement's time. Beyond
+ * MAX_AUDIT_ROWS (user, channel) pairs, one row holds them all, as a settings request's
+ * (subscriptions.repository.ts): one request writes at most MAX_AUDIT_ROWS rows.
  */
 export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, { channels: number; added: number; removed: number }>(
   [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed', 'actingUserId'],
@@ -286,6 +289,20 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
           .where('sub.realm_id', '=', args.realmId)
           .returning('sub.user_id'),
       )
+      // Each (user, channel) changed; EXISTS sees the subscriptions as before the statement (as every CTE does).
+      .with(
+        'membership_change(user_id, stream_id, ord, event_type)',
+        () => sql<{ user_id: number; stream_id: number; ord: number; event_type: number }>`(
+        SELECT a.user_id, a.stream_id, a.ord,
+               CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
+                    THEN ${sql.lit(SUBSCRIPTION_ACTIVATED)} ELSE ${sql.lit(SUBSCRIPTION_CREATED)} END
+        FROM ROWS FROM (json_to_recordset(${args.added}::json) AS (user_id integer, stream_id integer, color text))
+             WITH ORDINALITY AS a(user_id, stream_id, color, ord)
+        UNION ALL
+        SELECT r.user_id, r.stream_id, r.ord, ${sql.lit(SUBSCRIPTION_DEACTIVATED)}
+        FROM ROWS FROM (json_to_recordset(${args.removed}::json) AS (user_id integer, stream_id integer))
+             WITH ORDINALITY AS r(user_id, stream_id, ord))`,
+      )
       .with('audited', (db) =>
         db
           .insertInto('subscription_audit_log')
@@ -293,17 +310,22 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
           .expression(
             () => sql`(
             SELECT ${args.realmId}::integer, ${args.actingUserId}::integer, c.user_id, c.stream_id, c.event_type, statement_timestamp()
-            FROM (
-              SELECT a.user_id, a.stream_id, a.ord,
-                     CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
-                          THEN ${sql.lit(SUBSCRIPTION_ACTIVATED)} ELSE ${sql.lit(SUBSCRIPTION_CREATED)} END AS event_type
-              FROM ROWS FROM (json_to_recordset(${args.added}::json) AS (user_id integer, stream_id integer, color text))
-                   WITH ORDINALITY AS a(user_id, stream_id, color, ord)
-              UNION ALL
-              SELECT r.user_id, r.stream_id, r.ord, ${sql.lit(SUBSCRIPTION_DEACTIVATED)}
-              FROM ROWS FROM (json_to_recordset(${args.removed}::json) AS (user_id integer, stream_id integer))
-                   WITH ORDINALITY AS r(user_id, stream_id, ord)) c
+            FROM membership_change c
+            WHERE (SELECT count(*) FROM membership_change) <= ${sql.lit(MAX_AUDIT_ROWS)}
             ORDER BY c.event_type, c.ord)`,
+          ),
+      )
+      // More pairs: one row (no user, no channel; the first pair's event type) listing [user_id, stream_id, event_type] of each.
+      .with('audited_together', (db) =>
+        db
+          .insertInto('subscription_audit_log')
+          .columns(['realm_id', 'acting_user_id', 'event_type', 'new_value', 'created_at'])
+          .expression(
+            () => sql`(
+            SELECT ${args.realmId}::integer, ${args.actingUserId}::integer, min(c.event_type),
+                   jsonb_agg(jsonb_build_array(c.user_id, c.stream_id, c.event_type) ORDER BY c.event_type, c.ord), statement_timestamp()
+            FROM membership_change c
+            HAVING count(*) > ${sql.lit(MAX_AUDIT_ROWS)})`,
           ),
       )
       .selectNoFrom((eb) => [

@@ -27,8 +27,8 @@ export interface SettingWriteArgs extends EventAppendArgs {
   write: boolean;
 }
 
-/** Audit rows of one settings request at most: beyond, one row for all its pairs. */
-const MAX_AUDIT_ROWS = 100;
+/** Audit rows of one settings or membership request at most: beyond, one row for all its pairs. */
+export const MAX_AUDIT_ROWS = 100;
 
 const AUDIT_COLUMNS = [
   'realm_id',
