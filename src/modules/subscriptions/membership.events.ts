@@ -3,6 +3,7 @@ import type { AddressedEvent, ApiEvent } from '../event-log/event-log.repository
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord, userRecordOf } from '../users/users.serializers.js';
 import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';
+import { CHANNEL_KEYS, objectBuilder } from './subscriptions.serializers.js';
 
 /**
  * Who receives which event of a membership change, as Zulip's bulk_add_subscriptions,
@@ -75,6 +76,13 @@ export interface PeerChange {
 
 const ascending = (a: number, b: number) => a - b;
 
+/** Adds `value` to the list of `key`. */
+export function append<K, V>(lists: Map<K, V[]>, key: K, value: V): void {
+  const list = lists.get(key);
+  if (list) list.push(value);
+  else lists.set(key, [value]);
+}
+
 /**
  * The peer_add or peer_remove events: one per private channel, and for the others one per set of
  * changed users and kind (public, web-public), covering their channels (sorted `stream_ids`); a
@@ -109,27 +117,17 @@ export function peerEvents(op: 'peer_add' | 'peer_remove', changes: PeerChange[]
   return events;
 }
 
-/**
- * The channel as stream events carry it: the channel keys of the subscription object
- * (docs/api.md §2.12), in Zulip's stream dictionary order.
- */
-export function streamObject(channel: ChannelRow) {
-  return {
-    is_archived: channel.deactivated,
-    creator_id: channel.creator_id,
-    date_created: Number(channel.date_created),
-    description: channel.description,
-    first_message_id: null,
-    history_public_to_subscribers: channel.history_public_to_subscribers,
-    invite_only: channel.invite_only,
-    is_web_public: channel.is_web_public,
-    message_retention_days: channel.message_retention_days,
-    name: channel.name,
-    rendered_description: channel.rendered_description,
-    stream_id: channel.id,
-    stream_weekly_traffic: null,
-  };
-}
+/** The channel as the serializers read it (ChannelColumns). */
+export const channelColumns = (channel: ChannelRow) => ({
+  ...channel,
+  stream_id: channel.id,
+  date_created: new Date(Number(channel.date_created) * 1000),
+});
+
+const buildStreamObject = objectBuilder<ReturnType<typeof channelColumns>>({ ...CHANNEL_KEYS, is_archived: (row) => row.deactivated });
+
+/** The channel as stream events carry it: the subscription object's channel keys (docs/api.md §2.12), in their order. */
+export const streamObject = (channel: ChannelRow) => buildStreamObject(channelColumns(channel));
 
 /**
  * The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event;
@@ -306,12 +304,7 @@ export function unsubscribeAccessEvents(
   );
   const sharing = new ChannelSharing(read.shared_elsewhere, channelsByUser(after));
   const left = new Map<number, (readonly number[])[]>();
-  for (const { user_id, stream_id } of removed) {
-    const subscribers = after.get(stream_id) ?? [];
-    const list = left.get(user_id);
-    if (list) list.push(subscribers);
-    else left.set(user_id, [subscribers]);
-  }
+  for (const { user_id, stream_id } of removed) append(left, user_id, after.get(stream_id) ?? []);
   const changes = users.filter((userId) => left.has(userId)).map((userId) => ({ userId, channelSubscribers: left.get(userId)! }));
   return accessLossEvents(changes, sharing, recipients);
 }

@@ -204,14 +204,8 @@ export async function readMembership(
   return row!;
 }
 
-/** A channel to create, with the id the read reserved and its creation time (ISO). */
-export type NewChannel = Omit<ChannelRow, 'date_created' | 'deactivated' | 'message_retention_days' | 'creator_id'> & {
-  creator_id: number;
-  date_created: string;
-};
-
 interface MembershipWriteArgs extends MultiUserEventArgs {
-  /** NewChannel objects, as JSON. */
+  /** The channels to create (ChannelRow objects, the ids the read reserved, date_created ISO), as JSON. */
   channels: string;
   /** `{user_id, stream_id, color}` objects to subscribe, as JSON (an inactive row is reactivated and keeps its colour). */
   added: string;

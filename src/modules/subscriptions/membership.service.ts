@@ -13,6 +13,8 @@ import type { UserObjectConfig } from '../users/users.serializers.js';
 import { dummyAddressDigits } from '../users/users.service.js';
 import { ColorPicker } from './colors.js';
 import {
+  append,
+  channelColumns,
   peerEvents,
   type PeerChange,
   Recipients,
@@ -25,7 +27,6 @@ import {
   type ChannelRow,
   type MembershipRead,
   type MembershipRow,
-  type NewChannel,
   readMembership,
   type TargetRow,
   writeMembershipStatement,
@@ -301,13 +302,8 @@ function planSubscriptions(
       (subscribed[key] ??= []).push(channel.name);
       const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? colors.next();
       added.push({ user_id: user.id, stream_id: channel.id, color });
-      const list = addedTo.get(channel.id);
-      if (list) list.push(user.id);
-      else addedTo.set(channel.id, [user.id]);
-      const own = perUser.get(user.id);
-      const entry = { channel, row, color };
-      if (own) own.push(entry);
-      else perUser.set(user.id, [entry]);
+      append(addedTo, channel.id, user.id);
+      append(perUser, user.id, { channel, row, color });
     }
   }
   const subscribersAfter = (channel: ChannelRow) =>
@@ -330,16 +326,7 @@ function planSubscriptions(
       ...serializeSubscription({
         // A former subscription keeps its settings (settings.ts); a new one has the columns' defaults.
         ...(row ?? NEW_SUBSCRIPTION_SETTINGS),
-        stream_id: channel.id,
-        name: channel.name,
-        description: channel.description,
-        rendered_description: channel.rendered_description,
-        creator_id: channel.creator_id,
-        date_created: new Date(Number(channel.date_created) * 1000),
-        invite_only: channel.invite_only,
-        is_web_public: channel.is_web_public,
-        history_public_to_subscribers: channel.history_public_to_subscribers,
-        message_retention_days: channel.message_retention_days,
+        ...channelColumns(channel),
         color,
         subscribers: subscribersAfter(channel),
       }),
@@ -377,17 +364,7 @@ async function writeMembership(
   const stored = events
     .map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) }))
     .filter((event) => event.users.length > 0);
-  const channels: NewChannel[] = created.map((channel) => ({
-    id: channel.id,
-    name: channel.name,
-    description: channel.description,
-    rendered_description: channel.rendered_description,
-    invite_only: channel.invite_only,
-    is_web_public: channel.is_web_public,
-    history_public_to_subscribers: channel.history_public_to_subscribers,
-    creator_id: channel.creator_id!,
-    date_created: new Date(channel.date_created * 1000).toISOString(),
-  }));
+  const channels = created.map((channel) => ({ ...channel, date_created: new Date(channel.date_created * 1000).toISOString() }));
   await writeMembershipStatement(tx, {
     realmId: caller.realmId,
     channels: JSON.stringify(channels),
@@ -452,8 +429,8 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
           }
           removed.push(channel.name);
           removals.push({ user_id: user.id, stream_id: channel.id });
-          removedFrom.set(channel.id, [...(removedFrom.get(channel.id) ?? []), user.id]);
-          lostBy.set(user.id, [...(lostBy.get(user.id) ?? []), channel]);
+          append(removedFrom, channel.id, user.id);
+          append(lostBy, user.id, channel);
         }
       }
       if (removals.length > 0) {
