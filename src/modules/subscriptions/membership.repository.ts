@@ -30,15 +30,10 @@ export interface ChannelRow {
 }
 
 /** A user named by `principals` (or the caller), in the caller's organization. */
-export interface TargetRow {
-  id: number;
-  delivery_email: string;
-  email_address_visibility: number;
-  bot_type: number | null;
-  bot_owner_id: number | null;
-  role: number;
-  is_active: boolean;
-}
+export type TargetRow = Pick<
+  Selectable<Users>,
+  'id' | 'delivery_email' | 'email_address_visibility' | 'bot_type' | 'bot_owner_id' | 'role' | 'is_active'
+>;
 
 /** A target's subscription row on a named channel, active or not, with its settings (settings.ts). */
 export interface MembershipRow extends StoredSettings {
@@ -59,17 +54,10 @@ export interface MembershipRead {
   subscribers: { stream_id: number; user_ids: number[] }[];
   /** The colours of each target's active subscriptions (for the palette). */
   used_colors: { user_id: number; colors: string[] }[];
-  /**
-   * The active users the events can concern (ids and roles, in id order): those with a queue, the
-   * targets, the named channels' creators and active subscribers.
-   */
+  /** The active users the events can concern, in id order: those with a queue, the targets, the channels' creators and subscribers. */
   active_ids: number[];
   active_roles: number[];
-  /**
-   * The users with an event queue: the only recipients whose events are stored. No queue can be
-   * added meanwhile: register creates queues under the organization's membership lock, shared,
-   * which the change holds exclusively.
-   */
+  /** The users with an event queue; register adds queues under the membership lock, shared, so none is added meanwhile. */
   queue_owners: number[];
   /** Ids for the channels to create (at most one per name that names none). */
   new_ids: number[];
@@ -78,17 +66,11 @@ export interface MembershipRead {
   /** Whether the organization restricts guests' access to users (can_access_all_users_group = members, docs/api.md §2.4). */
   restricted: boolean;
   /**
-   * Restricted organizations only: for each target, the users among the named channels' active
-   * subscribers and the targets (a guest, or any when the target is one) who share with it an
-   * active subscription to a channel that is NOT named (archived ones included): the sharing a
-   * change of the named channels cannot alter.
+   * Restricted organizations only: per target, the users among the named channels' subscribers and
+   * the targets (guests, or any for a guest target) who share with it a channel that is NOT named.
    */
   shared_elsewhere: { target_id: number; other_ids: number[] }[];
-  /**
-   * Restricted organizations, when asked ($6): the users whose realm_user/add a subscribe may send,
-   * as user objects need them: the targets, and the named channels' active subscribers when a
-   * target is a guest.
-   */
+  /** Restricted organizations, when asked ($6): the targets, and the channels' subscribers when a target is a guest. */
   people: PersonRow[];
 }
 
@@ -221,15 +203,12 @@ const SUBSCRIPTION_ACTIVATED = 302;
 const SUBSCRIPTION_DEACTIVATED = 303;
 
 /**
- * Creates the channels, subscribes and unsubscribes, writes their audit rows and appends the events
- * to each recipient's queues: one statement. The checks were made by the caller on what
- * readMembership returned, under the organization's membership lock, so nothing here can fail on
- * them. The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
- * per subscription added, SUBSCRIPTION_CREATED, or SUBSCRIPTION_ACTIVATED when its row existed
- * (inactive) before the statement (which every part of it sees as it was); then per subscription
- * removed, SUBSCRIPTION_DEACTIVATED; each in request order, all with the statement's time. Beyond
- * MAX_AUDIT_ROWS (user, channel) pairs, one row holds them all, as a settings request's
- * (subscriptions.repository.ts): one request writes at most MAX_AUDIT_ROWS rows.
+ * Creates the channels, subscribes and unsubscribes, writes their audit rows and appends the events:
+ * one statement, after the caller's checks under the membership lock, so nothing here can fail.
+ * The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
+ * SUBSCRIPTION_CREATED per subscription added, or ACTIVATED when its row existed before; then
+ * DEACTIVATED per one removed; in request order, with the statement's time. Beyond MAX_AUDIT_ROWS
+ * pairs, one row holds them all, as for settings (subscriptions.repository.ts).
  */
 export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, { channels: number; added: number; removed: number }>(
   [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed', 'actingUserId'],

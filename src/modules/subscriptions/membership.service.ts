@@ -31,7 +31,9 @@ import {
   type TargetRow,
   writeMembershipStatement,
 } from './membership.repository.js';
-import { type ChannelRequest, checkChannelName, type Principals, stripName } from './membership.validation.js';
+import type { parametersOf } from '../../http/params.js';
+import type { subscribeSchema } from './membership.schemas.js';
+import { checkChannelName, type Principals, stripName } from './membership.validation.js';
 import { NEW_SUBSCRIPTION_SETTINGS } from './settings.js';
 import { serializeSubscription } from './subscriptions.serializers.js';
 
@@ -40,18 +42,14 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  * Zulip's order (zerver/views/streams.py add_subscriptions_backend, remove_subscriptions_backend;
  * docs/management-api.md, "Subscriptions"), all or nothing.
  *
- * Locking: such a change alters several users' state (the principals' subscriptions) and sends
- * events to many more (peer_add to every member for a public channel). It runs as an interactive
- * transaction of the caller's (UserTransactions.runInteractive: the caller's queue and user lock),
- * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE),
- * which register takes shared: every register of the organization sees the change either in its
- * state or among its queue's events, and two membership changes of an organization never
- * interleave, so what the read statement found still holds when the write runs. The principals'
- * own user locks are not taken: a user's settings writes change only rows of that user's active
- * subscriptions, row by row, and take no organization lock, so neither waits for the other's
- * locks in a cycle. Within this process the change first waits in the organization's queue
- * (RealmQueue in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
- * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
+ * Locking: a change runs in the caller's interactive transaction (UserTransactions.runInteractive),
+ * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE), which
+ * register takes shared: every register sees the change either in its state or among its queue's
+ * events, and two membership changes of an organization never interleave, so what the read found
+ * still holds when the write runs. The principals' user locks are not taken: their settings writes
+ * change only their own rows and take no organization lock, so no lock cycle. Statements: BEGIN,
+ * the user's lock, the organization's lock, one read, one write (skipped when nothing changes),
+ * COMMIT, whatever the number of channels and users.
  */
 
 export type MembershipCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'realmSubdomain'>;
@@ -62,15 +60,8 @@ export interface MembershipContext extends EventWrites {
   config: UserObjectConfig;
 }
 
-export interface SubscribeRequest {
-  channels: ChannelRequest[];
-  principals: Principals | undefined;
-  authorizationErrorsFatal: boolean;
-  inviteOnly: boolean;
-  isWebPublic: boolean;
-  historyPublicToSubscribers: boolean | undefined;
-  sendNewSubscriptionMessages: boolean;
-}
+/** POST /users/me/subscriptions' parameters. */
+export type SubscribeRequest = ReturnType<typeof parametersOf<typeof subscribeSchema>>;
 
 /** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES: new_subscription_messages_sent is whether at most this many users were newly subscribed. */
 const MAX_BULK_NEW_SUBSCRIPTION_MESSAGES = 100;
@@ -183,7 +174,7 @@ function membershipIndex(read: MembershipRead) {
 const hasContentAccess = (channel: ChannelRow, subscribed: boolean) => channel.is_web_public || subscribed || !channel.invite_only;
 
 /** Zulip's get_default_value_for_history_public_to_subscribers. */
-const historyPublic = (request: SubscribeRequest) => (request.inviteOnly ? (request.historyPublicToSubscribers ?? false) : true);
+const historyPublic = (request: SubscribeRequest) => (request.invite_only ? (request.history_public_to_subscribers ?? false) : true);
 
 export type SubscribeResult = Record<string, unknown>;
 
@@ -194,7 +185,7 @@ export function subscribeUsers(
   request: SubscribeRequest,
   departure?: Departure,
 ): Promise<SubscribeResult> {
-  const names = checkedNames(request.channels.map((channel) => channel.name));
+  const names = checkedNames(request.subscriptions.map((channel) => channel.name));
   const principals = request.principals;
   const subscribingOthers =
     principals !== undefined && ('emails' in principals ? principals.emails.length > 0 : principals.ids.some((id) => id !== caller.id));
@@ -208,10 +199,10 @@ export function subscribeUsers(
       // Zulip's check_channel_creation_permissions: every non-guest may create public and private
       // channels here (no group settings); web-public ones need spectator access, which no
       // organization of this server enables.
-      if (missing.length > 0 && request.isWebPublic) throw badRequest('Web-public channels are not enabled.');
+      if (missing.length > 0 && request.is_web_public) throw badRequest('Web-public channels are not enabled.');
       const index = membershipIndex(read);
       const unauthorized = existing.filter((channel) => !hasContentAccess(channel, index.rowOf(caller.id, channel.id)?.active === true));
-      if (unauthorized.length > 0 && request.authorizationErrorsFatal)
+      if (unauthorized.length > 0 && request.authorization_errors_fatal)
         throw badRequest(`Unable to access channel (${unauthorized[0]!.name}).`);
       const subscribers = subscribingOthers
         ? resolvePrincipals(principals, read, caller, context.config)
@@ -219,7 +210,7 @@ export function subscribeUsers(
       const created = createdChannels(missing, request, read.new_ids, caller);
       const authorized = existing.filter((channel) => !unauthorized.includes(channel));
       const requestedColors = new Map(
-        request.channels
+        request.subscriptions
           .filter((channel) => channel.color !== undefined)
           .map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]),
       );
@@ -236,10 +227,10 @@ export function subscribeUsers(
       return {
         subscribed: plan.subscribed,
         already_subscribed: plan.alreadySubscribed,
-        ...(request.sendNewSubscriptionMessages && {
+        ...(request.send_new_subscription_messages && {
           new_subscription_messages_sent: newlySubscribedUsers <= MAX_BULK_NEW_SUBSCRIPTION_MESSAGES,
         }),
-        ...(!request.authorizationErrorsFatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
+        ...(!request.authorization_errors_fatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
       };
     },
     departure,
@@ -250,14 +241,14 @@ function createdChannels(missing: string[], request: SubscribeRequest, ids: numb
   const now = Math.floor(Date.now() / 1000);
   return missing.map((name, index) => {
     const description = (
-      request.channels.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? ''
+      request.subscriptions.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? ''
     ).replaceAll('\n', ' ');
     return {
       id: ids[index]!,
       name,
       description,
       rendered_description: description === '' ? '' : renderMarkdown(description),
-      invite_only: request.inviteOnly,
+      invite_only: request.invite_only,
       is_web_public: false,
       history_public_to_subscribers: historyPublic(request),
       creator_id: caller.id,
