@@ -1,5 +1,5 @@
 import { type Selectable, sql } from 'kysely';
-import type { Users } from '../../db/types.js';
+import type { Streams, Users } from '../../db/types.js';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { USER_COLUMNS, type UserColumn } from '../users/users.serializers.js';
@@ -14,20 +14,10 @@ import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers
  */
 
 /** A channel named by the request, as the read returns it. */
-export interface ChannelRow {
-  id: number;
-  name: string;
-  description: string;
-  rendered_description: string;
-  invite_only: boolean;
-  is_web_public: boolean;
-  history_public_to_subscribers: boolean;
-  creator_id: number | null;
+export type ChannelRow = Omit<Selectable<Streams>, 'realm_id' | 'date_created'> & {
   /** Unix seconds. */
   date_created: number;
-  deactivated: boolean;
-  message_retention_days: number | null;
-}
+};
 
 /** A user named by `principals` (or the caller), in the caller's organization. */
 export type TargetRow = Pick<

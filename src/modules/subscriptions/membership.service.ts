@@ -11,7 +11,7 @@ import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../ev
 import { effectiveVisibility } from '../users/users.access.js';
 import type { UserObjectConfig } from '../users/users.serializers.js';
 import { dummyAddressDigits } from '../users/users.service.js';
-import { ColorPicker } from './colors.js';
+import { colorPicker } from './colors.js';
 import {
   append,
   channelColumns,
@@ -63,18 +63,15 @@ export interface MembershipContext extends EventWrites {
 /** POST /users/me/subscriptions' parameters. */
 export type SubscribeRequest = ReturnType<typeof parametersOf<typeof subscribeSchema>>;
 
-/** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES: new_subscription_messages_sent is whether at most this many users were newly subscribed. */
+/** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES (new_subscription_messages_sent). */
 const MAX_BULK_NEW_SUBSCRIPTION_MESSAGES = 100;
-
-const noSuchUser = () => badRequest('No such user');
-const insufficientPermission = () => badRequest('Insufficient permission');
 
 /** Runs `work` in the caller's interactive transaction, holding the organization's membership lock. */
 function underMembershipLock<T>(
   writes: EventWrites,
   caller: Pick<MembershipCaller, 'id' | 'realmId'>,
   work: (tx: StatementRunner) => Promise<T>,
-  departure: Departure | undefined,
+  departure?: Departure,
 ): Promise<T> {
   return writes.transactions.runInteractive(
     caller.id,
@@ -118,21 +115,15 @@ function apiEmail(user: TargetRow, caller: MembershipCaller, config: HostConfig)
  * principal order, each user once.
  */
 function resolvePrincipals(principals: Principals, read: MembershipRead, caller: MembershipCaller, config: HostConfig): TargetRow[] {
-  const byId = new Map(read.targets.map((user) => [user.id, user]));
+  const byId = 'ids' in principals;
+  const byKey = new Map<number | string, TargetRow>(
+    read.targets.map((user) => [byId ? user.id : apiEmail(user, caller, config).toLowerCase(), user]),
+  );
   const found: TargetRow[] = [];
-  if ('ids' in principals) {
-    for (const id of principals.ids) {
-      const user = byId.get(id);
-      if (!user) throw noSuchUser();
-      found.push(user);
-    }
-  } else {
-    const byEmail = new Map(read.targets.map((user) => [apiEmail(user, caller, config).toLowerCase(), user]));
-    for (const email of principals.emails) {
-      const user = byEmail.get(email.trim().toLowerCase());
-      if (!user) throw noSuchUser();
-      found.push(user);
-    }
+  for (const key of byId ? principals.ids : principals.emails.map((email) => email.trim().toLowerCase())) {
+    const user = byKey.get(key);
+    if (!user) throw badRequest('No such user');
+    found.push(user);
   }
   if (found.some((user) => !user.is_active)) throw badRequest('User is deactivated');
   return [...new Map(found.map((user) => [user.id, user])).values()];
@@ -282,7 +273,7 @@ function planSubscriptions(
   const addedTo = new Map<number, number[]>();
   const perUser = new Map<number, { channel: ChannelRow; row: MembershipRow | undefined; color: string }[]>();
   for (const user of [...users].sort((a, b) => a.id - b.id)) {
-    const colors = new ColorPicker(read.used_colors.find((used) => used.user_id === user.id)?.colors ?? []);
+    const nextColor = colorPicker(read.used_colors.find((used) => used.user_id === user.id)?.colors ?? []);
     for (const channel of channels) {
       const row = index.rowOf(user.id, channel.id);
       const key = String(user.id);
@@ -291,7 +282,7 @@ function planSubscriptions(
         continue;
       }
       (subscribed[key] ??= []).push(channel.name);
-      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? colors.next();
+      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? nextColor();
       added.push({ user_id: user.id, stream_id: channel.id, color });
       append(addedTo, channel.id, user.id);
       append(perUser, user.id, { channel, row, color });
@@ -402,7 +393,8 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
       // Zulip's bulk_can_remove_subscribers_from_streams: administrators may; guests may not; others
       // only from channels they administer (by default: created).
       if (unsubscribingOthers && caller.role > ROLES.admin) {
-        if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id)) throw insufficientPermission();
+        if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id))
+          throw badRequest('Insufficient permission');
       }
       if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
       const index = membershipIndex(read);
@@ -469,27 +461,21 @@ export function subscribeAsOperator(
   userId: number,
   channelName: string,
 ): Promise<{ stream_id: number; color: string }> {
-  return underMembershipLock(
-    writes,
-    { id: userId, realmId },
-    async (tx) => {
-      const read = await readMembership(tx, {
-        realmId,
-        names: [channelName],
-        targetIds: [userId],
-        targetEmails: [],
-        wantNewIds: false,
-        wantPeople: true,
-      });
-      const { existing } = matchNames([channelName], read);
-      const channel = existing[0];
-      const user = read.targets.find((target) => target.id === userId);
-      if (!channel || !user) throw new ChannelNotFound(channelName);
-      const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read, { realmId, config: writes.config });
-      if (plan.added.length > 0)
-        await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
-      return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
-    },
-    undefined,
-  );
+  return underMembershipLock(writes, { id: userId, realmId }, async (tx) => {
+    const read = await readMembership(tx, {
+      realmId,
+      names: [channelName],
+      targetIds: [userId],
+      targetEmails: [],
+      wantNewIds: false,
+      wantPeople: true,
+    });
+    const { existing } = matchNames([channelName], read);
+    const channel = existing[0];
+    const user = read.targets.find((target) => target.id === userId);
+    if (!channel || !user) throw new ChannelNotFound(channelName);
+    const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read, { realmId, config: writes.config });
+    if (plan.added.length > 0) await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
+    return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
+  });
 }

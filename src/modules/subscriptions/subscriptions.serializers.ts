@@ -1,3 +1,5 @@
+import type { Selectable } from 'kysely';
+import type { Streams } from '../../db/types.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
   COLUMN_EVENTS,
@@ -10,18 +12,7 @@ import {
 import type { SettingChange } from './subscriptions.validation.js';
 
 /** The channel's columns of a subscription row. */
-export interface ChannelColumns {
-  stream_id: number;
-  name: string;
-  description: string;
-  rendered_description: string;
-  creator_id: number | null;
-  date_created: Date;
-  invite_only: boolean;
-  is_web_public: boolean;
-  history_public_to_subscribers: boolean;
-  message_retention_days: number | null;
-}
+export type ChannelColumns = Omit<Selectable<Streams>, 'id' | 'realm_id' | 'deactivated'> & { stream_id: number };
 
 /** A row of selectActiveSubscriptions: the channel, the user's settings (settings.ts) and the subscribers when asked for. */
 export type SubscriptionRow = ChannelColumns & StoredSettings & { subscribers: number[] | null };
