@@ -7,10 +7,9 @@ import { CHANNEL_KEYS, objectBuilder } from './subscriptions.serializers.js';
 
 /**
  * Who receives which event of a membership change, as Zulip's bulk_add_subscriptions,
- * bulk_remove_subscriptions and send_peer_subscriber_events decide (docs/management-api.md,
- * "Subscriptions", Events). This server has no group-based channel permissions: a channel's
- * metadata is visible to its subscribers, the organization's administrators and its creator
- * (Zulip's default can_administer_channel_group), and a public channel's to every non-guest.
+ * bulk_remove_subscriptions and send_peer_subscriber_events decide (docs/management-api.md). No
+ * group-based permissions: a channel's metadata is visible to its subscribers, the administrators
+ * and its creator (Zulip's default can_administer_channel_group), a public one's to every non-guest.
  */
 
 /** The active users a membership change's events can concern, as their recipients. */
@@ -123,10 +122,7 @@ const buildStreamObject = objectBuilder<ReturnType<typeof channelColumns>>({ ...
 /** The channel as stream events carry it: the subscription object's channel keys (docs/api.md §2.12), in their order. */
 export const streamObject = (channel: ChannelRow) => buildStreamObject(channelColumns(channel));
 
-/**
- * The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event;
- * `streams` is deprecated, kept by Zulip for compatibility).
- */
+/** The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event; `streams` deprecated). */
 export function streamDeletion(channels: Pick<ChannelRow, 'id'>[]) {
   return {
     type: 'stream',
