@@ -137,21 +137,105 @@ describe('deactivating and reactivating a user', () => {
   });
 });
 
-describe('the rows of a settings change', () => {
-  /** U subscribed to `count` new channels of organization 1, pin_to_top false; their ids. */
-  async function channelsOfU(count: number): Promise<number[]> {
-    const streams = await ctx.db
-      .insertInto('streams')
-      .values(Array.from({ length: count }, (_, index) => ({ realm_id: ids.R, name: `Many ${index}` })))
-      .returning('id')
-      .execute();
-    await ctx.db
-      .insertInto('subscriptions')
-      .values(streams.map((stream) => ({ realm_id: ids.R, user_id: U, stream_id: stream.id, color: '#c2c2c2' })))
-      .execute();
-    return streams.map((stream) => stream.id);
-  }
+/** U subscribed to `count` new channels of organization 1 (`Many 0`, …), pin_to_top false; their ids. */
+async function channelsOfU(count: number): Promise<number[]> {
+  const streams = await ctx.db
+    .insertInto('streams')
+    .values(Array.from({ length: count }, (_, index) => ({ realm_id: ids.R, name: `Many ${index}` })))
+    .returning('id')
+    .execute();
+  await ctx.db
+    .insertInto('subscriptions')
+    .values(streams.map((stream) => ({ realm_id: ids.R, user_id: U, stream_id: stream.id, color: '#c2c2c2' })))
+    .execute();
+  return streams.map((stream) => stream.id);
+}
 
+/** The ids of the channels named `names`, in that order. */
+async function idsOf(names: string[]): Promise<number[]> {
+  const streams = await ctx.db.selectFrom('streams').select(['id', 'name']).where('name', 'in', names).execute();
+  return names.map((name) => streams.find((stream) => stream.name === name)!.id);
+}
+
+/** The one row of a membership request of more than 100 pairs: [user_id, stream_id, event_type] of each. */
+const summaryRow = (eventType: number, acting: number, pairs: [number, number, number][]) => ({
+  realm_id: ids.R,
+  event_type: eventType,
+  acting_user_id: acting,
+  modified_user_id: null,
+  stream_id: null,
+  property: null,
+  old_value: null,
+  new_value: pairs,
+});
+
+describe('the rows of a large membership change', () => {
+  const names = (count: number) => Array.from({ length: count }, (_, index) => `New ${index}`);
+
+  it('a subscribe of 100 (user, channel) pairs writes one row each', async () => {
+    const res = await subscribe(ctx, { subscriptions: names(50).map((name) => ({ name })), principals: [U, V] }, 'A');
+    expect(res.json()).toMatchObject({ result: 'success', subscribed: { [U]: names(50), [V]: names(50) } });
+    const streamIds = await idsOf(names(50));
+    expect(await auditRows()).toEqual(
+      [U, V].sort((a, b) => a - b).flatMap((user) => streamIds.map((streamId) => row(CREATED, A, user, streamId))),
+    );
+  });
+
+  it('a subscribe of 101 pairs writes one row holding them all, in the order of the rows; the answer and the subscriptions are the same', async () => {
+    await ctx.db.updateTable('subscriptions').set({ active: false }).where('user_id', '=', U).where('stream_id', '=', P).execute();
+    const res = await subscribe(ctx, { subscriptions: [{ name: 'P' }, ...names(100).map((name) => ({ name }))], principals: [U] }, 'A');
+    expect(res.json()).toEqual({
+      result: 'success',
+      msg: '',
+      subscribed: { [U]: ['P', ...names(100)] },
+      already_subscribed: {},
+      new_subscription_messages_sent: true,
+    });
+    const streamIds = await idsOf(names(100));
+    expect(await auditRows()).toEqual([
+      summaryRow(CREATED, A, [...streamIds.map((streamId): [number, number, number] => [U, streamId, CREATED]), [U, P, ACTIVATED]]),
+    ]);
+    const active = await ctx.db
+      .selectFrom('subscriptions')
+      .select('stream_id')
+      .where('user_id', '=', U)
+      .where('stream_id', 'in', [P, ...streamIds])
+      .where('active', '=', true)
+      .execute();
+    expect(active).toHaveLength(101);
+  });
+
+  it('an unsubscribe of 100 pairs writes one row each', async () => {
+    const streamIds = await channelsOfU(100);
+    const res = await unsubscribe(ctx, { subscriptions: streamIds.map((_, index) => `Many ${index}`) }, 'U');
+    expect(res.json().removed).toHaveLength(100);
+    expect(await auditRows()).toEqual(streamIds.map((streamId) => row(DEACTIVATED, U, U, streamId)));
+  });
+
+  it('an unsubscribe of 101 pairs writes one row holding them all; the answer and the subscriptions are the same', async () => {
+    const streamIds = await channelsOfU(101);
+    const manyNames = streamIds.map((_, index) => `Many ${index}`);
+    const res = await unsubscribe(ctx, { subscriptions: manyNames }, 'U');
+    expect(res.json()).toEqual({ result: 'success', msg: '', removed: manyNames, not_removed: [] });
+    expect(await auditRows()).toEqual([
+      summaryRow(
+        DEACTIVATED,
+        U,
+        streamIds.map((streamId) => [U, streamId, DEACTIVATED]),
+      ),
+    ]);
+    const active = await ctx.db
+      .selectFrom('subscriptions')
+      .select('stream_id')
+      .where('user_id', '=', U)
+      .where('stream_id', 'in', streamIds)
+      .where('active', '=', true)
+      .execute();
+    expect(active).toEqual([]);
+  });
+});
+
+describe('the rows of a settings change', () => {
   const pinAll = (streamIds: number[]) =>
     api(ctx.app, {
       method: 'POST',

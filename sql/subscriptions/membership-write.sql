@@ -1,5 +1,5 @@
 -- Built in src/modules/subscriptions/membership.repository.ts.
--- Prepared as s_5657091bf6111eb4bdb88bb2f104b457, a hash of its exact text; this one differs from it only in
+-- Prepared as s_d0d9599b5ba1997b2617a823d0fc3c38, a hash of its exact text; this one differs from it only in
 -- the line breaks and indentation added for reading. Written by `npm run sql` from
 -- scripts/lib/sql-registry.ts and checked in CI by `npm run sql:check`: do not edit.
 with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
@@ -102,20 +102,29 @@ with "incoming_item"("payload", "ord", "type", "set_no") as materialized (
             SELECT r.user_id, r.stream_id FROM json_to_recordset($9::json) AS r(user_id integer, stream_id integer)) and "sub"."realm_id" = $3
   returning "sub"."user_id"
 ),
+  "membership_change"("user_id", "stream_id", "ord", "event_type") as (
+        SELECT a.user_id, a.stream_id, a.ord,
+               CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
+                    THEN 302 ELSE 301 END
+        FROM ROWS FROM (json_to_recordset($6::json) AS (user_id integer, stream_id integer, color text))
+             WITH ORDINALITY AS a(user_id, stream_id, color, ord)
+        UNION ALL
+        SELECT r.user_id, r.stream_id, r.ord, 303
+        FROM ROWS FROM (json_to_recordset($9::json) AS (user_id integer, stream_id integer))
+             WITH ORDINALITY AS r(user_id, stream_id, ord)),
   "audited" as (
   insert into "subscription_audit_log" ("realm_id", "acting_user_id", "modified_user_id", "stream_id", "event_type", "created_at") (
             SELECT $3::integer, $10::integer, c.user_id, c.stream_id, c.event_type, statement_timestamp()
-            FROM (
-              SELECT a.user_id, a.stream_id, a.ord,
-                     CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
-                          THEN 302 ELSE 301 END AS event_type
-              FROM ROWS FROM (json_to_recordset($6::json) AS (user_id integer, stream_id integer, color text))
-                   WITH ORDINALITY AS a(user_id, stream_id, color, ord)
-              UNION ALL
-              SELECT r.user_id, r.stream_id, r.ord, 303
-              FROM ROWS FROM (json_to_recordset($9::json) AS (user_id integer, stream_id integer))
-                   WITH ORDINALITY AS r(user_id, stream_id, ord)) c
+            FROM membership_change c
+            WHERE (SELECT count(*) FROM membership_change) <= 100
             ORDER BY c.event_type, c.ord)
+),
+  "audited_together" as (
+  insert into "subscription_audit_log" ("realm_id", "acting_user_id", "event_type", "new_value", "created_at") (
+            SELECT $3::integer, $10::integer, min(c.event_type),
+                   jsonb_agg(jsonb_build_array(c.user_id, c.stream_id, c.event_type) ORDER BY c.event_type, c.ord), statement_timestamp()
+            FROM membership_change c
+            HAVING count(*) > 100)
 )
 select (
   select count(*) as "n"

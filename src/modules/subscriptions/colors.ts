@@ -31,16 +31,11 @@ const STREAM_COLORS = [
  * palette colour none of the user's subscriptions has, else the palette entry at (colours used)
  * modulo its length; each colour picked counts as used for the next.
  */
-export class ColorPicker {
-  private readonly used: Set<string>;
-
-  constructor(usedColors: readonly string[]) {
-    this.used = new Set(usedColors);
-  }
-
-  next(): string {
-    const color = STREAM_COLORS.find((candidate) => !this.used.has(candidate)) ?? STREAM_COLORS[this.used.size % STREAM_COLORS.length]!;
-    this.used.add(color);
+export function colorPicker(usedColors: readonly string[]): () => string {
+  const used = new Set(usedColors);
+  return () => {
+    const color = STREAM_COLORS.find((candidate) => !used.has(candidate)) ?? STREAM_COLORS[used.size % STREAM_COLORS.length]!;
+    used.add(color);
     return color;
-  }
+  };
 }

@@ -3,13 +3,13 @@ import type { AddressedEvent, ApiEvent } from '../event-log/event-log.repository
 import { canSeeDeliveryEmail, type UserViewer } from '../users/users.access.js';
 import { buildUserObject, type UserObjectConfig, type UserRecord, userRecordOf } from '../users/users.serializers.js';
 import type { ChannelRow, MembershipRead, PersonRow } from './membership.repository.js';
+import { CHANNEL_KEYS, objectBuilder } from './subscriptions.serializers.js';
 
 /**
  * Who receives which event of a membership change, as Zulip's bulk_add_subscriptions,
- * bulk_remove_subscriptions and send_peer_subscriber_events decide (docs/management-api.md,
- * "Subscriptions", Events). This server has no group-based channel permissions: a channel's
- * metadata is visible to its subscribers, the organization's administrators and its creator
- * (Zulip's default can_administer_channel_group), and a public channel's to every non-guest.
+ * bulk_remove_subscriptions and send_peer_subscriber_events decide (docs/management-api.md). No
+ * group-based permissions: a channel's metadata is visible to its subscribers, the administrators
+ * and its creator (Zulip's default can_administer_channel_group), a public one's to every non-guest.
  */
 
 /** The active users a membership change's events can concern, as their recipients. */
@@ -20,21 +20,15 @@ export class Recipients {
   private readonly roles = new Map<number, number>();
 
   /**
-   * `ids` and `roles`: the organization's active users that the change can concern: at least those
-   * with a queue, the changed users, and the channels' creators and subscribers (whose roles
-   * decide who sees what). `listeners`: those with an event queue,
-   * the only ones events are stored for (the lists of recipients are cut to them at once, so an
-   * organization of thousands costs what its connected users cost).
+   * `ids` and `roles`: the active users the change can concern (MembershipRead.active_ids).
+   * `listeners`: those with an event queue, the only ones events are stored for: the recipients are
+   * cut to them at once, so an organization of thousands costs what its connected users cost.
    */
   constructor(ids: number[], roles: number[], listeners: readonly number[]) {
     ids.forEach((id, index) => this.roles.set(id, roles[index]!));
     this.all = [...new Set(listeners)].filter((id) => this.roles.has(id)).sort((a, b) => a - b);
     this.nonGuests = this.all.filter((id) => this.roles.get(id) !== ROLES.guest);
     this.admins = this.all.filter((id) => this.roles.get(id)! <= ROLES.admin);
-  }
-
-  isActive(id: number): boolean {
-    return this.roles.has(id);
   }
 
   isGuest(id: number): boolean {
@@ -56,7 +50,7 @@ export class Recipients {
     if (channel.is_web_public) return new Set(this.all);
     if (!channel.invite_only) return new Set([...this.nonGuests, ...subscribers.filter((id) => this.isGuest(id))]);
     const peers = new Set([...subscribers, ...this.admins]);
-    if (channel.creator_id !== null && this.isActive(channel.creator_id)) peers.add(channel.creator_id);
+    if (channel.creator_id !== null && this.roles.has(channel.creator_id)) peers.add(channel.creator_id);
     return peers;
   }
 
@@ -74,6 +68,13 @@ export interface PeerChange {
 }
 
 const ascending = (a: number, b: number) => a - b;
+
+/** Adds `value` to the list of `key`. */
+export function append<K, V>(lists: Map<K, V[]>, key: K, value: V): void {
+  const list = lists.get(key);
+  if (list) list.push(value);
+  else lists.set(key, [value]);
+}
 
 /**
  * The peer_add or peer_remove events: one per private channel, and for the others one per set of
@@ -109,32 +110,19 @@ export function peerEvents(op: 'peer_add' | 'peer_remove', changes: PeerChange[]
   return events;
 }
 
-/**
- * The channel as stream events carry it: the channel keys of the subscription object
- * (docs/api.md §2.12), in Zulip's stream dictionary order.
- */
-export function streamObject(channel: ChannelRow) {
-  return {
-    is_archived: channel.deactivated,
-    creator_id: channel.creator_id,
-    date_created: Number(channel.date_created),
-    description: channel.description,
-    first_message_id: null,
-    history_public_to_subscribers: channel.history_public_to_subscribers,
-    invite_only: channel.invite_only,
-    is_web_public: channel.is_web_public,
-    message_retention_days: channel.message_retention_days,
-    name: channel.name,
-    rendered_description: channel.rendered_description,
-    stream_id: channel.id,
-    stream_weekly_traffic: null,
-  };
-}
+/** The channel as the serializers read it (ChannelColumns). */
+export const channelColumns = (channel: ChannelRow) => ({
+  ...channel,
+  stream_id: channel.id,
+  date_created: new Date(Number(channel.date_created) * 1000),
+});
 
-/**
- * The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event;
- * `streams` is deprecated, kept by Zulip for compatibility).
- */
+const buildStreamObject = objectBuilder<ReturnType<typeof channelColumns>>({ ...CHANNEL_KEYS, is_archived: (row) => row.deactivated });
+
+/** The channel as stream events carry it: the subscription object's channel keys (docs/api.md §2.12), in their order. */
+export const streamObject = (channel: ChannelRow) => buildStreamObject(channelColumns(channel));
+
+/** The stream/delete event of channels the user lost sight of (Zulip's send_stream_deletion_event; `streams` deprecated). */
 export function streamDeletion(channels: Pick<ChannelRow, 'id'>[]) {
   return {
     type: 'stream',
@@ -146,78 +134,32 @@ export function streamDeletion(channels: Pick<ChannelRow, 'id'>[]) {
 }
 
 /**
- * Who shares a channel with whom, in one state of the named channels (before or after the
- * change), among the users a membership change concerns: the read's pairs sharing a channel that
- * is not named, and the named channels' subscribers in that state.
+ * Who shares an active subscription with whom, in one state of the named channels (before or after
+ * the change): the read's pairs sharing a channel that is not named, and the named channels'
+ * subscribers in that state.
  */
 class ChannelSharing {
   private readonly elsewhere = new Set<string>();
+  private readonly namedChannelsOf = new Map<number, Set<number>>();
 
-  constructor(
-    pairs: readonly { target_id: number; other_ids: number[] }[],
-    private readonly namedChannelsOf: (userId: number) => ReadonlySet<number>,
-  ) {
+  constructor(pairs: MembershipRead['shared_elsewhere'], subscribers: ReadonlyMap<number, readonly number[]>) {
     for (const { target_id, other_ids } of pairs) for (const other of other_ids) this.elsewhere.add(`${target_id}:${other}`);
-  }
-
-  /** Whether `target` (a target of the read) and `other` share an active subscription. */
-  shares(target: number, other: number): boolean {
-    if (this.elsewhere.has(`${target}:${other}`)) return true;
-    const theirs = this.namedChannelsOf(other);
-    for (const channel of this.namedChannelsOf(target)) if (theirs.has(channel)) return true;
-    return false;
-  }
-}
-
-/** Per user, the channels (of `subscribers`' keys) whose subscribers include them. */
-function channelsByUser(subscribers: ReadonlyMap<number, readonly number[]>): (userId: number) => ReadonlySet<number> {
-  const byUser = new Map<number, Set<number>>();
-  for (const [channel, users] of subscribers) {
-    for (const user of users) {
-      const set = byUser.get(user);
-      if (set) set.add(channel);
-      else byUser.set(user, new Set([channel]));
+    for (const [channel, users] of subscribers) {
+      for (const user of users) this.namedChannelsOf.set(user, (this.namedChannelsOf.get(user) ?? new Set<number>()).add(channel));
     }
   }
-  const none = new Set<number>();
-  return (userId) => byUser.get(userId) ?? none;
-}
 
-/** One user's change of subscriptions: who, and the channels' subscribers after it (the user included after a subscribe). */
-export interface AccessChange {
-  userId: number;
-  channelSubscribers: readonly (readonly number[])[];
-}
-
-/**
- * The realm_user/add events of a subscribe in an organization that restricts guests (Zulip's
- * send_user_creation_events_on_adding_subscriptions, after subscription/add, before peer_add): for
- * each newly subscribed user X, its user object to the guests among its new channels' subscribers
- * who shared no channel with it before (one event per address access, those who may see the real
- * address first: notify_created_user); then, if X is a guest, one event to X per subscriber of its
- * new channels it shared no channel with before, with that user's object. Bots get no exception
- * (Zulip makes none here, though guests always see bots). `person(viewerId, userId)` is the user
- * object of `userId` as `viewerId` sees it; `seesAddress` whether the viewer may see its address.
- */
-function accessGainEvents(
-  changes: readonly AccessChange[],
-  before: ChannelSharing,
-  recipients: Recipients,
-  person: (viewerId: number, userId: number) => object,
-  seesAddress: (viewerId: number, userId: number) => boolean,
-): AddressedEvent[] {
-  const events: AddressedEvent[] = [];
-  const add = (viewerId: number, userId: number) => ({ type: 'realm_user', op: 'add', person: person(viewerId, userId) });
-  for (const { userId, channelSubscribers } of changes) {
-    const met = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !before.shares(userId, id)).sort(ascending);
-    const guests = met.filter((id) => recipients.isGuest(id));
-    const withAddress = guests.filter((id) => seesAddress(id, userId));
-    const withoutAddress = guests.filter((id) => !seesAddress(id, userId));
-    if (withAddress.length > 0) events.push({ users: withAddress, event: add(withAddress[0]!, userId) });
-    if (withoutAddress.length > 0) events.push({ users: withoutAddress, event: add(withoutAddress[0]!, userId) });
-    if (recipients.isGuest(userId)) for (const id of met) events.push({ users: [userId], event: add(userId, id) });
+  /** The users of `channelSubscribers` but `target` (a target of the read) who share no channel with it, ascending. */
+  strangersTo(target: number, channelSubscribers: readonly (readonly number[])[]): number[] {
+    return [...new Set(channelSubscribers.flat())].filter((id) => id !== target && !this.shares(target, id)).sort(ascending);
   }
-  return events;
+
+  private shares(target: number, other: number): boolean {
+    if (this.elsewhere.has(`${target}:${other}`)) return true;
+    const theirs = this.namedChannelsOf.get(other);
+    for (const channel of this.namedChannelsOf.get(target) ?? []) if (theirs?.has(channel)) return true;
+    return false;
+  }
 }
 
 /** Zulip's UserProfile.INACCESSIBLE_USER_NAME. */
@@ -230,25 +172,6 @@ export const inaccessibleUserRemoval = (userId: number): ApiEvent => ({
   person: { user_id: userId, full_name: INACCESSIBLE_USER_NAME },
 });
 
-/**
- * The realm_user/remove events of an unsubscribe in an organization that restricts guests (Zulip's
- * send_user_remove_events_on_removing_subscriptions, after every other event of the request): for
- * each user X who lost subscriptions, `{user_id: X, full_name: "Unknown user"}` to the guests
- * among the remaining subscribers of those channels who no longer share a channel with X (one
- * event); then, if X is a guest, one event to X per remaining subscriber it no longer shares a
- * channel with. `channelSubscribers`: the channels X left, their subscribers after the change.
- */
-function accessLossEvents(changes: readonly AccessChange[], after: ChannelSharing, recipients: Recipients): AddressedEvent[] {
-  const events: AddressedEvent[] = [];
-  for (const { userId, channelSubscribers } of changes) {
-    const lost = [...new Set(channelSubscribers.flat())].filter((id) => id !== userId && !after.shares(userId, id)).sort(ascending);
-    const guests = lost.filter((id) => recipients.isGuest(id));
-    if (guests.length > 0) events.push({ users: guests, event: inaccessibleUserRemoval(userId) });
-    if (recipients.isGuest(userId)) for (const id of lost) events.push({ users: [userId], event: inaccessibleUserRemoval(id) });
-  }
-  return events;
-}
-
 // Zulip's notify_created_user sends no custom profile data (a later event would carry it).
 const recordOf = (row: PersonRow, realmId: number): UserRecord =>
   userRecordOf({ ...row, date_joined: new Date(row.date_joined), realm_id: realmId }, { profileValues: [] });
@@ -257,20 +180,24 @@ const recordOf = (row: PersonRow, realmId: number): UserRecord =>
 const subscribersBefore = (read: MembershipRead) => new Map(read.subscribers.map(({ stream_id, user_ids }) => [stream_id, user_ids]));
 
 /**
- * A subscribe's realm_user/add events (accessGainEvents), none unless the organization restricts
- * guests. `changes`: each newly subscribed user (ascending) with its new channels' subscribers
- * after the change. Zulip's user object as notify_created_user builds it: no client_gravatar,
- * `profile_data` empty.
+ * A subscribe's realm_user/add events, none unless the organization restricts guests (Zulip's
+ * send_user_creation_events_on_adding_subscriptions, after subscription/add, before peer_add): for
+ * each newly subscribed user X (`changes`, ascending, with its new channels' subscribers after the
+ * change), its user object to the guests among those subscribers who shared no channel with it
+ * before (one event per address access, those who may see the real address first:
+ * notify_created_user); then, if X is a guest, one event to X per such subscriber, with that
+ * user's object. Bots get no exception (Zulip makes none here, though guests always see bots). The
+ * user object as notify_created_user builds it: no client_gravatar, `profile_data` empty.
  */
 export function subscribeAccessEvents(
   read: MembershipRead,
   realmId: number,
-  changes: readonly AccessChange[],
+  changes: readonly { userId: number; channelSubscribers: readonly (readonly number[])[] }[],
   recipients: Recipients,
   config: UserObjectConfig,
 ): AddressedEvent[] {
   if (!read.restricted) return [];
-  const before = new ChannelSharing(read.shared_elsewhere, channelsByUser(subscribersBefore(read)));
+  const before = new ChannelSharing(read.shared_elsewhere, subscribersBefore(read));
   const records = new Map(read.people.map((row) => [row.id, recordOf(row, realmId)]));
   const roles = new Map(read.active_ids.map((id, index) => [id, read.active_roles[index]!]));
   const viewer = (id: number): UserViewer => ({
@@ -279,19 +206,32 @@ export function subscribeAccessEvents(
     realmSubdomain: read.realm_subdomain,
     realmCanAccessAllUsersGroup: 'members',
   });
-  return accessGainEvents(
-    changes,
-    before,
-    recipients,
-    (viewerId, userId) =>
-      buildUserObject(viewer(viewerId), records.get(userId)!, { clientGravatar: false, includeCustomProfileFields: true }, config),
-    (viewerId, userId) => canSeeDeliveryEmail(viewer(viewerId), records.get(userId)!),
-  );
+  const seesAddress = (viewerId: number, userId: number) => canSeeDeliveryEmail(viewer(viewerId), records.get(userId)!);
+  const add = (viewerId: number, userId: number) => ({
+    type: 'realm_user',
+    op: 'add',
+    person: buildUserObject(viewer(viewerId), records.get(userId)!, { clientGravatar: false, includeCustomProfileFields: true }, config),
+  });
+  const events: AddressedEvent[] = [];
+  for (const { userId, channelSubscribers } of changes) {
+    const met = before.strangersTo(userId, channelSubscribers);
+    const guests = met.filter((id) => recipients.isGuest(id));
+    const withAddress = guests.filter((id) => seesAddress(id, userId));
+    const withoutAddress = guests.filter((id) => !seesAddress(id, userId));
+    if (withAddress.length > 0) events.push({ users: withAddress, event: add(withAddress[0]!, userId) });
+    if (withoutAddress.length > 0) events.push({ users: withoutAddress, event: add(withoutAddress[0]!, userId) });
+    if (recipients.isGuest(userId)) for (const id of met) events.push({ users: [userId], event: add(userId, id) });
+  }
+  return events;
 }
 
 /**
- * An unsubscribe's realm_user/remove events (accessLossEvents), none unless the organization
- * restricts guests. `removed`: the (user, channel) pairs the change deactivates.
+ * An unsubscribe's realm_user/remove events, none unless the organization restricts guests (Zulip's
+ * send_user_remove_events_on_removing_subscriptions, after every other event of the request): for
+ * each user X who lost subscriptions (`removed`: the pairs the change deactivates),
+ * `{user_id: X, full_name: "Unknown user"}` to the guests among the remaining subscribers of those
+ * channels who no longer share a channel with X (one event); then, if X is a guest, one event to X
+ * per remaining subscriber it no longer shares a channel with.
  */
 export function unsubscribeAccessEvents(
   read: MembershipRead,
@@ -304,14 +244,15 @@ export function unsubscribeAccessEvents(
   const after = new Map(
     [...subscribersBefore(read)].map(([channel, ids]) => [channel, ids.filter((id) => !gone.has(`${id}:${channel}`))] as const),
   );
-  const sharing = new ChannelSharing(read.shared_elsewhere, channelsByUser(after));
+  const sharing = new ChannelSharing(read.shared_elsewhere, after);
   const left = new Map<number, (readonly number[])[]>();
-  for (const { user_id, stream_id } of removed) {
-    const subscribers = after.get(stream_id) ?? [];
-    const list = left.get(user_id);
-    if (list) list.push(subscribers);
-    else left.set(user_id, [subscribers]);
+  for (const { user_id, stream_id } of removed) append(left, user_id, after.get(stream_id) ?? []);
+  const events: AddressedEvent[] = [];
+  for (const userId of users.filter((id) => left.has(id))) {
+    const lost = sharing.strangersTo(userId, left.get(userId)!);
+    const guests = lost.filter((id) => recipients.isGuest(id));
+    if (guests.length > 0) events.push({ users: guests, event: inaccessibleUserRemoval(userId) });
+    if (recipients.isGuest(userId)) for (const id of lost) events.push({ users: [userId], event: inaccessibleUserRemoval(id) });
   }
-  const changes = users.filter((userId) => left.has(userId)).map((userId) => ({ userId, channelSubscribers: left.get(userId)! }));
-  return accessLossEvents(changes, sharing, recipients);
+  return events;
 }

@@ -1,9 +1,10 @@
 import { type Selectable, sql } from 'kysely';
-import type { Users } from '../../db/types.js';
+import type { Streams, Users } from '../../db/types.js';
 import { preparedStatement, reusableStatement, type StatementRunner } from '../../db/reusable-statement.js';
 import { ROLES } from '../../zulip.js';
 import { USER_COLUMNS, type UserColumn } from '../users/users.serializers.js';
 import { SETTING_COLUMNS, type StoredSettings } from './settings.js';
+import { MAX_AUDIT_ROWS } from './subscriptions.repository.js';
 import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers } from '../event-log/event-log.repository.js';
 
 /**
@@ -13,31 +14,16 @@ import { MULTI_USER_EVENT_ARGUMENTS, type MultiUserEventArgs, withEventsForUsers
  */
 
 /** A channel named by the request, as the read returns it. */
-export interface ChannelRow {
-  id: number;
-  name: string;
-  description: string;
-  rendered_description: string;
-  invite_only: boolean;
-  is_web_public: boolean;
-  history_public_to_subscribers: boolean;
-  creator_id: number | null;
+export type ChannelRow = Omit<Selectable<Streams>, 'realm_id' | 'date_created'> & {
   /** Unix seconds. */
   date_created: number;
-  deactivated: boolean;
-  message_retention_days: number | null;
-}
+};
 
 /** A user named by `principals` (or the caller), in the caller's organization. */
-export interface TargetRow {
-  id: number;
-  delivery_email: string;
-  email_address_visibility: number;
-  bot_type: number | null;
-  bot_owner_id: number | null;
-  role: number;
-  is_active: boolean;
-}
+export type TargetRow = Pick<
+  Selectable<Users>,
+  'id' | 'delivery_email' | 'email_address_visibility' | 'bot_type' | 'bot_owner_id' | 'role' | 'is_active'
+>;
 
 /** A target's subscription row on a named channel, active or not, with its settings (settings.ts). */
 export interface MembershipRow extends StoredSettings {
@@ -58,17 +44,10 @@ export interface MembershipRead {
   subscribers: { stream_id: number; user_ids: number[] }[];
   /** The colours of each target's active subscriptions (for the palette). */
   used_colors: { user_id: number; colors: string[] }[];
-  /**
-   * The active users the events can concern (ids and roles, in id order): those with a queue, the
-   * targets, the named channels' creators and active subscribers.
-   */
+  /** The active users the events can concern, in id order: those with a queue, the targets, the channels' creators and subscribers. */
   active_ids: number[];
   active_roles: number[];
-  /**
-   * The users with an event queue: the only recipients whose events are stored. No queue can be
-   * added meanwhile: register creates queues under the organization's membership lock, shared,
-   * which the change holds exclusively.
-   */
+  /** The users with an event queue; register adds queues under the membership lock, shared, so none is added meanwhile. */
   queue_owners: number[];
   /** Ids for the channels to create (at most one per name that names none). */
   new_ids: number[];
@@ -77,17 +56,11 @@ export interface MembershipRead {
   /** Whether the organization restricts guests' access to users (can_access_all_users_group = members, docs/api.md §2.4). */
   restricted: boolean;
   /**
-   * Restricted organizations only: for each target, the users among the named channels' active
-   * subscribers and the targets (a guest, or any when the target is one) who share with it an
-   * active subscription to a channel that is NOT named (archived ones included): the sharing a
-   * change of the named channels cannot alter.
+   * Restricted organizations only: per target, the users among the named channels' subscribers and
+   * the targets (guests, or any for a guest target) who share with it a channel that is NOT named.
    */
   shared_elsewhere: { target_id: number; other_ids: number[] }[];
-  /**
-   * Restricted organizations, when asked ($6): the users whose realm_user/add a subscribe may send,
-   * as user objects need them: the targets, and the named channels' active subscribers when a
-   * target is a guest.
-   */
+  /** Restricted organizations, when asked ($6): the targets, and the channels' subscribers when a target is a guest. */
   people: PersonRow[];
 }
 
@@ -203,14 +176,8 @@ export async function readMembership(
   return row!;
 }
 
-/** A channel to create, with the id the read reserved and its creation time (ISO). */
-export type NewChannel = Omit<ChannelRow, 'date_created' | 'deactivated' | 'message_retention_days' | 'creator_id'> & {
-  creator_id: number;
-  date_created: string;
-};
-
 interface MembershipWriteArgs extends MultiUserEventArgs {
-  /** NewChannel objects, as JSON. */
+  /** The channels to create (ChannelRow objects, the ids the read reserved, date_created ISO), as JSON. */
   channels: string;
   /** `{user_id, stream_id, color}` objects to subscribe, as JSON (an inactive row is reactivated and keeps its colour). */
   added: string;
@@ -226,13 +193,12 @@ const SUBSCRIPTION_ACTIVATED = 302;
 const SUBSCRIPTION_DEACTIVATED = 303;
 
 /**
- * Creates the channels, subscribes and unsubscribes, writes their audit rows and appends the events
- * to each recipient's queues: one statement. The checks were made by the caller on what
- * readMembership returned, under the organization's membership lock, so nothing here can fail on
- * them. The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
- * per subscription added, SUBSCRIPTION_CREATED, or SUBSCRIPTION_ACTIVATED when its row existed
- * (inactive) before the statement (which every part of it sees as it was); then per subscription
- * removed, SUBSCRIPTION_DEACTIVATED; each in request order, all with the statement's time.
+ * Creates the channels, subscribes and unsubscribes, writes their audit rows and appends the events:
+ * one statement, after the caller's checks under the membership lock, so nothing here can fail.
+ * The audit rows are Zulip's (bulk_add_subs_to_db_with_logging, bulk_remove_subscriptions):
+ * SUBSCRIPTION_CREATED per subscription added, or ACTIVATED when its row existed before; then
+ * DEACTIVATED per one removed; in request order, with the statement's time. Beyond MAX_AUDIT_ROWS
+ * pairs, one row holds them all, as for settings (subscriptions.repository.ts).
  */
 export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, { channels: number; added: number; removed: number }>(
   [...MULTI_USER_EVENT_ARGUMENTS, 'channels', 'added', 'removed', 'actingUserId'],
@@ -286,6 +252,20 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
           .where('sub.realm_id', '=', args.realmId)
           .returning('sub.user_id'),
       )
+      // Each (user, channel) changed; EXISTS sees the subscriptions as before the statement (as every CTE does).
+      .with(
+        'membership_change(user_id, stream_id, ord, event_type)',
+        () => sql<{ user_id: number; stream_id: number; ord: number; event_type: number }>`(
+        SELECT a.user_id, a.stream_id, a.ord,
+               CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
+                    THEN ${sql.lit(SUBSCRIPTION_ACTIVATED)} ELSE ${sql.lit(SUBSCRIPTION_CREATED)} END
+        FROM ROWS FROM (json_to_recordset(${args.added}::json) AS (user_id integer, stream_id integer, color text))
+             WITH ORDINALITY AS a(user_id, stream_id, color, ord)
+        UNION ALL
+        SELECT r.user_id, r.stream_id, r.ord, ${sql.lit(SUBSCRIPTION_DEACTIVATED)}
+        FROM ROWS FROM (json_to_recordset(${args.removed}::json) AS (user_id integer, stream_id integer))
+             WITH ORDINALITY AS r(user_id, stream_id, ord))`,
+      )
       .with('audited', (db) =>
         db
           .insertInto('subscription_audit_log')
@@ -293,17 +273,22 @@ export const writeMembershipStatement = reusableStatement<MembershipWriteArgs, {
           .expression(
             () => sql`(
             SELECT ${args.realmId}::integer, ${args.actingUserId}::integer, c.user_id, c.stream_id, c.event_type, statement_timestamp()
-            FROM (
-              SELECT a.user_id, a.stream_id, a.ord,
-                     CASE WHEN EXISTS (SELECT FROM subscriptions sub WHERE sub.user_id = a.user_id AND sub.stream_id = a.stream_id)
-                          THEN ${sql.lit(SUBSCRIPTION_ACTIVATED)} ELSE ${sql.lit(SUBSCRIPTION_CREATED)} END AS event_type
-              FROM ROWS FROM (json_to_recordset(${args.added}::json) AS (user_id integer, stream_id integer, color text))
-                   WITH ORDINALITY AS a(user_id, stream_id, color, ord)
-              UNION ALL
-              SELECT r.user_id, r.stream_id, r.ord, ${sql.lit(SUBSCRIPTION_DEACTIVATED)}
-              FROM ROWS FROM (json_to_recordset(${args.removed}::json) AS (user_id integer, stream_id integer))
-                   WITH ORDINALITY AS r(user_id, stream_id, ord)) c
+            FROM membership_change c
+            WHERE (SELECT count(*) FROM membership_change) <= ${sql.lit(MAX_AUDIT_ROWS)}
             ORDER BY c.event_type, c.ord)`,
+          ),
+      )
+      // More pairs: one row (no user, no channel; the first pair's event type) listing [user_id, stream_id, event_type] of each.
+      .with('audited_together', (db) =>
+        db
+          .insertInto('subscription_audit_log')
+          .columns(['realm_id', 'acting_user_id', 'event_type', 'new_value', 'created_at'])
+          .expression(
+            () => sql`(
+            SELECT ${args.realmId}::integer, ${args.actingUserId}::integer, min(c.event_type),
+                   jsonb_agg(jsonb_build_array(c.user_id, c.stream_id, c.event_type) ORDER BY c.event_type, c.ord), statement_timestamp()
+            FROM membership_change c
+            HAVING count(*) > ${sql.lit(MAX_AUDIT_ROWS)})`,
           ),
       )
       .selectNoFrom((eb) => [

@@ -11,8 +11,10 @@ import { type AddressedEvent, addressedEventArgs, type EventWrites } from '../ev
 import { effectiveVisibility } from '../users/users.access.js';
 import type { UserObjectConfig } from '../users/users.serializers.js';
 import { dummyAddressDigits } from '../users/users.service.js';
-import { ColorPicker } from './colors.js';
+import { colorPicker } from './colors.js';
 import {
+  append,
+  channelColumns,
   peerEvents,
   type PeerChange,
   Recipients,
@@ -25,12 +27,13 @@ import {
   type ChannelRow,
   type MembershipRead,
   type MembershipRow,
-  type NewChannel,
   readMembership,
   type TargetRow,
   writeMembershipStatement,
 } from './membership.repository.js';
-import { type ChannelRequest, checkChannelName, type Principals, stripName } from './membership.validation.js';
+import type { parametersOf } from '../../http/params.js';
+import type { subscribeSchema } from './membership.schemas.js';
+import { checkChannelName, type Principals, stripName } from './membership.validation.js';
 import { NEW_SUBSCRIPTION_SETTINGS } from './settings.js';
 import { serializeSubscription } from './subscriptions.serializers.js';
 
@@ -39,18 +42,14 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  * Zulip's order (zerver/views/streams.py add_subscriptions_backend, remove_subscriptions_backend;
  * docs/management-api.md, "Subscriptions"), all or nothing.
  *
- * Locking: such a change alters several users' state (the principals' subscriptions) and sends
- * events to many more (peer_add to every member for a public channel). It runs as an interactive
- * transaction of the caller's (UserTransactions.runInteractive: the caller's queue and user lock),
- * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE),
- * which register takes shared: every register of the organization sees the change either in its
- * state or among its queue's events, and two membership changes of an organization never
- * interleave, so what the read statement found still holds when the write runs. The principals'
- * own user locks are not taken: a user's settings writes change only rows of that user's active
- * subscriptions, row by row, and take no organization lock, so neither waits for the other's
- * locks in a cycle. Within this process the change first waits in the organization's queue
- * (RealmQueue in src/db/user-transactions.ts), without a connection. Statements: BEGIN, the user's lock, the organization's lock, one read, one
- * write (skipped when nothing changes), COMMIT, whatever the number of channels and users.
+ * Locking: a change runs in the caller's interactive transaction (UserTransactions.runInteractive),
+ * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE), which
+ * register takes shared: every register sees the change either in its state or among its queue's
+ * events, and two membership changes of an organization never interleave, so what the read found
+ * still holds when the write runs. The principals' user locks are not taken: their settings writes
+ * change only their own rows and take no organization lock, so no lock cycle. Statements: BEGIN,
+ * the user's lock, the organization's lock, one read, one write (skipped when nothing changes),
+ * COMMIT, whatever the number of channels and users.
  */
 
 export type MembershipCaller = Pick<Caller, 'id' | 'realmId' | 'role' | 'realmSubdomain'>;
@@ -61,28 +60,18 @@ export interface MembershipContext extends EventWrites {
   config: UserObjectConfig;
 }
 
-export interface SubscribeRequest {
-  channels: ChannelRequest[];
-  principals: Principals | undefined;
-  authorizationErrorsFatal: boolean;
-  inviteOnly: boolean;
-  isWebPublic: boolean;
-  historyPublicToSubscribers: boolean | undefined;
-  sendNewSubscriptionMessages: boolean;
-}
+/** POST /users/me/subscriptions' parameters. */
+export type SubscribeRequest = ReturnType<typeof parametersOf<typeof subscribeSchema>>;
 
-/** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES: new_subscription_messages_sent is whether at most this many users were newly subscribed. */
+/** Zulip's MAX_BULK_NEW_SUBSCRIPTION_MESSAGES (new_subscription_messages_sent). */
 const MAX_BULK_NEW_SUBSCRIPTION_MESSAGES = 100;
-
-const noSuchUser = () => badRequest('No such user');
-const insufficientPermission = () => badRequest('Insufficient permission');
 
 /** Runs `work` in the caller's interactive transaction, holding the organization's membership lock. */
 function underMembershipLock<T>(
   writes: EventWrites,
   caller: Pick<MembershipCaller, 'id' | 'realmId'>,
   work: (tx: StatementRunner) => Promise<T>,
-  departure: Departure | undefined,
+  departure?: Departure,
 ): Promise<T> {
   return writes.transactions.runInteractive(
     caller.id,
@@ -126,21 +115,15 @@ function apiEmail(user: TargetRow, caller: MembershipCaller, config: HostConfig)
  * principal order, each user once.
  */
 function resolvePrincipals(principals: Principals, read: MembershipRead, caller: MembershipCaller, config: HostConfig): TargetRow[] {
-  const byId = new Map(read.targets.map((user) => [user.id, user]));
+  const byId = 'ids' in principals;
+  const byKey = new Map<number | string, TargetRow>(
+    read.targets.map((user) => [byId ? user.id : apiEmail(user, caller, config).toLowerCase(), user]),
+  );
   const found: TargetRow[] = [];
-  if ('ids' in principals) {
-    for (const id of principals.ids) {
-      const user = byId.get(id);
-      if (!user) throw noSuchUser();
-      found.push(user);
-    }
-  } else {
-    const byEmail = new Map(read.targets.map((user) => [apiEmail(user, caller, config).toLowerCase(), user]));
-    for (const email of principals.emails) {
-      const user = byEmail.get(email.trim().toLowerCase());
-      if (!user) throw noSuchUser();
-      found.push(user);
-    }
+  for (const key of byId ? principals.ids : principals.emails.map((email) => email.trim().toLowerCase())) {
+    const user = byKey.get(key);
+    if (!user) throw badRequest('No such user');
+    found.push(user);
   }
   if (found.some((user) => !user.is_active)) throw badRequest('User is deactivated');
   return [...new Map(found.map((user) => [user.id, user])).values()];
@@ -182,7 +165,7 @@ function membershipIndex(read: MembershipRead) {
 const hasContentAccess = (channel: ChannelRow, subscribed: boolean) => channel.is_web_public || subscribed || !channel.invite_only;
 
 /** Zulip's get_default_value_for_history_public_to_subscribers. */
-const historyPublic = (request: SubscribeRequest) => (request.inviteOnly ? (request.historyPublicToSubscribers ?? false) : true);
+const historyPublic = (request: SubscribeRequest) => (request.invite_only ? (request.history_public_to_subscribers ?? false) : true);
 
 export type SubscribeResult = Record<string, unknown>;
 
@@ -193,7 +176,7 @@ export function subscribeUsers(
   request: SubscribeRequest,
   departure?: Departure,
 ): Promise<SubscribeResult> {
-  const names = checkedNames(request.channels.map((channel) => channel.name));
+  const names = checkedNames(request.subscriptions.map((channel) => channel.name));
   const principals = request.principals;
   const subscribingOthers =
     principals !== undefined && ('emails' in principals ? principals.emails.length > 0 : principals.ids.some((id) => id !== caller.id));
@@ -207,10 +190,10 @@ export function subscribeUsers(
       // Zulip's check_channel_creation_permissions: every non-guest may create public and private
       // channels here (no group settings); web-public ones need spectator access, which no
       // organization of this server enables.
-      if (missing.length > 0 && request.isWebPublic) throw badRequest('Web-public channels are not enabled.');
+      if (missing.length > 0 && request.is_web_public) throw badRequest('Web-public channels are not enabled.');
       const index = membershipIndex(read);
       const unauthorized = existing.filter((channel) => !hasContentAccess(channel, index.rowOf(caller.id, channel.id)?.active === true));
-      if (unauthorized.length > 0 && request.authorizationErrorsFatal)
+      if (unauthorized.length > 0 && request.authorization_errors_fatal)
         throw badRequest(`Unable to access channel (${unauthorized[0]!.name}).`);
       const subscribers = subscribingOthers
         ? resolvePrincipals(principals, read, caller, context.config)
@@ -218,7 +201,7 @@ export function subscribeUsers(
       const created = createdChannels(missing, request, read.new_ids, caller);
       const authorized = existing.filter((channel) => !unauthorized.includes(channel));
       const requestedColors = new Map(
-        request.channels
+        request.subscriptions
           .filter((channel) => channel.color !== undefined)
           .map((channel) => [stripName(channel.name).toLowerCase(), channel.color!]),
       );
@@ -235,10 +218,10 @@ export function subscribeUsers(
       return {
         subscribed: plan.subscribed,
         already_subscribed: plan.alreadySubscribed,
-        ...(request.sendNewSubscriptionMessages && {
+        ...(request.send_new_subscription_messages && {
           new_subscription_messages_sent: newlySubscribedUsers <= MAX_BULK_NEW_SUBSCRIPTION_MESSAGES,
         }),
-        ...(!request.authorizationErrorsFatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
+        ...(!request.authorization_errors_fatal && { unauthorized: unauthorized.map((channel) => channel.name) }),
       };
     },
     departure,
@@ -249,14 +232,14 @@ function createdChannels(missing: string[], request: SubscribeRequest, ids: numb
   const now = Math.floor(Date.now() / 1000);
   return missing.map((name, index) => {
     const description = (
-      request.channels.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? ''
+      request.subscriptions.find((channel) => stripName(channel.name).toLowerCase() === name.toLowerCase())?.description ?? ''
     ).replaceAll('\n', ' ');
     return {
       id: ids[index]!,
       name,
       description,
       rendered_description: description === '' ? '' : renderMarkdown(description),
-      invite_only: request.inviteOnly,
+      invite_only: request.invite_only,
       is_web_public: false,
       history_public_to_subscribers: historyPublic(request),
       creator_id: caller.id,
@@ -290,7 +273,7 @@ function planSubscriptions(
   const addedTo = new Map<number, number[]>();
   const perUser = new Map<number, { channel: ChannelRow; row: MembershipRow | undefined; color: string }[]>();
   for (const user of [...users].sort((a, b) => a.id - b.id)) {
-    const colors = new ColorPicker(read.used_colors.find((used) => used.user_id === user.id)?.colors ?? []);
+    const nextColor = colorPicker(read.used_colors.find((used) => used.user_id === user.id)?.colors ?? []);
     for (const channel of channels) {
       const row = index.rowOf(user.id, channel.id);
       const key = String(user.id);
@@ -299,15 +282,10 @@ function planSubscriptions(
         continue;
       }
       (subscribed[key] ??= []).push(channel.name);
-      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? colors.next();
+      const color = row?.color ?? requestedColors.get(channel.name.toLowerCase()) ?? nextColor();
       added.push({ user_id: user.id, stream_id: channel.id, color });
-      const list = addedTo.get(channel.id);
-      if (list) list.push(user.id);
-      else addedTo.set(channel.id, [user.id]);
-      const own = perUser.get(user.id);
-      const entry = { channel, row, color };
-      if (own) own.push(entry);
-      else perUser.set(user.id, [entry]);
+      append(addedTo, channel.id, user.id);
+      append(perUser, user.id, { channel, row, color });
     }
   }
   const subscribersAfter = (channel: ChannelRow) =>
@@ -330,16 +308,7 @@ function planSubscriptions(
       ...serializeSubscription({
         // A former subscription keeps its settings (settings.ts); a new one has the columns' defaults.
         ...(row ?? NEW_SUBSCRIPTION_SETTINGS),
-        stream_id: channel.id,
-        name: channel.name,
-        description: channel.description,
-        rendered_description: channel.rendered_description,
-        creator_id: channel.creator_id,
-        date_created: new Date(Number(channel.date_created) * 1000),
-        invite_only: channel.invite_only,
-        is_web_public: channel.is_web_public,
-        history_public_to_subscribers: channel.history_public_to_subscribers,
-        message_retention_days: channel.message_retention_days,
+        ...channelColumns(channel),
         color,
         subscribers: subscribersAfter(channel),
       }),
@@ -377,17 +346,7 @@ async function writeMembership(
   const stored = events
     .map((event) => ({ ...event, users: event.users.filter((id) => owners.has(id)) }))
     .filter((event) => event.users.length > 0);
-  const channels: NewChannel[] = created.map((channel) => ({
-    id: channel.id,
-    name: channel.name,
-    description: channel.description,
-    rendered_description: channel.rendered_description,
-    invite_only: channel.invite_only,
-    is_web_public: channel.is_web_public,
-    history_public_to_subscribers: channel.history_public_to_subscribers,
-    creator_id: channel.creator_id!,
-    date_created: new Date(channel.date_created * 1000).toISOString(),
-  }));
+  const channels = created.map((channel) => ({ ...channel, date_created: new Date(channel.date_created * 1000).toISOString() }));
   await writeMembershipStatement(tx, {
     realmId: caller.realmId,
     channels: JSON.stringify(channels),
@@ -434,7 +393,8 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
       // Zulip's bulk_can_remove_subscribers_from_streams: administrators may; guests may not; others
       // only from channels they administer (by default: created).
       if (unsubscribingOthers && caller.role > ROLES.admin) {
-        if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id)) throw insufficientPermission();
+        if (caller.role === ROLES.guest || existing.some((channel) => channel.creator_id !== caller.id))
+          throw badRequest('Insufficient permission');
       }
       if (missing.length > 0) throw badRequest(`Channel(s) (${missing.join(', ')}) do not exist`);
       const index = membershipIndex(read);
@@ -452,8 +412,8 @@ export function unsubscribeUsers(context: MembershipContext, caller: MembershipC
           }
           removed.push(channel.name);
           removals.push({ user_id: user.id, stream_id: channel.id });
-          removedFrom.set(channel.id, [...(removedFrom.get(channel.id) ?? []), user.id]);
-          lostBy.set(user.id, [...(lostBy.get(user.id) ?? []), channel]);
+          append(removedFrom, channel.id, user.id);
+          append(lostBy, user.id, channel);
         }
       }
       if (removals.length > 0) {
@@ -501,27 +461,21 @@ export function subscribeAsOperator(
   userId: number,
   channelName: string,
 ): Promise<{ stream_id: number; color: string }> {
-  return underMembershipLock(
-    writes,
-    { id: userId, realmId },
-    async (tx) => {
-      const read = await readMembership(tx, {
-        realmId,
-        names: [channelName],
-        targetIds: [userId],
-        targetEmails: [],
-        wantNewIds: false,
-        wantPeople: true,
-      });
-      const { existing } = matchNames([channelName], read);
-      const channel = existing[0];
-      const user = read.targets.find((target) => target.id === userId);
-      if (!channel || !user) throw new ChannelNotFound(channelName);
-      const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read, { realmId, config: writes.config });
-      if (plan.added.length > 0)
-        await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
-      return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
-    },
-    undefined,
-  );
+  return underMembershipLock(writes, { id: userId, realmId }, async (tx) => {
+    const read = await readMembership(tx, {
+      realmId,
+      names: [channelName],
+      targetIds: [userId],
+      targetEmails: [],
+      wantNewIds: false,
+      wantPeople: true,
+    });
+    const { existing } = matchNames([channelName], read);
+    const channel = existing[0];
+    const user = read.targets.find((target) => target.id === userId);
+    if (!channel || !user) throw new ChannelNotFound(channelName);
+    const plan = planSubscriptions(new Map(), [channel], new Set(), [user], read, { realmId, config: writes.config });
+    if (plan.added.length > 0) await writeMembership(tx, writes, { realmId, id: null }, [], plan.added, [], plan.events, read.queue_owners);
+    return { stream_id: channel.id, color: plan.added[0]?.color ?? membershipIndex(read).rowOf(userId, channel.id)!.color };
+  });
 }

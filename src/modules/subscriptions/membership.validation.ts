@@ -13,6 +13,7 @@ import {
   parseJson,
   requireKey,
 } from '../../http/params.js';
+import { HEX_COLOR } from './subscriptions.validation.js';
 
 /**
  * The parameters of subscribing and unsubscribing and Zulip's channel-name rules
@@ -26,9 +27,6 @@ export const MAX_PRINCIPALS = 1000;
 /** Zulip's Stream.MAX_NAME_LENGTH and MAX_DESCRIPTION_LENGTH. */
 const MAX_NAME_LENGTH = 60;
 const MAX_DESCRIPTION_LENGTH = 1024;
-
-// JavaScript's `$` (without the m flag) does not match before a trailing newline, unlike Python's.
-const HEX_COLOR = /^#[0-9a-fA-F]{3,6}$/;
 
 /** One entry of POST's `subscriptions`. */
 export interface ChannelRequest {

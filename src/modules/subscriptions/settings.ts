@@ -2,12 +2,9 @@ import Type, { type TSchema } from 'typebox';
 import type { Subscriptions } from '../../db/types.js';
 
 /**
- * The subscription settings clients may change (docs/api.md §2.8), declared once. Everything else is
- * derived from this table when the modules load: the documented property list, the value rules of
- * the decoder, the columns, their SQL types and the column lists of the statements that read and
- * write them, the events of a change, and the subscription object's keys, their values and their
- * documentation (subscriptions.serializers.ts, subscriptions.schemas.ts). A property added here
- * reaches all of them.
+ * The subscription settings clients may change (docs/api.md §2.8), declared once: the decoder, the
+ * columns and statements, the events and the subscription object's keys and documentation are all
+ * derived from this table, so a property added here reaches all of them.
  */
 
 /** How a property's value is checked and stored: a hex colour (text) or a boolean. */
@@ -23,11 +20,7 @@ interface SettingDeclaration {
   nullable?: true;
 }
 
-/**
- * Property → how it is stored, in the order the documentation lists them. The subscription object
- * sends them in another order, code-point order among its other keys (SUBSCRIPTION_KEYS,
- * subscriptions.serializers.ts).
- */
+/** Property → how it is stored, in documentation order (the subscription object sorts them: SUBSCRIPTION_KEYS). */
 const SETTINGS = {
   color: { column: 'color', rule: 'color' },
   is_muted: { column: 'is_muted', rule: 'boolean' },
@@ -48,8 +41,7 @@ export type SettingProperty = keyof Settings;
 /** Subscription columns the API can change. */
 export type SettingColumn = Settings[SettingProperty]['column'];
 
-/** A property's declaration. */
-export type Setting = Settings[SettingProperty];
+type Setting = Settings[SettingProperty];
 
 type RuleValue<R extends ValueRule> = R extends 'color' ? string : boolean;
 

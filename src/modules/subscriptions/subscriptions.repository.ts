@@ -27,8 +27,8 @@ export interface SettingWriteArgs extends EventAppendArgs {
   write: boolean;
 }
 
-/** Audit rows of one settings request at most: beyond, one row for all its pairs. */
-const MAX_AUDIT_ROWS = 100;
+/** Audit rows of one settings or membership request at most: beyond, one row for all its pairs. */
+export const MAX_AUDIT_ROWS = 100;
 
 const AUDIT_COLUMNS = [
   'realm_id',
@@ -57,15 +57,11 @@ export const INVALID_CHANNEL = 'invalid channel';
 export const NOT_SUBSCRIBED = 'not subscribed';
 
 /**
- * Checks f–g of every change (docs/api.md §2.7, docs/api.md §3.2) and, when they all pass and `write` is set, writes
- * the final settings, the audit rows and the events: one prepared statement, run in the user's
- * transaction. A change that fails makes the statement raise (refuse_write, migration 0006) with
- * the lowest failing index, so nothing is written and the transaction rolls back. One audit row per
- * (channel, setting) the request sets, stored value → final value, in the order of their first
- * change; a request setting more than MAX_AUDIT_ROWS pairs (a user of thousands of channels
- * flipping them all) writes one row holding them all instead. So one request writes at most
- * MAX_AUDIT_ROWS rows, one account at most that many times its rate limit a minute
- * (docs/limits.md); the audit log is not part of the API, no answer changes.
+ * Checks f–g of every change (docs/api.md §2.7, §3.2) and, when all pass and `write` is set, writes
+ * the final settings, the audit rows and the events: one prepared statement. A failing change makes
+ * it raise (refuse_write, migration 0006) with the lowest failing index, so nothing is written. One
+ * audit row per (channel, setting) set, stored → final value, in order of first change; beyond
+ * MAX_AUDIT_ROWS pairs, one row holding them all (docs/limits.md: no answer changes).
  */
 export const writeSettingsStatement = reusableStatement<SettingWriteArgs, { refused: boolean | null }>(
   [...EVENT_APPEND_ARGUMENTS, 'isGuest', 'entries', 'updates', 'streamIds', 'write'],
@@ -224,7 +220,7 @@ export async function deleteOldAuditRows(db: Database, days: number, limit: numb
   return Number(result.numDeletedRows);
 }
 
-/** The channel's columns of the subscription object and the channel object (ChannelColumns), from `streams as s`. */
+/** ChannelColumns, from `streams as s`. */
 export const CHANNEL_COLUMNS = [
   's.id as stream_id',
   's.name',

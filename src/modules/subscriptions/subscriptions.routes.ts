@@ -46,21 +46,7 @@ export const subscriptionRoutes: FastifyPluginAsync<AppDeps> = async (app, { db,
   // Membership (docs/management-api.md, "Subscriptions").
   const membership = { ...writes, config };
   app.post('/api/v1/users/me/subscriptions', { schema: subscribeSchema }, async (request, reply) => {
-    const values = parametersOf(request, subscribeSchema);
-    const result = await subscribeUsers(
-      membership,
-      callerOf(request),
-      {
-        channels: values.subscriptions,
-        principals: values.principals,
-        authorizationErrorsFatal: values.authorization_errors_fatal,
-        inviteOnly: values.invite_only,
-        isWebPublic: values.is_web_public,
-        historyPublicToSubscribers: values.history_public_to_subscribers,
-        sendNewSubscriptionMessages: values.send_new_subscription_messages,
-      },
-      clientGone(reply),
-    );
+    const result = await subscribeUsers(membership, callerOf(request), parametersOf(request, subscribeSchema), clientGone(reply));
     return success(request, result);
   });
 

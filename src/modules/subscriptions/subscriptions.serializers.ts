@@ -1,3 +1,5 @@
+import type { Selectable } from 'kysely';
+import type { Streams } from '../../db/types.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
 import {
   COLUMN_EVENTS,
@@ -10,18 +12,7 @@ import {
 import type { SettingChange } from './subscriptions.validation.js';
 
 /** The channel's columns of a subscription row. */
-export interface ChannelColumns {
-  stream_id: number;
-  name: string;
-  description: string;
-  rendered_description: string;
-  creator_id: number | null;
-  date_created: Date;
-  invite_only: boolean;
-  is_web_public: boolean;
-  history_public_to_subscribers: boolean;
-  message_retention_days: number | null;
-}
+export type ChannelColumns = Omit<Selectable<Streams>, 'id' | 'realm_id' | 'deactivated'> & { stream_id: number };
 
 /** A row of selectActiveSubscriptions: the channel, the user's settings (settings.ts) and the subscribers when asked for. */
 export type SubscriptionRow = ChannelColumns & StoredSettings & { subscribers: number[] | null };
@@ -48,11 +39,7 @@ export type ChannelKey = keyof typeof CHANNEL_KEYS;
 /** The subscription object of docs/api.md §2.12. */
 export type SubscriptionObject = { [K in ChannelKey]: ReturnType<(typeof CHANNEL_KEYS)[K]> } & SentSettings & { subscribers?: number[] };
 
-/**
- * The object's keys in the order they are sent (docs/api.md §2.12): is_archived, then the channel's keys
- * and the settings of settings.ts together in code-point order (subscribers, when asked for, last).
- * The order is Zulip's, alphabetical; a property added to the settings table takes its place in it.
- */
+/** The keys in the order sent (docs/api.md §2.12, Zulip's): is_archived, then the others in code-point order (subscribers last). */
 export const SUBSCRIPTION_KEYS: readonly (ChannelKey | SettingProperty)[] = [
   'is_archived',
   ...[...(Object.keys(CHANNEL_KEYS) as ChannelKey[]).filter((key) => key !== 'is_archived'), ...SETTING_PROPERTIES].sort(),
@@ -61,9 +48,8 @@ export const SUBSCRIPTION_KEYS: readonly (ChannelKey | SettingProperty)[] = [
 export const isChannelKey = (key: string): key is ChannelKey => Object.hasOwn(CHANNEL_KEYS, key);
 
 /**
- * Builds objects with `readers`' keys in their order, each the value its reader gives: a literal of
- * every key, compiled once from the constant keys (`/^[a-z_]+$/`, checked), since V8 builds an object
- * literal several times faster than one with 20-odd computed keys, and stringifies it faster.
+ * Builds objects with `readers`' keys in order: an object literal compiled once from the constant
+ * keys (checked), which V8 builds and stringifies several times faster than 20-odd computed keys.
  */
 export function objectBuilder<Row>(readers: Record<string, (row: Row) => unknown>): (row: Row) => Record<string, unknown> {
   const keys = Object.keys(readers);
@@ -94,10 +80,7 @@ const updateEvent = (property: string, value: string | boolean, streamId: number
   stream_id: streamId,
 });
 
-/**
- * The events of one applied change (docs/api.md §3.2 event table): one per property stored in its column,
- * whichever was sent; muting gives two, in_home_view first.
- */
+/** The events of one change (docs/api.md §3.2): one per property stored in its column; muting gives two, in_home_view first. */
 export function changeEvents(change: SettingChange): ApiEvent[] {
   return COLUMN_EVENTS.get(change.column)!.map(({ property, inverted }) =>
     updateEvent(property, inverted ? !(change.stored as boolean) : change.stored, change.streamId),

@@ -8,7 +8,7 @@ import { type SettingColumn, type SettingProperty, settingOf } from './settings.
  */
 
 // JavaScript's `$` (without the m flag) does not match before a trailing newline, unlike Python's.
-const HEX_COLOR = /^#[0-9a-fA-F]{3,6}$/;
+export const HEX_COLOR = /^#[0-9a-fA-F]{3,6}$/;
 
 /** One requested change, checked against the property rules. */
 export interface SettingChange {
