@@ -227,10 +227,12 @@ describe('hooks', () => {
     expect(poll.preParsing).toBeUndefined();
     expect(poll.preHandler).toBe(2);
     const register = hooksOf('POST', '/api/v1/register');
-    // The field counter and the body deadline; authentication, the body's memory, the parameters.
+    // The field counter and the body deadline; authentication, the body's memory, the parameters;
+    // a large body's turn, taken before it is read and given back with the answer.
     expect(register.preParsing).toBe(2);
     expect(register.preHandler).toBe(3);
-    expect(register.onSend).toBe(poll.onSend! + 1);
+    expect(register.onRequest).toBe(poll.onRequest! + 1);
+    expect(register.onSend).toBe(poll.onSend! + 2);
     // No credentials needed: the parameters only.
     expect(hooksOf('GET', '/api/v1/server_settings').preHandler).toBe(1);
     // A route with a path parameter refuses an empty one (onRequest), a wildcard's too (printed as `*`
