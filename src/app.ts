@@ -2,7 +2,7 @@ import compress from '@fastify/compress';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync, type FastifyReply } from 'fastify';
 import { sql } from 'kysely';
 import { PipelinedConnections } from './db/pipelined-connections.js';
-import { ClientGone } from './db/user-transactions.js';
+import { ClientGone } from './db/transactions.js';
 import type { AppDeps } from './deps.js';
 import { authenticationHooks } from './http/auth.js';
 import { AccountBatches } from './http/auth.repository.js';

@@ -212,7 +212,7 @@ export const EnvSchema = Type.Object({
     default: 2,
     description:
       'Pipelined connections for the small write transactions (settings updates of up to 100 changes, navigation views), ' +
-      'those of one turn of the event loop committed together (src/db/user-transactions.ts).',
+      'those of one turn of the event loop committed together (src/db/transactions.ts).',
   }),
   DB_CONNECT_TIMEOUT_MS: Type.Integer({
     minimum: 100,

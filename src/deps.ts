@@ -1,7 +1,7 @@
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import type { StatementRunner } from './db/reusable-statement.js';
-import type { UserTransactions } from './db/user-transactions.js';
+import type { Transactions } from './db/transactions.js';
 import type { Drain } from './http/drain.js';
 
 /** What buildApp is given and hands each route plugin as its options: a test builds what production runs. */
@@ -11,8 +11,8 @@ export interface AppDeps {
   db: Database;
   /** Short single statements, authentication's first: pipelined, cheaper per statement than the pool (src/db/pipelined-connections.ts). */
   shortStatements: StatementRunner;
-  /** The one write API: every write of several statements is a transaction of it (src/db/user-transactions.ts); the metrics read its pool and connections. */
-  transactions: UserTransactions;
+  /** The one write API: every write of several statements is a transaction of it (src/db/transactions.ts); the metrics read its pool and connections. */
+  transactions: Transactions;
   /** Set by the process entry: /ready answers 503 while it drains. Absent: never draining. */
   drain?: Drain;
 }

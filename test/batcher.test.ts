@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Batcher, type BatcherOptions } from '../src/lib/batcher.js';
 
-// src/lib/batcher.ts: its users' tests (auth-batches, rate-limit, user-transactions,
+// src/lib/batcher.ts: its users' tests (auth-batches, rate-limit, transactions,
 // events-steady-state) cover it through the database; these cover the splitting rules their
 // batches are too small to reach, with a `send` that answers each item doubled.
 

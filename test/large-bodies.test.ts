@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { OK } from './helpers/envelope.js';
 import { auth, type FixtureUser, ids } from './helpers/fixture.js';

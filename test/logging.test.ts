@@ -9,7 +9,7 @@ import pino from 'pino';
 import { buildApp } from '../src/app.js';
 import { RequestLogger } from '../src/http/request-log.js';
 import { loadConfig } from '../src/config.js';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { hashApiKey } from '../src/lib/api-keys.js';
 import { api, FIXTURE_ENV, multipart } from './helpers/app.js';
 import { createFixtureDatabase, type TestDatabase, userLockWaiters } from './helpers/database.js';

@@ -6,7 +6,7 @@ import { subscribe } from './helpers/membership.js';
 
 /**
  * A membership change racing registers of the same organization (docs/management-api.md U.1;
- * src/db/user-transactions.ts REALM_MEMBERSHIP_LOCK_NAMESPACE): the subscribe holds the
+ * src/db/transactions.ts REALM_MEMBERSHIP_LOCK_NAMESPACE): the subscribe holds the
  * organization's lock exclusively, register holds it shared while it creates its queue and reads
  * its state, so every register either has the change in its state or gets it in its queue, never
  * both, never neither. Real concurrency: the three requests of each run are in flight together.

@@ -10,7 +10,7 @@ import { createTestDatabase, type TestDatabase } from './helpers/database.js';
 // its own). Relied on beyond the documentation, each named here so that an upgrade that changes it
 // fails this file: a query whose value pg cannot convert fails inside client.query (so the
 // transaction ends with ROLLBACK, src/db/pipelined-transaction.ts); Client#processID (the cancel in
-// src/db/user-transactions.ts); the socket under a client (Client#connection.stream, corked by
+// src/db/transactions.ts); the socket under a client (Client#connection.stream, corked by
 // src/db/socket-writes.ts and paused by src/db/socket-reads.ts), whose absence only costs speed.
 
 const SOCKET = 'src/db/socket-writes.ts';
@@ -118,7 +118,7 @@ describe('pg contract: a transaction in one burst on a pipelined client', () => 
 
   it("Client#processID is the backend's pid (the cancel of a transaction whose client went away)", async () => {
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    expect((client as unknown as { processID?: number }).processID, moved('Client#processID', 'src/db/user-transactions.ts (cancel)')).toBe(
+    expect((client as unknown as { processID?: number }).processID, moved('Client#processID', 'src/db/transactions.ts (cancel)')).toBe(
       rows[0]!.pid,
     );
   });

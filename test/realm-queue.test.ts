@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { REALM_MEMBERSHIP_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { register } from './helpers/events.js';
 import { type FixtureUser, ids, queueEvents } from './helpers/fixture.js';
@@ -9,7 +9,7 @@ import { eventually } from './helpers/wait.js';
 
 /**
  * The holders of an organization's membership lock wait in its queue in memory, without a pool
- * connection (RealmQueue in src/db/user-transactions.ts): a burst of subscribes and registers of
+ * connection (RealmQueue in src/db/transactions.ts): a burst of subscribes and registers of
  * one organization, behind a membership change of another instance, must not take every pool
  * connection, or another organization's requests would get 503s.
  */

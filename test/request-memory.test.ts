@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { OK, UNAVAILABLE } from './helpers/envelope.js';
 import { auth, ids } from './helpers/fixture.js';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../src/db/database.js';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { api, createTestContext, multipart, useTestContext } from './helpers/app.js';
 import { errorBody, INTERNAL_ERROR, OK } from './helpers/envelope.js';
 import { createQueue, ids, queueEvents } from './helpers/fixture.js';

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
@@ -14,7 +14,7 @@ import { waitFor } from './helpers/wait.js';
 
 // Issue 31: a small write whose user's lock another instance holds (here: another session) holds up
 // no other user's write. It is refused the lock on the shared write connection and sent again on a
-// pooled connection of its own, where it waits (src/db/user-transactions.ts, commit-groups.ts).
+// pooled connection of its own, where it waits (src/db/transactions.ts, commit-groups.ts).
 
 let ctx: TestContext;
 let other: pg.Client;

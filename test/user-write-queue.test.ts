@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { createDatabase, type DatabaseHandle } from '../src/db/database.js';
-import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../src/db/transactions.js';
 import { api, createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
 import { OK } from './helpers/envelope.js';

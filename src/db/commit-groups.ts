@@ -11,7 +11,7 @@ import { transactionProgress, type TransactionStatement } from './pipelined-tran
  *
  * Each member keeps its semantics:
  * - its statements run in order, behind its user's lock (a group never holds one user twice:
- *   UserTransactions), seeing what committed before it and the members before it (other users' rows);
+ *   Transactions), seeing what committed before it and the members before it (other users' rows);
  * - all or nothing, with its own outcome: when the group rolled back (a server error, a value pg
  *   could not send), the failing member goes again alone, for the answer it would have had alone,
  *   and the others again as a group; if that fails too, each goes alone. A lost connection fails
@@ -19,7 +19,7 @@ import { transactionProgress, type TransactionStatement } from './pipelined-tran
  *   not save the others: a ROLLBACK TO SAVEPOINT can only follow the failure a round trip later.)
  *
  * A member whose user's lock is held elsewhere is refused it at once (ZU002, user_lock_now), as a
- * group must never wait for a lock: it fails with the refusal (UserTransactions sends it again on
+ * group must never wait for a lock: it fails with the refusal (Transactions sends it again on
  * a connection of its own), and the others go again together, counted as a first attempt (each
  * refusal removes a member, so this ends).
  */

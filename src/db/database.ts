@@ -6,7 +6,7 @@ import type { DatabaseObserver } from './observer.js';
 import { PipelinedConnections } from './pipelined-connections.js';
 import type { StatementRunner } from './reusable-statement.js';
 import { decodeLargeAnswersInSlices } from './socket-reads.js';
-import { UserTransactions } from './user-transactions.js';
+import { Transactions } from './transactions.js';
 import type { DB } from './types.js';
 
 /** What statements run on: Kysely over the pool, or one of its transactions (Transaction<DB> extends Kysely<DB>). */
@@ -20,8 +20,8 @@ export interface DatabaseHandle {
   db: Database;
   /** The pipelined connections of short single statements: authentication with its rate-limit upsert, one user by id, cancels (pipelined-connections.ts). */
   shortStatements: PipelinedConnections;
-  /** The write API: every transaction, on the pipelined write connections or the pool's (user-transactions.ts). */
-  transactions: UserTransactions;
+  /** The write API: every transaction, on the pipelined write connections or the pool's (transactions.ts). */
+  transactions: Transactions;
   pool: Pool;
   close(): Promise<void>;
 }
@@ -30,7 +30,7 @@ export interface DatabaseOptions {
   poolMax?: number;
   /** Pipelined connections for short single statements (src/db/pipelined-connections.ts). */
   shortStatementConnections?: number;
-  /** Pipelined connections for small write transactions (src/db/user-transactions.ts). */
+  /** Pipelined connections for small write transactions (src/db/transactions.ts). */
   writeConnections?: number;
   connectTimeoutMs?: number;
   /** Server-side statement_timeout of the pooled connections, in ms (0: none). */
@@ -106,7 +106,7 @@ function typedPool(pool: pg.Pool, failedClients: WeakSet<pg.PoolClient>, observe
   };
 }
 
-/** Kysely's builder over an open transaction (`tx` of UserTransactions.interactive: the admin command line's operations). */
+/** Kysely's builder over an open transaction (`tx` of Transactions.interactive: the admin command line's operations). */
 export function kyselyIn(tx: StatementRunner): Database {
   // No cursor can come (no `cursor` class given), as in typedPool; `tx` tells rows, not counts.
   function query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
@@ -173,7 +173,7 @@ export function createDatabase(connectionString: string, options: DatabaseOption
     });
   const shortStatements = pipelined('short_statements', options.shortStatementConnections ?? 2, options.shortStatementTimeoutMs ?? 0);
   const writes = pipelined('writes', options.writeConnections ?? 2, statementTimeoutMs);
-  const transactions = new UserTransactions({
+  const transactions = new Transactions({
     pool,
     writes,
     failedClients,

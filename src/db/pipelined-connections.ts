@@ -16,7 +16,7 @@ import { sendTransaction, type TransactionProgress, transactionProgress, type Tr
 /**
  * A few long-lived connections in pipeline mode, shared by many requests: short single statements
  * (authentication with its rate-limit upserts, one user by id, the cancels of pooled transactions)
- * and small write transactions (user-transactions.ts). Through the pool each statement would check
+ * and small write transactions (transactions.ts). Through the pool each statement would check
  * a connection out for a round trip, costing more CPU than the statement; here node-postgres writes
  * statements back to back (each with its own Sync: one failing fails alone) and PostgreSQL answers
  * in order (bench/RESULTS.md, "Pipelined connections"). Never a session setting or long work: it

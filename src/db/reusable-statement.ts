@@ -19,7 +19,7 @@ export interface Statement {
 /** Only in types: what a bound statement's rows are (never a property at run time). */
 declare const rowsOf: unique symbol;
 
-/** A statement with its values, as data: an element of a user's transaction (UserTransactions.run), whose rows are `Row`s. */
+/** A statement with its values, as data: an element of a user's transaction (Transactions.run), whose rows are `Row`s. */
 export interface BoundStatement<Row> extends Statement {
   readonly values: readonly unknown[];
   readonly [rowsOf]?: Row;

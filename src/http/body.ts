@@ -1,7 +1,7 @@
 import { PassThrough, Transform, type TransformCallback } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
-import { ClientGone } from '../db/user-transactions.js';
+import { ClientGone } from '../db/transactions.js';
 import { KeyedQueue } from '../lib/keyed-queue.js';
 import { clientGone } from './client-gone.js';
 import { ApiError, bodyTimedOut, bodyTooLarge, malformedBody, tooManyFields } from './errors.js';

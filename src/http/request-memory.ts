@@ -16,7 +16,7 @@ const reservations = new WeakMap<FastifyRequest, Reservation>();
 /**
  * Bounds the memory an instance gives to the bodies of authenticated requests while they are
  * served. Once read, a body is parsed and decoded, then may wait in its user's queue (a user's
- * writes run one at a time, src/db/user-transactions.ts); a decoded bulk update holds several
+ * writes run one at a time, src/db/transactions.ts); a decoded bulk update holds several
  * times its size, and the rate limit alone does not bound how many wait. So, right after
  * authentication and the rate limit, before its parameters are decoded:
  *

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import { inject } from 'vitest';
 import { createDatabase, type Database, type DatabaseHandle, type DatabaseOptions } from '../../src/db/database.js';
-import { USER_EVENT_LOCK_NAMESPACE } from '../../src/db/user-transactions.js';
+import { USER_EVENT_LOCK_NAMESPACE } from '../../src/db/transactions.js';
 import { eventually } from './wait.js';
 
 export interface TestDatabase extends DatabaseHandle {
@@ -52,7 +52,7 @@ async function copyOfTemplate(template: string, options: DatabaseOptions): Promi
   };
 }
 
-/** Backends waiting for a user's lock (the advisory lock of src/db/user-transactions.ts) in `client`'s database. */
+/** Backends waiting for a user's lock (the advisory lock of src/db/transactions.ts) in `client`'s database. */
 export async function userLockWaiters(client: pg.Client, userId: number): Promise<number> {
   // pg_locks shows every database's locks, and test files run side by side, each in its own database.
   const { rows } = await client.query<{ n: number }>(

@@ -14,7 +14,7 @@ import { EVENTS_CHANNEL, type ApiEvent } from './event-log.repository.js';
  * `guests` narrows it further for restricted organizations (docs/api.md §2.4).
  *
  * Every statement using these CTEs holds the organization's membership lock
- * (REALM_MEMBERSHIP_LOCK_NAMESPACE in src/db/user-transactions.ts), which register takes shared
+ * (REALM_MEMBERSHIP_LOCK_NAMESPACE in src/db/transactions.ts), which register takes shared
  * before it creates its queue and reads the users: a change commits either before a register reads
  * or after its queue exists. Queues are locked in (user id, id) order, as commit groups
  * (src/db/commit-groups.ts) lock them, so the two cannot deadlock; the cap on pending events

@@ -1,6 +1,6 @@
 import { type RawBuilder, sql } from 'kysely';
 import type { Database } from '../../db/database.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { Transactions } from '../../db/transactions.js';
 
 /** An event as clients receive it, before the queue appends its "id" (docs/api.md §3.15). */
 export interface ApiEvent {
@@ -22,7 +22,7 @@ export interface EventAppendArgs extends Record<string, unknown> {
 
 /** Where a user's event-producing writes run, and the bound they keep on each queue's pending events. */
 export interface EventWrites {
-  transactions: UserTransactions;
+  transactions: Transactions;
   maxPendingEvents: number;
 }
 
@@ -250,7 +250,7 @@ export function addressedEventArgs(events: AddressedEvent[]): Pick<MultiUserEven
  * that accepts the event's type gets it, numbered per queue in the array's order, and the same
  * cap applies (a queue left with more than maxPendingEvents pending is deleted instead). For the
  * writes that change what several users see (subscribe, unsubscribe), which hold their
- * organization's membership lock (src/db/user-transactions.ts) rather than each recipient's.
+ * organization's membership lock (src/db/transactions.ts) rather than each recipient's.
  */
 export function withEventsForUsers(db: Database, args: MultiUserEventArgs) {
   const items = sql<IncomingItem>`(

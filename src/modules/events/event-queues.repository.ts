@@ -17,7 +17,7 @@ export interface NewEventQueue {
  * Creates a queue; when the user already has `maxPerUser` queues, the least recently used ones
  * (last poll or creation; a queue with a poll in progress counts as in use) are deleted first and
  * their waiting polls woken, so they answer BAD_EVENT_QUEUE_ID (spec O12). Runs in the user's
- * transaction (src/db/user-transactions.ts), so the count cannot change underneath.
+ * transaction (src/db/transactions.ts), so the count cannot change underneath.
  */
 export function createEventQueue(db: Database, queue: NewEventQueue, maxPerUser: number) {
   return db

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { sqlStatement } from '../../db/reusable-statement.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { Transactions } from '../../db/transactions.js';
 import { POLL_LEASE_SECONDS, type QueueOwner, type StoredEvent, type WaitingPoll, withIds } from './event-polls.repository.js';
 import { type ApiEvent, EVENTS_CHANNEL } from '../event-log/event-log.repository.js';
 
@@ -120,7 +120,7 @@ export async function startPolls(
  * the queue no longer exists.
  */
 export async function answerHeartbeats(
-  transactions: UserTransactions,
+  transactions: Transactions,
   polls: readonly WaitingPoll[],
   skipLocked: boolean,
 ): Promise<Map<string, ApiEvent[] | null>> {

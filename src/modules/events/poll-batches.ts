@@ -1,5 +1,5 @@
 import type { Database } from '../../db/database.js';
-import type { UserTransactions } from '../../db/user-transactions.js';
+import type { Transactions } from '../../db/transactions.js';
 import { Batcher } from '../../lib/batcher.js';
 import { KeyedQueue } from '../../lib/keyed-queue.js';
 import type { ApiEvent } from '../event-log/event-log.repository.js';
@@ -91,7 +91,7 @@ class PollEndBatches<R> extends Batcher<WaitingPoll, R | null> {
  * A poll's answer: its pending events, the heartbeat last; null when its queue is gone.
  */
 export class HeartbeatBatches extends PollEndBatches<ApiEvent[]> {
-  constructor(transactions: UserTransactions, tickMs: number) {
+  constructor(transactions: Transactions, tickMs: number) {
     super(tickMs, (polls, skipLocked) => answerHeartbeats(transactions, polls, skipLocked));
   }
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../config.js';
 import { bindStatement, queryStatement } from '../../db/reusable-statement.js';
-import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type UserTransactions } from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK_NAMESPACE, REALM_MEMBERSHIP_LOCK_SHARED, type Transactions } from '../../db/transactions.js';
 import { type AuthLookup, AuthLookupQuery, type Caller } from '../../http/auth.js';
 import type { Values } from '../../http/params.js';
 import type { Departure } from '../../lib/departure.js';
@@ -71,7 +71,7 @@ function queueLifespanSeconds(request: RegisterRequest, config: RegisterConfig):
  * or subscription change of the organization (REALM_MEMBERSHIP_LOCK_NAMESPACE).
  */
 export async function registerEventQueue(
-  transactions: UserTransactions,
+  transactions: Transactions,
   config: RegisterConfig,
   caller: Caller,
   request: RegisterRequest,

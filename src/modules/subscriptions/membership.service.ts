@@ -1,4 +1,4 @@
-import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE } from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE } from '../../db/transactions.js';
 import type { StatementRunner } from '../../db/reusable-statement.js';
 import type { Caller } from '../../http/auth.js';
 import type { Departure } from '../../lib/departure.js';
@@ -42,7 +42,7 @@ import { serializeSubscription } from './subscriptions.serializers.js';
  * Zulip's order (zerver/views/streams.py add_subscriptions_backend, remove_subscriptions_backend;
  * docs/management-api.md, "Subscriptions"), all or nothing.
  *
- * Locking: a change runs in the caller's interactive transaction (UserTransactions.runInteractive),
+ * Locking: a change runs in the caller's interactive transaction (Transactions.runInteractive),
  * then takes the organization's membership lock exclusively (REALM_MEMBERSHIP_LOCK_NAMESPACE), which
  * register takes shared: every register sees the change either in its state or among its queue's
  * events, and two membership changes of an organization never interleave, so what the read found

@@ -2,12 +2,7 @@ import { sql } from 'kysely';
 import type { Database } from '../../db/database.js';
 import { writeRefusal } from '../../db/errors.js';
 import { bindStatement, type Statement, type StatementRunner } from '../../db/reusable-statement.js';
-import {
-  REALM_MEMBERSHIP_LOCK,
-  REALM_MEMBERSHIP_LOCK_NAMESPACE,
-  type RealmQueue,
-  type UserTransactions,
-} from '../../db/user-transactions.js';
+import { REALM_MEMBERSHIP_LOCK, REALM_MEMBERSHIP_LOCK_NAMESPACE, type RealmQueue, type Transactions } from '../../db/transactions.js';
 import type { Departure } from '../../lib/departure.js';
 import { generateApiKey, hashApiKey } from '../../lib/api-keys.js';
 import { ROLES } from '../../zulip.js';
@@ -38,7 +33,7 @@ export interface ManagementContext {
   /** Reads before the write (in `open`, when that is where the write runs). */
   db: Database;
   /** Where the write runs: the acting user's transactions (the server), or `open`, a transaction the caller holds (the command line). */
-  transactions: { run: UserTransactions; actingUserId: number; departure?: Departure } | { open: StatementRunner };
+  transactions: { run: Transactions; actingUserId: number; departure?: Departure } | { open: StatementRunner };
   realm: ManagedRealm;
   maxPendingEvents: number;
   config: UserObjectConfig;

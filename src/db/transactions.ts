@@ -15,8 +15,10 @@ import { CommitGroups } from './commit-groups.js';
 import { interactiveTransaction, sendTransaction, transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
- * The transactions of a user's writes (settings, navigation views, register): one writer per user
- * at a time, across instances and within one (docs/api.md §2.10 "Register consistency").
+ * Every transaction of the server (the one write API). A user's writes (settings, navigation views,
+ * register) run one writer per user at a time, across instances and within one (docs/api.md §2.10
+ * "Register consistency"); `interactive` and `onOwnConnection` run the others (heartbeats, the admin
+ * command line).
  *
  * - A user's transactions first wait in the user's queue in memory, WITHOUT a pool connection: a
  *   burst of one user's writes would otherwise fill the pool with connections waiting for that
@@ -97,7 +99,7 @@ export interface UserTransactionOptions {
  */
 export type TransactionSize = 'small' | 'large';
 
-/** The statements of a transaction (UserTransactions.run); undefined ones are left out. */
+/** The statements of a transaction (Transactions.run); undefined ones are left out. */
 export type TransactionStatements = readonly (BoundStatement<unknown> | undefined)[];
 
 /** A statement's rows, or undefined for a statement left out. */
@@ -109,7 +111,7 @@ export type TransactionRows<S extends TransactionStatements> = { -readonly [K in
 /** At most this many statements in one commit group (commit-groups.ts): 32 one-statement writes. */
 const MAX_GROUP_STATEMENTS = 64;
 
-export class UserTransactions {
+export class Transactions {
   private readonly users = new KeyedQueue<number>();
   private readonly realms = new KeyedQueue<number>();
   private readonly groups: CommitGroups;

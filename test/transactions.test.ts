@@ -3,7 +3,7 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { isDatabaseUnavailable } from '../src/db/errors.js';
-import { ClientGone, type TransactionStatements, USER_EVENT_LOCK_NAMESPACE, type UserTransactions } from '../src/db/user-transactions.js';
+import { ClientGone, type TransactionStatements, USER_EVENT_LOCK_NAMESPACE, type Transactions } from '../src/db/transactions.js';
 import type { Departure } from '../src/lib/departure.js';
 import { createTestContext, type TestContext } from './helpers/app.js';
 import { userLockWaiters } from './helpers/database.js';
@@ -12,7 +12,7 @@ import { PROPERTIES_URL } from './helpers/subscriptions.js';
 import { testStatement } from './helpers/statements.js';
 import { waitFor } from './helpers/wait.js';
 
-// src/db/user-transactions.ts: a user's statements in one pipelined transaction (BEGIN … COMMIT in
+// src/db/transactions.ts: a user's statements in one pipelined transaction (BEGIN … COMMIT in
 // one burst) under the user's lock, cancelled when the client goes away.
 
 let ctx: TestContext;
@@ -38,7 +38,7 @@ const nameOfU = async () =>
 /** Backends waiting for U's user lock. */
 const lockWaiters = () => userLockWaiters(other, ids.U);
 
-describe('UserTransactions', () => {
+describe('Transactions', () => {
   it('commits the statements of a work together behind the lock: BEGIN, the lock, the statements, COMMIT, sent in one burst', async () => {
     for (const size of ['small', 'large'] as const) {
       ctx.database.statements.length = 0;
@@ -80,7 +80,7 @@ describe('UserTransactions', () => {
 
   it("a statement depending on an earlier one's rows cannot be written: the statements are data, not a callback", () => {
     // The callback form (issue statements, await, issue more) no longer type-checks.
-    type Statements = Parameters<UserTransactions['run']>[1];
+    type Statements = Parameters<Transactions['run']>[1];
     expectTypeOf<Statements>().not.toBeFunction();
     expectTypeOf<Statements>().toEqualTypeOf<TransactionStatements>();
   });
