@@ -20,6 +20,8 @@ export interface LoadSpec {
 export interface Measurement {
   requestsPerSecond: number;
   p50: number;
+  /** Only where a scenario reports it (the poll storms' target is a p90). */
+  p90?: number;
   p99: number;
   total: number;
   non2xx: number;

@@ -205,10 +205,11 @@ export function formatPollStorms(figures: PollStormFigures): string {
     `${POLL_STORMS} (organization B, ${VICTIM_RATE} requests/s on schedule), alone → while one account of A sends ${STORM_POLLS} polls of one queue at once, again and again:`,
     ...figures.rounds.map(
       (r, index) =>
-        `  round ${index + 1}: p50 ${ms(r.alone.p50)} → ${ms(r.underStorms.p50)}, p99 ${ms(r.alone.p99)} → ${ms(r.underStorms.p99)}, ` +
+        `  round ${index + 1}: p50 ${ms(r.alone.p50)} → ${ms(r.underStorms.p50)}, p90 ${ms(r.alone.p90 ?? NaN)} → ${ms(r.underStorms.p90 ?? NaN)}, p99 ${ms(r.alone.p99)} → ${ms(r.underStorms.p99)}, ` +
         `answered ${r.alone.total} → ${r.underStorms.total}, ` +
         `not 200 ${r.alone.non2xx + r.alone.errors} → ${r.underStorms.non2xx + r.underStorms.errors}; A's polls answered ${r.polls} (${r.failedPolls} not 200)`,
     ),
+    `  p90 during the storms / alone, median of the rounds: ${median(figures.rounds.map((r) => (r.underStorms.p90 ?? NaN) / (r.alone.p90 ?? NaN))).toFixed(2)} × (target ≤ 3)`,
   ].join('\n');
 }
 

@@ -78,6 +78,7 @@ async function steadyLoad({
   return {
     requestsPerSecond: total / seconds,
     p50: at(0.5),
+    p90: at(0.9),
     p99: at(0.99),
     total,
     non2xx: total - latencies.length,
