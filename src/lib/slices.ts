@@ -7,8 +7,8 @@ import { performance } from 'node:perf_hooks';
  * runs. The tasks run round robin in arrival order, each until the budget is spent.
  */
 
-/** CPU time large work may take per turn of the event loop. */
-const SLICE_BUDGET_MS = 1;
+/** CPU time large work may take per turn of the event loop (src/db/socket-reads.ts decodes by it too). */
+export const SLICE_BUDGET_MS = 1;
 
 /** How many items are processed between two looks at the clock. */
 const ITEMS_PER_CLOCK_CHECK = 16;
