@@ -20,7 +20,7 @@ export function decodeLargeAnswersInSlices(client: pg.ClientBase): void {
   const stream = connectionStream(client);
   if (!stream?.on || !stream.pause || !stream.resume) return;
   const resume = () => stream.resume!();
-  // The budget is counted from the first large chunk after a pause.
+  // The budget is counted from the first large chunk after a pause (one left from an earlier answer pauses the next at its first chunk: a turn).
   let deadline: number | undefined;
   stream.on('data', (chunk: Buffer) => {
     if (chunk.length < LARGE_CHUNK_BYTES) return;
