@@ -171,8 +171,9 @@ describe("the pool's connections", () => {
       const { rows } = await client.query("SELECT repeat('x', 1000) AS text FROM generate_series(1, 20000)");
       expect(rows).toHaveLength(20000);
       expect(pauses).toBeGreaterThan(0);
-      // The chunk a budget is counted from never pauses: at least two large chunks per turn, not one.
-      expect(pauses).toBeLessThanOrEqual(largeChunks / 2);
+      // The chunk a budget is counted from never pauses: two large chunks or more per turn, not one
+      // (the first may pause at once on a budget left from an earlier answer on this connection).
+      expect(pauses).toBeLessThanOrEqual(Math.ceil(largeChunks / 2));
     } finally {
       client.release();
     }
