@@ -94,4 +94,32 @@ describe('Batcher', () => {
       { status: 'rejected', reason: new Error('odd 3') },
     ]);
   });
+
+  it('with maxInFlight, what is gathered while that many batches are in flight goes together once one settles', async () => {
+    const batches: number[][] = [];
+    const answer: (() => void)[] = [];
+    const batcher = new Batcher<number, number>({
+      max: 10,
+      maxInFlight: 1,
+      send: (items) => {
+        batches.push(items);
+        return new Promise((resolve) => answer.push(() => resolve(items.map((item) => item * 2))));
+      },
+    });
+    const turn = () => new Promise((resolve) => setImmediate(resolve));
+    const first = batcher.add(1);
+    await turn();
+    expect(batches).toEqual([[1]]);
+    // Two more turns' items while the first batch is in flight: none is sent.
+    const second = batcher.add(2);
+    await turn();
+    const third = batcher.add(3);
+    await turn();
+    expect(batches).toEqual([[1]]);
+    answer[0]!();
+    expect(await first).toBe(2);
+    expect(batches).toEqual([[1], [2, 3]]);
+    answer[1]!();
+    expect(await Promise.all([second, third])).toEqual([4, 6]);
+  });
 });

@@ -32,6 +32,10 @@ export class CommitGroups {
     maxStatements: number,
   ) {
     this.batcher = new Batcher({
+      // A group per write connection at most: the writes that come while they commit go together after.
+      // Commits that NOTIFY are serialized by PostgreSQL, each with its WAL flush: a group a turn was
+      // one write a flush once the flush was slow (bench/RESULTS.md).
+      maxInFlight: writes.connections,
       max: maxStatements,
       weight: (member) => member.statements.length,
       order: (a, b) => a.userId - b.userId,

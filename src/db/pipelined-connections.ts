@@ -76,9 +76,11 @@ export class PipelinedConnections implements StatementRunner {
   /** Where statements, failures and connections are reported (commit groups report theirs there too). */
   readonly observer: DatabaseObserver;
   private readonly kind: 'short_statements' | 'writes';
+  readonly connections: number;
 
   constructor(private readonly options: PipelinedConnectionsOptions) {
     this.lanes = new Array<Lane | undefined>(options.connections).fill(undefined);
+    this.connections = options.connections;
     this.observer = options.observer ?? {};
     this.kind = options.kind ?? 'short_statements';
   }

@@ -14,6 +14,8 @@ export interface BatcherOptions<Item, Result> {
   send: (batch: Item[]) => Promise<(Result | Promise<Result>)[]>;
   /** Whether a batch that failed with `error` is sent again one item at a time; otherwise every item fails with it. */
   retryAlone?: (error: unknown) => boolean;
+  /** Batches in flight at most (unbounded when not given): what is gathered meanwhile goes together once one settles. */
+  maxInFlight?: number;
 }
 
 /** An item added, with the settling of its promise. */
@@ -38,6 +40,7 @@ interface Batch<Item, Result> {
 export class Batcher<Item, Result> {
   private gathered: Entry<Item, Result>[] = [];
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
+  private inFlight = 0;
 
   constructor(private readonly options: BatcherOptions<Item, Result>) {}
 
@@ -54,6 +57,7 @@ export class Batcher<Item, Result> {
     if (delayMs === undefined) clearImmediate(this.timer as NodeJS.Immediate | undefined);
     else clearTimeout(this.timer as NodeJS.Timeout | undefined);
     this.timer = undefined;
+    if (this.inFlight >= (this.options.maxInFlight ?? Infinity)) return;
     const gathered = this.gathered;
     this.gathered = [];
     if (order) gathered.sort((a, b) => order(a.item, b.item));
@@ -72,9 +76,18 @@ export class Batcher<Item, Result> {
   }
 
   private send(entries: Entry<Item, Result>[]): void {
+    this.inFlight++;
+    const settled = () => {
+      this.inFlight--;
+      if (this.gathered.length > 0 && this.timer === undefined) this.flush();
+    };
     this.options.send(entries.map((entry) => entry.item)).then(
-      (results) => entries.forEach((entry, index) => entry.resolve(results[index]!)),
+      (results) => {
+        settled();
+        entries.forEach((entry, index) => entry.resolve(results[index]!));
+      },
       (error: unknown) => {
+        settled();
         if (entries.length > 1 && this.options.retryAlone?.(error)) for (const entry of entries) this.send([entry]);
         else for (const entry of entries) entry.reject(error);
       },
