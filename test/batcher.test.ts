@@ -122,4 +122,27 @@ describe('Batcher', () => {
     answer[1]!();
     expect(await Promise.all([second, third])).toEqual([4, 6]);
   });
+
+  it('with maxInFlight, a batch that fails frees its place as one answered does', async () => {
+    const batches: number[][] = [];
+    const fail: (() => void)[] = [];
+    const batcher = new Batcher<number, number>({
+      max: 10,
+      maxInFlight: 1,
+      send: (items) => {
+        batches.push(items);
+        if (items[0] === 1) return new Promise((_, reject) => fail.push(() => reject(new Error('lost'))));
+        return Promise.resolve(items.map((item) => item * 2));
+      },
+    });
+    const first = batcher.add(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    const second = batcher.add(2);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(batches).toEqual([[1]]);
+    fail[0]!();
+    await expect(first).rejects.toThrow('lost');
+    expect(await second).toBe(4);
+    expect(batches).toEqual([[1], [2]]);
+  });
 });

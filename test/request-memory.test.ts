@@ -9,7 +9,7 @@ import { getEvents, registerQueue } from './helpers/events.js';
 import { bulk, PROPERTIES_URL, subscriptionOf } from './helpers/subscriptions.js';
 import { eventually } from './helpers/wait.js';
 
-// Issue 31: the bodies an instance holds are bounded per user (429) and in all (503), whatever
+// The bodies an instance holds are bounded per user (429) and in all (503), whatever
 // one account sends; its own writes waiting for their turn are what it may hold.
 
 let ctx: TestContext | undefined;

@@ -12,7 +12,7 @@ import { auditRows, bulk, pinP, subscriptionOf } from './helpers/subscriptions.j
 import { testStatement } from './helpers/statements.js';
 import { waitFor } from './helpers/wait.js';
 
-// Issue 31: a small write whose user's lock another instance holds (here: another session) holds up
+// A small write whose user's lock another instance holds (here: another session) holds up
 // no other user's write. It is refused the lock on the shared write connection and sent again on a
 // pooled connection of its own, where it waits (src/db/transactions.ts, commit-groups.ts).
 

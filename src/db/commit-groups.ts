@@ -4,8 +4,9 @@ import type { PipelinedConnections } from './pipelined-connections.js';
 import { transactionProgress, type TransactionStatement } from './pipelined-transaction.js';
 
 /**
- * The small write transactions of one turn of the event loop, each a different user's, committed
- * together as ONE transaction in one burst (pipelined-transaction.ts): one commit, one WAL flush.
+ * The small write transactions gathered in one turn of the event loop, or while the groups before
+ * them commit (one per write connection), each a different user's, committed together as ONE
+ * transaction in one burst (pipelined-transaction.ts): one commit, one WAL flush.
  * A flush costs more than a small write (bench/RESULTS.md), and on a pipelined connection each one
  * holds up every transaction behind it.
  *
@@ -43,7 +44,7 @@ export class CommitGroups {
     });
   }
 
-  /** Commits `statements` (a user's lock first) as one transaction, with others of this turn; resolves to each statement's rows. */
+  /** Commits `statements` (a user's lock first) as one transaction, with others gathered with it; resolves to each statement's rows. */
   commit(userId: number, statements: readonly TransactionStatement[]): Promise<Rows> {
     return this.batcher.add({ userId, statements });
   }

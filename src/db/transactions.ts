@@ -28,7 +28,7 @@ import { interactiveTransaction, sendTransaction, transactionProgress, type Tran
  *   leave in one burst (pipelined-transaction.ts): one round trip, one commit. The lock is a
  *   statement of its own so that each later statement's snapshot (READ COMMITTED) sees what the
  *   user's previous transaction, on any instance, committed. A failing statement rolls all back.
- * - The small transactions of one turn, each another user's, commit together (commit-groups.ts).
+ * - The small transactions gathered together, each another user's, commit together (commit-groups.ts).
  *   There a transaction never waits for its lock (it would hold up its group and its connection
  *   while another instance's large one holds it): user_lock_now (migration 0007) refuses at once
  *   (ZU002), the group goes again without it, and it is sent once more on a pooled connection of
